@@ -1,0 +1,3 @@
+module github.com/hookgate/hookgate
+
+go 1.26.8

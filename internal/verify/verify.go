@@ -1,0 +1,88 @@
+// Package verify checks webhook signatures. It is pure: bytes and secrets go in,
+// a verdict comes out. It knows nothing of HTTP, databases or providers' payloads.
+//
+// Every comparison of a computed MAC with a received one is constant-time
+// (hmac.Equal), and every configured secret is tried against every candidate
+// signature, so the time taken does not depend on how much of a forged
+// signature was right.
+package verify
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+)
+
+// Errors returned by this package. Callers match them with errors.Is.
+var (
+	// ErrMissingSignature means the request carried no signature to check.
+	ErrMissingSignature = errors.New("signature missing")
+	// ErrSignatureMismatch means no configured secret produced a received
+	// signature, or the signature could not be parsed.
+	ErrSignatureMismatch = errors.New("signature does not match")
+	// ErrTimestampOutOfTolerance means a timestamped signature matched but its
+	// time is too far from the clock, in either direction.
+	ErrTimestampOutOfTolerance = errors.New("timestamp outside tolerance")
+)
+
+// HMACSHA256 returns the HMAC-SHA256 of msg keyed by secret.
+func HMACSHA256(secret, msg []byte) []byte {
+	mac := hmac.New(sha256.New, secret)
+	mac.Write(msg)
+	return mac.Sum(nil)
+}
+
+// Secrets is a list of secrets that are all valid at once, so that a secret can
+// be rotated: add the new one, move senders over, remove the old one. The first
+// is the primary.
+type Secrets []string
+
+// Match reports the index of the first secret whose HMAC-SHA256 over msg equals
+// one of the candidate MACs, or ErrSignatureMismatch. With no candidates it
+// returns ErrMissingSignature. All pairs are compared, in constant time each.
+func (s Secrets) Match(msg []byte, candidates ...[]byte) (int, error) {
+	if len(candidates) == 0 {
+		return -1, ErrMissingSignature
+	}
+	matched := -1
+	for i, secret := range s {
+		want := HMACSHA256([]byte(secret), msg)
+		for _, got := range candidates {
+			if hmac.Equal(want, got) && matched < 0 {
+				matched = i
+			}
+		}
+	}
+	if matched < 0 {
+		return -1, ErrSignatureMismatch
+	}
+	return matched, nil
+}
+
+// MatchHex is Match for one hex-encoded MAC. A MAC that is not valid hex is a
+// mismatch.
+func (s Secrets) MatchHex(msg []byte, macHex string) (int, error) {
+	if macHex == "" {
+		return -1, ErrMissingSignature
+	}
+	mac, err := hex.DecodeString(macHex)
+	if err != nil {
+		return -1, ErrSignatureMismatch
+	}
+	return s.Match(msg, mac)
+}
+
+// MatchBase64 is Match for one standard base64-encoded MAC. A MAC that is not
+// valid base64 is a mismatch.
+func (s Secrets) MatchBase64(msg []byte, macB64 string) (int, error) {
+	if macB64 == "" {
+		return -1, ErrMissingSignature
+	}
+	mac, err := base64.StdEncoding.DecodeString(macB64)
+	if err != nil {
+		return -1, ErrSignatureMismatch
+	}
+	return s.Match(msg, mac)
+}
