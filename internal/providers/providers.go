@@ -1,0 +1,164 @@
+// Package providers turns an HTTP request from a webhook provider into a
+// verified Delivery. Each adapter checks, in the contract's order, the content
+// type, the required headers, the signature over the raw body (using package
+// verify), and only then parses the payload for the delivery's id, event name,
+// entity and event time. Nothing in a Delivery comes from unverified bytes.
+package providers
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Errors returned by adapters, besides package verify's signature errors.
+var (
+	// ErrUnsupportedMediaType means the Content-Type is not one the provider sends.
+	ErrUnsupportedMediaType = errors.New("unsupported media type")
+	// ErrMissingHeader means a required header other than the signature is
+	// absent or unusable.
+	ErrMissingHeader = errors.New("missing header")
+	// ErrBadPayload means the verified body is not the JSON the delivery needs.
+	ErrBadPayload = errors.New("bad payload")
+)
+
+// maxIDLen bounds delivery ids, scopes and event names: real ones are far
+// shorter, and they end up in keys, URLs and logs.
+const maxIDLen = 255
+
+// Delivery is one verified webhook delivery.
+type Delivery struct {
+	// Provider is the adapter's name: "github" or "stripe".
+	Provider string
+	// Scope separates receipts of one event delivered to several endpoints:
+	// GitHub's X-GitHub-Hook-ID, empty for Stripe.
+	Scope string
+	// DeliveryID is the provider's id of the event: X-GitHub-Delivery, or
+	// Stripe's evt_... id.
+	DeliveryID string
+	// Event is the event name routes match on, such as "pull_request.opened"
+	// or "invoice.paid".
+	Event string
+	// Entity names what the event is about, for ordering ("stripe:sub_123");
+	// empty when the event names none.
+	Entity string
+	// EventTime is the payload's own time for the entity; zero when unknown.
+	EventTime time.Time
+	// ContentType is the request's Content-Type as received.
+	ContentType string
+	// Headers are the provider headers worth keeping, never a signature.
+	Headers map[string]string
+	// Body is the raw request body, byte for byte.
+	Body []byte
+	// SecretIndex is which configured secret matched; 0 is the primary.
+	SecretIndex int
+}
+
+// Provider is a webhook source's adapter.
+type Provider interface {
+	// Name is the provider's name in URLs, routes and receipts.
+	Name() string
+	// Parse verifies a request's headers and raw body and returns the
+	// delivery. now is the clock to check timestamps against.
+	Parse(h http.Header, body []byte, now time.Time) (Delivery, error)
+}
+
+// mediaType returns the lower-cased media type of a Content-Type header, without parameters.
+func mediaType(contentType string) string {
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return ""
+	}
+	return mt
+}
+
+// keptHeaders copies the named headers that are present.
+func keptHeaders(h http.Header, names ...string) map[string]string {
+	kept := make(map[string]string, len(names))
+	for _, name := range names {
+		if v := h.Get(name); v != "" {
+			kept[name] = v
+		}
+	}
+	return kept
+}
+
+// requireHeader returns a header's value, or ErrMissingHeader when it is
+// empty or too long to be real.
+func requireHeader(h http.Header, name string) (string, error) {
+	v := strings.TrimSpace(h.Get(name))
+	if v == "" {
+		return "", fmt.Errorf("%w: %s is required", ErrMissingHeader, name)
+	}
+	if len(v) > maxIDLen {
+		return "", fmt.Errorf("%w: %s is longer than %d bytes", ErrMissingHeader, name, maxIDLen)
+	}
+	return v, nil
+}
+
+// decodeObject unmarshals a JSON object into v. Fields of an unexpected type are
+// left zero rather than failing the delivery: ordering data is best effort,
+// while the JSON itself must be a well-formed object.
+func decodeObject(body []byte, v any) error {
+	trimmed := strings.TrimLeft(string(body[:min(len(body), 64)]), " \t\r\n")
+	if !strings.HasPrefix(trimmed, "{") {
+		return fmt.Errorf("%w: the payload must be a JSON object", ErrBadPayload)
+	}
+	err := json.Unmarshal(body, v)
+	var typeErr *json.UnmarshalTypeError
+	if err != nil && !errors.As(err, &typeErr) {
+		return fmt.Errorf("%w: the payload is not valid JSON", ErrBadPayload)
+	}
+	return nil
+}
+
+// idText returns a JSON id (a number or a string) as text, or "" when it is
+// neither or out of reason.
+func idText(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	var s string
+	if raw[0] == '"' {
+		if json.Unmarshal(raw, &s) != nil {
+			return ""
+		}
+	} else {
+		s = string(raw)
+		if _, err := strconv.ParseInt(s, 10, 64); err != nil {
+			return ""
+		}
+	}
+	if s == "" || len(s) > maxIDLen {
+		return ""
+	}
+	return s
+}
+
+// timeValue reads a JSON time that is either RFC 3339 text or unix seconds.
+func timeValue(raw json.RawMessage) time.Time {
+	if len(raw) == 0 {
+		return time.Time{}
+	}
+	if raw[0] == '"' {
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			return time.Time{}
+		}
+		t, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			return time.Time{}
+		}
+		return t.UTC()
+	}
+	sec, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil || sec <= 0 {
+		return time.Time{}
+	}
+	return time.Unix(sec, 0).UTC()
+}
