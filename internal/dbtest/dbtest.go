@@ -1,0 +1,149 @@
+// Package dbtest gives tests a real, migrated PostgreSQL database of their own.
+//
+// A test binary starts one private server (package pgembed, with fsync off)
+// the first time a test asks for a database, or uses TEST_DATABASE_URL when it
+// is set. The schema is migrated once into a template database; each test gets
+// a fresh copy of it, so tests run in parallel, commit freely and see only
+// their own rows. Packages that use it call Main from TestMain so the server
+// stops when the tests end.
+package dbtest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookgate/hookgate/internal/jobs"
+	"github.com/hookgate/hookgate/internal/pgembed"
+)
+
+const template = "hookgate_template"
+
+var (
+	once     sync.Once
+	adminURL string // a database to run CREATE DATABASE from
+	server   *pgembed.Server
+	dataDir  string
+	startErr error
+	counter  atomic.Int64
+)
+
+// Main runs the tests and then stops the private server, if one was started.
+func Main(m *testing.M) {
+	code := m.Run()
+	if server != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_ = server.Stop(ctx)
+		cancel()
+		os.RemoveAll(dataDir)
+	}
+	os.Exit(code)
+}
+
+func start() {
+	ctx := context.Background()
+	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
+		adminURL = u
+	} else {
+		dataDir, startErr = os.MkdirTemp("", "hookgate-test-pg-")
+		if startErr != nil {
+			return
+		}
+		server, startErr = pgembed.Start(ctx, pgembed.Options{Dir: dataDir, Database: "postgres", Ephemeral: true})
+		if startErr != nil {
+			return
+		}
+		adminURL = server.URL()
+	}
+	startErr = createTemplate(ctx)
+}
+
+func createTemplate(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+template+" WITH (FORCE)"); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+template); err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, withDatabase(adminURL, template))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return jobs.Migrate(ctx, pool, slog.New(slog.DiscardHandler))
+}
+
+// URL returns the URL of a new, migrated database that is dropped when the
+// test ends.
+func URL(t testing.TB) string {
+	t.Helper()
+	return newDatabase(t, template)
+}
+
+// EmptyURL returns the URL of a new database without any schema, dropped when
+// the test ends: for testing migrations.
+func EmptyURL(t testing.TB) string {
+	t.Helper()
+	return newDatabase(t, "template1")
+}
+
+func newDatabase(t testing.TB, from string) string {
+	t.Helper()
+	once.Do(start)
+	if startErr != nil {
+		t.Fatalf("test database: %v", startErr)
+	}
+	ctx := context.Background()
+	name := fmt.Sprintf("hookgate_test_%d_%d", os.Getpid(), counter.Add(1))
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		t.Fatalf("test database: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+from); err != nil {
+		t.Fatalf("create test database: %v", err)
+	}
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(ctx, adminURL)
+		if err != nil {
+			return
+		}
+		defer conn.Close(ctx)
+		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	})
+	return withDatabase(adminURL, name)
+}
+
+// NewPool returns a pool to a new, migrated database of the test's own.
+func NewPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), URL(t))
+	if err != nil {
+		t.Fatalf("test pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func withDatabase(rawURL, name string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return rawURL
+	}
+	u.Path = "/" + name
+	return u.String()
+}

@@ -1,0 +1,65 @@
+package jobs
+
+import (
+	"context"
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Delivery is what a handler is given: one stored event, as a route sees it.
+type Delivery struct {
+	// Provider, DeliveryID, Event, Entity and EventTime are the receipt's.
+	Provider   string
+	DeliveryID string
+	Event      string
+	Entity     string
+	EventTime  time.Time
+	// ContentType and Body are the first receipt's, byte for byte.
+	ContentType string
+	Body        []byte
+	// Headers are the kept provider headers of the first receipt.
+	Headers map[string]string
+	// Route, Generation and Attempt say which dispatch this is.
+	Route      string
+	Generation int
+	Attempt    int
+}
+
+// Handler is a builtin:<name> target. It runs inside the dispatch's
+// transaction: its writes, the dispatch's success and the River job's
+// completion commit together, or not at all. So a handler's database effect
+// happens exactly once even when a process dies at any point and River runs
+// the job again. A handler must not have effects outside tx that cannot be
+// repeated; an error rolls its writes back and the dispatch is retried.
+type Handler func(ctx context.Context, tx pgx.Tx, d Delivery) error
+
+// Handlers maps builtin names to handlers.
+type Handlers map[string]Handler
+
+// Names returns the registered names, sorted.
+func (h Handlers) Names() []string {
+	return slices.Sorted(maps.Keys(h))
+}
+
+// DefaultHandlers returns the builtin handlers hookgate ships.
+func DefaultHandlers(logger *slog.Logger) Handlers {
+	return Handlers{
+		"log": LogHandler(logger),
+	}
+}
+
+// LogHandler returns the builtin:log handler: it logs the delivery (never its
+// body) and succeeds.
+func LogHandler(logger *slog.Logger) Handler {
+	return func(ctx context.Context, _ pgx.Tx, d Delivery) error {
+		logger.InfoContext(ctx, "delivery dispatched",
+			"provider", d.Provider, "delivery_id", d.DeliveryID, "event", d.Event,
+			"entity", d.Entity, "route", d.Route, "generation", d.Generation, "attempt", d.Attempt,
+			"body_bytes", len(d.Body))
+		return nil
+	}
+}

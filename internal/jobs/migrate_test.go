@@ -1,0 +1,76 @@
+package jobs_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookgate/hookgate/internal/dbtest"
+	"github.com/hookgate/hookgate/internal/jobs"
+)
+
+// Several processes starting at once all migrate; one applies, none fails, and
+// the schema is current afterwards.
+func TestMigrateConcurrentlyOnEmptyDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.EmptyURL(t)
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+
+	if err := jobs.CheckSchema(ctx, pool); !errors.Is(err, jobs.ErrSchemaBehind) {
+		t.Fatalf("CheckSchema on empty = %v, want ErrSchemaBehind", err)
+	}
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() {
+			p, err := pgxpool.New(ctx, url)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer p.Close()
+			errs <- jobs.Migrate(ctx, p, slog.New(slog.DiscardHandler))
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("Migrate: %v", err)
+		}
+	}
+	if err := jobs.CheckSchema(ctx, pool); err != nil {
+		t.Fatalf("CheckSchema after = %v", err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM hookgate_migrations").Scan(&n); err != nil || n == 0 {
+		t.Fatalf("hookgate_migrations rows = %d, %v", n, err)
+	}
+	// Nothing left to do the second time.
+	if err := jobs.Migrate(ctx, pool, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	var again int
+	_ = pool.QueryRow(ctx, "SELECT count(*) FROM hookgate_migrations").Scan(&again)
+	if again != n {
+		t.Fatalf("migrations applied twice: %d then %d", n, again)
+	}
+
+	// A schema missing one of our migrations is behind.
+	if _, err := pool.Exec(ctx, "DELETE FROM hookgate_migrations WHERE version = 1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := jobs.CheckSchema(ctx, pool); !errors.Is(err, jobs.ErrSchemaBehind) {
+		t.Fatalf("CheckSchema with a missing migration = %v", err)
+	}
+}

@@ -1,0 +1,167 @@
+package jobs
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+)
+
+// ErrBadRoutes means GATEWAY_ROUTES could not be parsed.
+var ErrBadRoutes = errors.New("bad route")
+
+// Route is one entry of the fan-out table: deliveries whose provider and event
+// match any of Matches are dispatched to Target.
+type Route struct {
+	// Name identifies the route in dispatch rows, Idempotency-Keys and replays.
+	Name string
+	// Matches are the route's provider:pattern pairs.
+	Matches []Match
+	// Target is an http(s) URL or "builtin:<name>".
+	Target string
+}
+
+// Builtin returns the handler name of a builtin:<name> target, and whether the
+// target is one.
+func (r Route) Builtin() (string, bool) {
+	return strings.CutPrefix(r.Target, "builtin:")
+}
+
+// Match is one provider:pattern pair of a route.
+type Match struct {
+	// Provider is a provider name or "*".
+	Provider string
+	// Pattern matches an event name when it equals it or a dot-separated
+	// prefix of it; "*" matches any run of characters, dots included.
+	Pattern string
+}
+
+// Matches reports whether the pair matches a delivery's provider and event.
+func (m Match) Matches(provider, event string) bool {
+	if m.Provider != "*" && m.Provider != provider {
+		return false
+	}
+	if glob(m.Pattern, event) {
+		return true
+	}
+	for i := range len(event) {
+		if event[i] == '.' && glob(m.Pattern, event[:i]) {
+			return true
+		}
+	}
+	return false
+}
+
+// glob matches s against pattern, where '*' matches any run of bytes.
+func glob(pattern, s string) bool {
+	// The classic linear-time wildcard walk: on a mismatch, let the last star
+	// swallow one more byte.
+	p, i, star, mark := 0, 0, -1, 0
+	for i < len(s) {
+		switch {
+		case p < len(pattern) && pattern[p] == '*':
+			star, mark = p, i
+			p++
+		case p < len(pattern) && pattern[p] == s[i]:
+			p++
+			i++
+		case star >= 0:
+			p = star + 1
+			mark++
+			i = mark
+		default:
+			return false
+		}
+	}
+	for p < len(pattern) && pattern[p] == '*' {
+		p++
+	}
+	return p == len(pattern)
+}
+
+// Routes is the fan-out table, in the order it was configured.
+type Routes []Route
+
+// Matching returns the names of the routes that match a delivery.
+func (rs Routes) Matching(provider, event string) []string {
+	var names []string
+	for _, r := range rs {
+		for _, m := range r.Matches {
+			if m.Matches(provider, event) {
+				names = append(names, r.Name)
+				break
+			}
+		}
+	}
+	return names
+}
+
+// ByName returns the route with the given name.
+func (rs Routes) ByName(name string) (Route, bool) {
+	for _, r := range rs {
+		if r.Name == name {
+			return r, true
+		}
+	}
+	return Route{}, false
+}
+
+var (
+	routeNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+	patternRE   = regexp.MustCompile(`^[A-Za-z0-9_.*-]{1,255}$`)
+)
+
+// knownProviders are the provider names a match may name.
+var knownProviders = map[string]bool{"github": true, "stripe": true, "*": true}
+
+// ParseRoutes parses GATEWAY_ROUTES: space-separated name=match[,match...]>target.
+// A builtin target must name one of handlers.
+func ParseRoutes(s string, handlers Handlers) (Routes, error) {
+	var rs Routes
+	seen := map[string]bool{}
+	for _, entry := range strings.Fields(s) {
+		name, rest, ok := strings.Cut(entry, "=")
+		if !ok {
+			return nil, fmt.Errorf("%w %q: want name=provider:pattern[,...]>target", ErrBadRoutes, entry)
+		}
+		if !routeNameRE.MatchString(name) {
+			return nil, fmt.Errorf("%w %q: the name must be 1-64 of a-z, 0-9, _ and -, starting with a letter or digit", ErrBadRoutes, entry)
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("%w %q: the name %s is used twice", ErrBadRoutes, entry, name)
+		}
+		seen[name] = true
+		matches, target, ok := strings.Cut(rest, ">")
+		if !ok || target == "" {
+			return nil, fmt.Errorf("%w %q: no >target", ErrBadRoutes, entry)
+		}
+		r := Route{Name: name, Target: target}
+		for m := range strings.SplitSeq(matches, ",") {
+			provider, pattern, ok := strings.Cut(m, ":")
+			if !ok || !knownProviders[provider] || !patternRE.MatchString(pattern) {
+				return nil, fmt.Errorf("%w %q: match %q must be provider:pattern with provider github, stripe or *", ErrBadRoutes, entry, m)
+			}
+			r.Matches = append(r.Matches, Match{Provider: provider, Pattern: pattern})
+		}
+		if err := checkTarget(target, handlers); err != nil {
+			return nil, fmt.Errorf("%w %q: %w", ErrBadRoutes, entry, err)
+		}
+		rs = append(rs, r)
+	}
+	return rs, nil
+}
+
+func checkTarget(target string, handlers Handlers) error {
+	if name, ok := strings.CutPrefix(target, "builtin:"); ok {
+		if _, ok := handlers[name]; !ok {
+			return fmt.Errorf("no builtin handler named %q (have %s)", name, strings.Join(handlers.Names(), ", "))
+		}
+		return nil
+	}
+	u, err := url.Parse(target)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("target %q must be an http:// or https:// URL or builtin:<name>", target)
+	}
+	return nil
+}

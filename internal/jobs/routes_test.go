@@ -1,0 +1,91 @@
+package jobs_test
+
+import (
+	"errors"
+	"log/slog"
+	"slices"
+	"testing"
+
+	"github.com/hookgate/hookgate/internal/jobs"
+)
+
+func TestMatch(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		provider, pattern string
+		evProvider, event string
+		want              bool
+	}{
+		{"github", "push", "github", "push", true},
+		{"github", "push", "stripe", "push", false},
+		{"github", "issues", "github", "issues.opened", true},
+		{"github", "issue", "github", "issues.opened", false},
+		{"github", "pull_request.opened", "github", "pull_request.opened", true},
+		{"github", "pull_request.opened", "github", "pull_request.closed", false},
+		{"github", "pull_request.*", "github", "pull_request.opened", true},
+		{"github", "pull_request.*", "github", "pull_request", false},
+		{"stripe", "invoice.*", "stripe", "invoice.payment_failed", true},
+		{"stripe", "invoice.*", "stripe", "invoices.x", false},
+		{"stripe", "customer.subscription", "stripe", "customer.subscription.updated", true},
+		{"stripe", "customer", "stripe", "customer.subscription.updated", true},
+		{"stripe", "customer.sub", "stripe", "customer.subscription.updated", false},
+		{"*", "*", "github", "ping", true},
+		{"*", "*", "stripe", "a.b.c", true},
+		{"stripe", "*.paid", "stripe", "invoice.paid", true},
+		{"stripe", "*.paid", "stripe", "invoice.paid.extra", true},
+		{"stripe", "*.paid", "stripe", "invoice.unpaid", false},
+		{"stripe", "in*ce.paid", "stripe", "invoice.paid", true},
+		{"stripe", "a*b*c", "stripe", "axxbyybzzc", true},
+		{"stripe", "a*b*c", "stripe", "axxbyy", false},
+		{"stripe", "invoice*", "stripe", "invoice", true},
+	}
+	for _, tt := range tests {
+		m := jobs.Match{Provider: tt.provider, Pattern: tt.pattern}
+		if got := m.Matches(tt.evProvider, tt.event); got != tt.want {
+			t.Errorf("%s:%s on %s %s = %v, want %v", tt.provider, tt.pattern, tt.evProvider, tt.event, got, tt.want)
+		}
+	}
+}
+
+func TestParseRoutes(t *testing.T) {
+	t.Parallel()
+	handlers := jobs.DefaultHandlers(slog.New(slog.DiscardHandler))
+	rs, err := jobs.ParseRoutes("ci=github:push,github:pull_request.*>http://127.0.0.1:9000/ci billing=stripe:invoice.*,stripe:customer.subscription.*>https://billing.internal/stripe  audit=*:*>builtin:log", handlers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 3 || rs[0].Name != "ci" || len(rs[0].Matches) != 2 || rs[0].Target != "http://127.0.0.1:9000/ci" {
+		t.Fatalf("routes = %+v", rs)
+	}
+	if name, ok := rs[2].Builtin(); !ok || name != "log" {
+		t.Fatalf("builtin = %q %v", name, ok)
+	}
+	if got := rs.Matching("github", "pull_request.opened"); !slices.Equal(got, []string{"ci", "audit"}) {
+		t.Fatalf("matching = %v", got)
+	}
+	if got := rs.Matching("stripe", "invoice.paid"); !slices.Equal(got, []string{"billing", "audit"}) {
+		t.Fatalf("matching = %v", got)
+	}
+	if rs, err := jobs.ParseRoutes("  ", handlers); err != nil || len(rs) != 0 {
+		t.Fatalf("empty: %v %v", rs, err)
+	}
+
+	for _, bad := range []string{
+		"nameonly",
+		"a=github:push",
+		"a=github:push>",
+		"a=gitlab:push>builtin:log",
+		"a=github>builtin:log",
+		"a=github:>builtin:log",
+		"a=github:pu sh>builtin:log",
+		"A=github:push>builtin:log",
+		"a=github:push>builtin:nope",
+		"a=github:push>ftp://x/y",
+		"a=github:push>http://",
+		"a=github:push>builtin:log a=stripe:x>builtin:log",
+	} {
+		if _, err := jobs.ParseRoutes(bad, handlers); !errors.Is(err, jobs.ErrBadRoutes) {
+			t.Errorf("ParseRoutes(%q) err = %v, want ErrBadRoutes", bad, err)
+		}
+	}
+}
