@@ -77,12 +77,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 	if err != nil {
 		return fmt.Errorf("migrate river: %w", err)
 	}
-	res, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
-	if err != nil {
+	// River logs each migration it applies.
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
 		return fmt.Errorf("migrate river: %w", err)
-	}
-	for _, v := range res.Versions {
-		logger.InfoContext(ctx, "applied river migration", "version", v.Version)
 	}
 
 	ms, err := ourMigrations()

@@ -1,0 +1,221 @@
+// Command gateway is hookgate: a webhook ingestion gateway that verifies
+// GitHub and Stripe deliveries, stores a receipt before any side effect, and
+// dispatches the work through River in the same transaction.
+//
+//	gateway [serve]   run the gateway (the default)
+//	gateway migrate   apply pending migrations and exit
+//
+// Configuration is read from the environment; see the README.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/ingest"
+	"github.com/hookgate/hookgate/internal/jobs"
+	"github.com/hookgate/hookgate/internal/pgembed"
+	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/receipts"
+	"github.com/hookgate/hookgate/internal/server"
+	"github.com/hookgate/hookgate/internal/verify"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "gateway:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `usage: gateway [serve | migrate]
+
+  serve     run the gateway (the default)
+  migrate   apply pending migrations (River's and hookgate's) and exit
+
+Configuration is read from the environment; see README.md.
+`
+
+// shutdownTimeout bounds each step of a graceful stop.
+const shutdownTimeout = 30 * time.Second
+
+// run is the whole program; it returns when ctx is cancelled (serve) or the
+// command is done.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	command := "serve"
+	if len(args) > 0 {
+		command = args[0]
+	}
+	switch command {
+	case "serve", "migrate":
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown command %q", command)
+	}
+
+	cfg, err := config.Load()
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+
+	pool, closeDB, err := openDatabase(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	if err := jobs.Migrate(ctx, pool, logger); err != nil {
+		return err
+	}
+	if command == "migrate" {
+		fmt.Fprintln(stdout, "migrations applied")
+		return nil
+	}
+	return serve(ctx, cfg, pool, logger)
+}
+
+// openDatabase connects to DATABASE_URL, or starts the private PostgreSQL.
+// The returned func closes the pool and stops the private server.
+func openDatabase(ctx context.Context, cfg config.Config, logger *slog.Logger) (*pgxpool.Pool, func(), error) {
+	url := cfg.DatabaseURL.Value()
+	var embedded *pgembed.Server
+	if url == "" {
+		var err error
+		embedded, err = pgembed.Start(ctx, pgembed.Options{Dir: cfg.DataDir})
+		if err != nil {
+			return nil, nil, fmt.Errorf("private PostgreSQL (DATABASE_URL is unset): %w", err)
+		}
+		logger.InfoContext(ctx, "private PostgreSQL started", "data_dir", cfg.DataDir)
+		url = embedded.URL()
+	}
+	stopEmbedded := func() {
+		if embedded == nil {
+			return
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		if err := embedded.Stop(sctx); err != nil {
+			logger.Error("stop private PostgreSQL", "error", err)
+		}
+	}
+	poolCfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		stopEmbedded()
+		// Not err itself: it may quote the URL and its password.
+		return nil, nil, errors.New("DATABASE_URL: not a valid PostgreSQL URL")
+	}
+	poolCfg.MaxConns = max(poolCfg.MaxConns, int32(cfg.Workers/2+8))
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		stopEmbedded()
+		return nil, nil, fmt.Errorf("database: %w", err)
+	}
+	return pool, func() { pool.Close(); stopEmbedded() }, nil
+}
+
+// serve runs the HTTP server and the River client until ctx is cancelled, then
+// stops accepting, finishes requests in flight, and stops River softly.
+func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger) error {
+	handlers := jobs.DefaultHandlers(logger)
+	routes, err := jobs.ParseRoutes(cfg.Routes, handlers)
+	if err != nil {
+		return fmt.Errorf("configuration: GATEWAY_ROUTES: %w", err)
+	}
+	store := &receipts.Store{Retention: cfg.Retention}
+	worker := &jobs.DispatchWorker{Pool: pool, Routes: routes, Handlers: handlers, Receipts: store, Logger: logger}
+	client, err := jobs.NewClient(pool, worker, jobs.ClientConfig{Workers: cfg.Workers, Logger: logger})
+	if err != nil {
+		return err
+	}
+
+	var provs []providers.Provider
+	if len(cfg.GitHubSecrets) > 0 {
+		provs = append(provs, providers.GitHub{Secrets: verify.Secrets(cfg.GitHubSecrets)})
+	}
+	if len(cfg.StripeSecrets) > 0 {
+		provs = append(provs, providers.Stripe{Secrets: verify.Secrets(cfg.StripeSecrets), Tolerance: cfg.StripeTolerance})
+	}
+	if len(provs) == 0 {
+		logger.WarnContext(ctx, "no provider configured: set GITHUB_WEBHOOK_SECRET or STRIPE_WEBHOOK_SECRET")
+	}
+
+	handler := server.New(server.Config{
+		Logger:    logger,
+		Providers: provs,
+		Ingester: &ingest.Ingester{
+			Pool:     pool,
+			Receipts: store,
+			Enqueuer: &jobs.Enqueuer{Client: client, Routes: routes, MaxAttempts: cfg.MaxAttempts},
+		},
+		Ready: func(ctx context.Context) error {
+			if err := pool.Ping(ctx); err != nil {
+				return fmt.Errorf("database: %w", err)
+			}
+			return jobs.CheckSchema(ctx, pool)
+		},
+		MaxBodyBytes: cfg.MaxBodyBytes,
+	})
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("GATEWAY_ADDR: %w", err)
+	}
+
+	// River runs on a context that outlives ctx: it is stopped softly below.
+	if err := client.Start(context.WithoutCancel(ctx)); err != nil {
+		ln.Close()
+		return fmt.Errorf("start river: %w", err)
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	logger.InfoContext(ctx, "gateway listening", "addr", ln.Addr().String(), "routes", len(routes))
+
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+	}
+	logger.Info("shutting down")
+
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if serr := srv.Shutdown(sctx); serr != nil {
+		logger.Error("http shutdown", "error", serr)
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer rcancel()
+	if rerr := client.Stop(rctx); rerr != nil {
+		logger.Error("river soft stop did not finish; cancelling jobs", "error", rerr)
+		hctx, hcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer hcancel()
+		_ = client.StopAndCancel(hctx)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}

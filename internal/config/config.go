@@ -1,0 +1,187 @@
+// Package config reads hookgate's configuration from the environment into one
+// struct and validates it, naming the variable and what is wrong. Secrets are
+// redacted whenever the configuration is printed, and each secret may instead
+// be read from the file named by its _FILE variant (GITHUB_WEBHOOK_SECRET_FILE).
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+)
+
+// Config is the gateway's configuration. The envconfig tag is the variable;
+// the default tag its default.
+type Config struct {
+	// DatabaseURL is the PostgreSQL URL. Empty: a private PostgreSQL is started
+	// under DataDir.
+	DatabaseURL Secret `envconfig:"DATABASE_URL"`
+	// DataDir is where the private PostgreSQL lives. Defaults to ./.data.
+	DataDir string `envconfig:"GATEWAY_DATA_DIR" default:"./.data"`
+	// Addr is the listen address. Defaults to :8080.
+	Addr string `envconfig:"GATEWAY_ADDR" default:":8080"`
+	// GitHubSecrets are GitHub's webhook secrets, comma-separated; any may
+	// match. Empty: GitHub is not configured.
+	GitHubSecrets SecretList `envconfig:"GITHUB_WEBHOOK_SECRET"`
+	// StripeSecrets are Stripe's whsec_... secrets, comma-separated. Empty:
+	// Stripe is not configured.
+	StripeSecrets SecretList `envconfig:"STRIPE_WEBHOOK_SECRET"`
+	// StripeTolerance is how far a Stripe signature's time may be from the
+	// clock. Defaults to 5m.
+	StripeTolerance time.Duration `envconfig:"STRIPE_TOLERANCE" default:"5m"`
+	// AdminToken is the bearer token for /admin. Empty: operator endpoints off.
+	AdminToken Secret `envconfig:"GATEWAY_ADMIN_TOKEN"`
+	// MaxBodyBytes is the largest accepted body. Defaults to 25 MiB, GitHub's cap.
+	MaxBodyBytes int64 `envconfig:"GATEWAY_MAX_BODY_BYTES" default:"26214400"`
+	// Retention is how long receipts are kept; at least 72h. Defaults to 720h.
+	Retention time.Duration `envconfig:"GATEWAY_RETENTION" default:"720h"`
+	// Routes is the fan-out table (see jobs.ParseRoutes). Empty: deliveries
+	// are stored and nothing is dispatched.
+	Routes string `envconfig:"GATEWAY_ROUTES"`
+	// ForwardSecret signs what the forwarder sends. Empty: not signed.
+	ForwardSecret Secret `envconfig:"GATEWAY_FORWARD_SECRET"`
+	// ForwardTimeout is one forward attempt's time limit. Defaults to 10s.
+	ForwardTimeout time.Duration `envconfig:"GATEWAY_FORWARD_TIMEOUT" default:"10s"`
+	// MaxAttempts is the attempts per dispatch before it is discarded.
+	// Defaults to 25.
+	MaxAttempts int `envconfig:"GATEWAY_MAX_ATTEMPTS" default:"25"`
+	// Workers is how many dispatches one process works at once. Defaults to 50.
+	Workers int `envconfig:"GATEWAY_WORKERS" default:"50"`
+}
+
+// MinRetention is the shortest GATEWAY_RETENTION accepted: GitHub redelivers
+// and Stripe retries for up to 3 days, and a receipt must outlive both.
+const MinRetention = 72 * time.Hour
+
+// Load reads the environment and validates the result.
+func Load() (Config, error) {
+	var c Config
+	if err := readSecretFiles(); err != nil {
+		return c, err
+	}
+	if err := envconfig.Process("", &c); err != nil {
+		var perr *envconfig.ParseError
+		if errors.As(err, &perr) {
+			// Not perr.Value: it may be a secret.
+			return c, fmt.Errorf("%s: %v", perr.KeyName, perr.Err)
+		}
+		return c, err
+	}
+	return c, c.Validate()
+}
+
+// Validate checks the values that parse but make no sense.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(name, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{name}, args...)...))
+	}
+	if c.DatabaseURL == "" && strings.TrimSpace(c.DataDir) == "" {
+		bad("GATEWAY_DATA_DIR", "must not be empty when DATABASE_URL is unset")
+	}
+	if c.Addr == "" {
+		bad("GATEWAY_ADDR", "must not be empty")
+	}
+	for _, s := range c.StripeSecrets {
+		if !strings.HasPrefix(s, "whsec_") {
+			bad("STRIPE_WEBHOOK_SECRET", "each secret must be a whsec_... signing secret")
+			break
+		}
+	}
+	if c.StripeTolerance <= 0 {
+		bad("STRIPE_TOLERANCE", "must be positive, got %s", c.StripeTolerance)
+	}
+	if c.MaxBodyBytes <= 0 {
+		bad("GATEWAY_MAX_BODY_BYTES", "must be positive, got %d", c.MaxBodyBytes)
+	}
+	if c.Retention < MinRetention {
+		bad("GATEWAY_RETENTION", "must be at least %s (providers retry for 3 days), got %s", MinRetention, c.Retention)
+	}
+	if c.ForwardTimeout <= 0 {
+		bad("GATEWAY_FORWARD_TIMEOUT", "must be positive, got %s", c.ForwardTimeout)
+	}
+	if c.MaxAttempts < 1 {
+		bad("GATEWAY_MAX_ATTEMPTS", "must be at least 1, got %d", c.MaxAttempts)
+	}
+	if c.Workers < 1 {
+		bad("GATEWAY_WORKERS", "must be at least 1, got %d", c.Workers)
+	}
+	return errors.Join(errs...)
+}
+
+// secretVars may be given as files through their _FILE variants.
+var secretVars = []string{"DATABASE_URL", "GITHUB_WEBHOOK_SECRET", "STRIPE_WEBHOOK_SECRET", "GATEWAY_ADMIN_TOKEN", "GATEWAY_FORWARD_SECRET"}
+
+// readSecretFiles sets each secret variable from its _FILE variant, when that
+// is set; setting both is an error.
+func readSecretFiles() error {
+	for _, name := range secretVars {
+		path, ok := os.LookupEnv(name + "_FILE")
+		if !ok || path == "" {
+			continue
+		}
+		if _, both := os.LookupEnv(name); both {
+			return fmt.Errorf("%s and %s_FILE are both set; set one", name, name)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("%s_FILE: %w", name, err)
+		}
+		if err := os.Setenv(name, strings.TrimSpace(string(b))); err != nil {
+			return fmt.Errorf("%s_FILE: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// Secret is a string that never prints.
+type Secret string
+
+// String redacts the secret.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return "[redacted]"
+}
+
+// GoString redacts the secret in %#v.
+func (s Secret) GoString() string { return s.String() }
+
+// Value returns the secret itself.
+func (s Secret) Value() string { return string(s) }
+
+// SecretList is a comma-separated list of secrets, the first one primary.
+type SecretList []string
+
+// Decode implements envconfig.Decoder: commas separate, surrounding spaces
+// are dropped, and an empty item is an error.
+func (l *SecretList) Decode(value string) error {
+	*l = nil
+	if strings.TrimSpace(value) == "" {
+		return nil
+	}
+	for item := range strings.SplitSeq(value, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			return errors.New("an empty secret in the list")
+		}
+		*l = append(*l, item)
+	}
+	return nil
+}
+
+// String redacts the secrets, showing only how many there are.
+func (l SecretList) String() string {
+	if len(l) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("[%d redacted]", len(l))
+}
+
+// GoString redacts the secrets in %#v.
+func (l SecretList) GoString() string { return l.String() }

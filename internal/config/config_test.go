@@ -1,0 +1,101 @@
+package config_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hookgate/hookgate/internal/config"
+)
+
+// Not parallel: these tests set the process environment.
+
+func TestLoadDefaults(t *testing.T) {
+	for _, name := range []string{"DATABASE_URL", "GATEWAY_DATA_DIR", "GATEWAY_ADDR", "GITHUB_WEBHOOK_SECRET", "STRIPE_WEBHOOK_SECRET",
+		"STRIPE_TOLERANCE", "GATEWAY_ADMIN_TOKEN", "GATEWAY_MAX_BODY_BYTES", "GATEWAY_RETENTION", "GATEWAY_ROUTES",
+		"GATEWAY_FORWARD_SECRET", "GATEWAY_FORWARD_TIMEOUT", "GATEWAY_MAX_ATTEMPTS", "GATEWAY_WORKERS"} {
+		t.Setenv(name, "")
+		os.Unsetenv(name)
+	}
+	c, err := config.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DataDir != "./.data" || c.Addr != ":8080" || c.StripeTolerance != 5*time.Minute || c.MaxBodyBytes != 26214400 ||
+		c.Retention != 720*time.Hour || c.ForwardTimeout != 10*time.Second || c.MaxAttempts != 25 || c.Workers != 50 ||
+		c.DatabaseURL != "" || len(c.GitHubSecrets) != 0 || c.Routes != "" {
+		t.Fatalf("defaults = %+v", c)
+	}
+}
+
+func TestLoadErrorsNameTheVariable(t *testing.T) {
+	tests := []struct {
+		name, value, want string
+	}{
+		{"GATEWAY_RETENTION", "24h", "GATEWAY_RETENTION: must be at least 72h"},
+		{"GATEWAY_RETENTION", "soon", "GATEWAY_RETENTION"},
+		{"STRIPE_TOLERANCE", "0s", "STRIPE_TOLERANCE: must be positive"},
+		{"GATEWAY_MAX_BODY_BYTES", "-1", "GATEWAY_MAX_BODY_BYTES: must be positive"},
+		{"GATEWAY_MAX_ATTEMPTS", "0", "GATEWAY_MAX_ATTEMPTS: must be at least 1"},
+		{"GATEWAY_WORKERS", "many", "GATEWAY_WORKERS"},
+		{"STRIPE_WEBHOOK_SECRET", "sk_live_oops", "STRIPE_WEBHOOK_SECRET: each secret must be a whsec_"},
+		{"GITHUB_WEBHOOK_SECRET", "topsecret,,other", "GITHUB_WEBHOOK_SECRET: an empty secret"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name+"="+tt.value, func(t *testing.T) {
+			t.Setenv(tt.name, tt.value)
+			_, err := config.Load()
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want it to contain %q", err, tt.want)
+			}
+			if strings.Contains(err.Error(), "topsecret") || strings.Contains(err.Error(), "sk_live_oops") {
+				t.Fatalf("error shows a secret: %v", err)
+			}
+		})
+	}
+}
+
+func TestSecretsNeverPrint(t *testing.T) {
+	t.Setenv("GITHUB_WEBHOOK_SECRET", "gh-one, gh-two")
+	t.Setenv("GATEWAY_ADMIN_TOKEN", "admintoken")
+	t.Setenv("DATABASE_URL", "postgres://u:dbpassword@h/db")
+	c, err := config.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.GitHubSecrets) != 2 || c.GitHubSecrets[1] != "gh-two" || c.AdminToken.Value() != "admintoken" {
+		t.Fatalf("secrets = %v %v", []string(c.GitHubSecrets), c.AdminToken.Value())
+	}
+	for _, format := range []string{"%v", "%+v", "%#v", "%s"} {
+		out := fmt.Sprintf(format, c)
+		for _, secret := range []string{"gh-one", "gh-two", "admintoken", "dbpassword"} {
+			if strings.Contains(out, secret) {
+				t.Fatalf("%s shows %q: %s", format, secret, out)
+			}
+		}
+	}
+}
+
+func TestSecretFromFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(path, []byte("whsec_fromfile\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("STRIPE_WEBHOOK_SECRET", "")
+	os.Unsetenv("STRIPE_WEBHOOK_SECRET")
+	t.Setenv("STRIPE_WEBHOOK_SECRET_FILE", path)
+	c, err := config.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.StripeSecrets) != 1 || c.StripeSecrets[0] != "whsec_fromfile" {
+		t.Fatalf("secrets = %v", []string(c.StripeSecrets))
+	}
+	t.Setenv("STRIPE_WEBHOOK_SECRET", "whsec_both")
+	if _, err := config.Load(); err == nil || !strings.Contains(err.Error(), "both set") {
+		t.Fatalf("err = %v", err)
+	}
+}

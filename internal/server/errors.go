@@ -1,0 +1,84 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/hookgate/hookgate/internal/ingest"
+	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/receipts"
+	"github.com/hookgate/hookgate/internal/verify"
+)
+
+// Errors of the HTTP layer itself.
+var (
+	errNotConfigured    = errors.New("provider not configured")
+	errBodyTooLarge     = errors.New("body too large")
+	errBadRequest       = errors.New("bad request")
+	errNotFound         = errors.New("not found")
+	errMethodNotAllowed = errors.New("method not allowed")
+)
+
+// errorCodes is the one table that turns errors into the contract's status
+// codes and error codes. The first entry that matches wins, so the more
+// specific errors come first.
+var errorCodes = []struct {
+	err    error
+	status int
+	code   string
+}{
+	{errNotConfigured, http.StatusNotFound, "provider_not_configured"},
+	{errNotFound, http.StatusNotFound, "not_found"},
+	{errMethodNotAllowed, http.StatusMethodNotAllowed, "method_not_allowed"},
+	{errBodyTooLarge, http.StatusRequestEntityTooLarge, "body_too_large"},
+	{providers.ErrUnsupportedMediaType, http.StatusUnsupportedMediaType, "unsupported_media_type"},
+	{providers.ErrMissingHeader, http.StatusBadRequest, "bad_request"},
+	{verify.ErrTimestampOutOfTolerance, http.StatusUnauthorized, "timestamp_out_of_tolerance"},
+	{verify.ErrMissingSignature, http.StatusUnauthorized, "invalid_signature"},
+	{verify.ErrSignatureMismatch, http.StatusUnauthorized, "invalid_signature"},
+	{providers.ErrBadPayload, http.StatusBadRequest, "bad_request"},
+	{errBadRequest, http.StatusBadRequest, "bad_request"},
+	{receipts.ErrConflict, http.StatusConflict, "delivery_conflict"},
+	{ingest.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
+}
+
+// retryAfterSeconds is sent with every 503.
+const retryAfterSeconds = "5"
+
+// errorBody is the contract's error body.
+type errorBody struct {
+	Error   string `json:"error"`
+	Message string `json:"message"`
+}
+
+// writeError answers with err's status and code. Client errors carry err's
+// text, which names what was wrong and never holds a secret or a payload.
+// Server-side errors are logged, and their text is not sent.
+func writeError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err error) {
+	status, code := http.StatusInternalServerError, "internal"
+	for _, e := range errorCodes {
+		if errors.Is(err, e.err) {
+			status, code = e.status, e.code
+			break
+		}
+	}
+	msg := err.Error()
+	if status >= 500 {
+		logger.ErrorContext(r.Context(), "request failed", "error", err, "method", r.Method, "path", r.URL.Path, "status", status)
+		msg = "the server could not complete the request; retry later"
+		if status == http.StatusServiceUnavailable {
+			msg = "the database is unavailable; nothing was stored, retry later"
+			w.Header().Set("Retry-After", retryAfterSeconds)
+		}
+	}
+	writeJSON(w, status, errorBody{Error: code, Message: msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
