@@ -103,12 +103,12 @@ func DecodeGitHubForm(body []byte) ([]byte, error) {
 
 // githubPayload holds the few payload fields hookgate reads.
 type githubPayload struct {
-	Action      string          `json:"action"`
-	Ref         string          `json:"ref"`
-	PullRequest *githubObject   `json:"pull_request"`
-	Issue       *githubObject   `json:"issue"`
-	WorkflowRun *githubObject   `json:"workflow_run"`
-	Repository  *githubRepo     `json:"repository"`
+	Action      string        `json:"action"`
+	Ref         string        `json:"ref"`
+	PullRequest *githubObject `json:"pull_request"`
+	Issue       *githubObject `json:"issue"`
+	WorkflowRun *githubObject `json:"workflow_run"`
+	Repository  *githubRepo   `json:"repository"`
 }
 
 type githubObject struct {

@@ -272,15 +272,21 @@ func TestIngestResponses(t *testing.T) {
 			r.Header.Set("X-Hub-Signature", "sha1=0123")
 			return r
 		}, 401, "invalid_signature", setupOpts{}},
-		{"wrong signature", func() *http.Request { return githubRequest(ghReq{signature: ptr(verify.SignGitHub("guess", githubRequestBody()))}) }, 401, "invalid_signature", setupOpts{}},
+		{"wrong signature", func() *http.Request {
+			return githubRequest(ghReq{signature: ptr(verify.SignGitHub("guess", githubRequestBody()))})
+		}, 401, "invalid_signature", setupOpts{}},
 		{"no Stripe secret matches", func() *http.Request { return stripeRequest(`{"id":"evt_1","type":"x"}`, now, "whsec_guess") }, 401, "invalid_signature", setupOpts{}},
 		{"unparseable Stripe-Signature", func() *http.Request {
 			r := stripeRequest(`{"id":"evt_1","type":"x"}`, now, stripeSecret)
 			r.Header.Set("Stripe-Signature", "t=1,v1")
 			return r
 		}, 401, "invalid_signature", setupOpts{}},
-		{"Stripe t too old", func() *http.Request { return stripeRequest(`{"id":"evt_1","type":"x"}`, now.Add(-6*time.Minute), stripeSecret) }, 401, "timestamp_out_of_tolerance", setupOpts{}},
-		{"Stripe t too new", func() *http.Request { return stripeRequest(`{"id":"evt_1","type":"x"}`, now.Add(6*time.Minute), stripeSecret) }, 401, "timestamp_out_of_tolerance", setupOpts{}},
+		{"Stripe t too old", func() *http.Request {
+			return stripeRequest(`{"id":"evt_1","type":"x"}`, now.Add(-6*time.Minute), stripeSecret)
+		}, 401, "timestamp_out_of_tolerance", setupOpts{}},
+		{"Stripe t too new", func() *http.Request {
+			return stripeRequest(`{"id":"evt_1","type":"x"}`, now.Add(6*time.Minute), stripeSecret)
+		}, 401, "timestamp_out_of_tolerance", setupOpts{}},
 		{"required header missing", func() *http.Request { return githubRequest(ghReq{event: "-"}) }, 400, "bad_request", setupOpts{}},
 		{"delivery id missing", func() *http.Request { return githubRequest(ghReq{id: "-"}) }, 400, "bad_request", setupOpts{}},
 		{"payload not JSON", func() *http.Request { return githubRequest(ghReq{body: []byte("hello")}) }, 400, "bad_request", setupOpts{}},
@@ -299,7 +305,9 @@ func TestIngestResponses(t *testing.T) {
 			return r
 		}, 415, "unsupported_media_type", setupOpts{}},
 		{"provider not configured", func() *http.Request { return stripeRequest(`{"id":"evt_1","type":"x"}`, now, stripeSecret) }, 404, "provider_not_configured", setupOpts{noStripe: true}},
-		{"unknown provider", func() *http.Request { return httptest.NewRequest(http.MethodPost, "/webhooks/gitlab", strings.NewReader("{}")) }, 404, "provider_not_configured", setupOpts{}},
+		{"unknown provider", func() *http.Request {
+			return httptest.NewRequest(http.MethodPost, "/webhooks/gitlab", strings.NewReader("{}"))
+		}, 404, "provider_not_configured", setupOpts{}},
 
 		// The contract's order: the first failure answers.
 		{"size before content type", func() *http.Request {

@@ -46,7 +46,9 @@ func TestSecretsMatch(t *testing.T) {
 		{"hex not hex", verify.Secrets{"a"}, func(s verify.Secrets) (int, error) { return s.MatchHex(msg, "zz") }, -1, verify.ErrSignatureMismatch},
 		{"hex truncated", verify.Secrets{"a"}, func(s verify.Secrets) (int, error) { return s.MatchHex(msg, hex.EncodeToString(macA[:16])) }, -1, verify.ErrSignatureMismatch},
 		{"hex empty", verify.Secrets{"a"}, func(s verify.Secrets) (int, error) { return s.MatchHex(msg, "") }, -1, verify.ErrMissingSignature},
-		{"base64", verify.Secrets{"x", "b"}, func(s verify.Secrets) (int, error) { return s.MatchBase64(msg, base64.StdEncoding.EncodeToString(macB)) }, 1, nil},
+		{"base64", verify.Secrets{"x", "b"}, func(s verify.Secrets) (int, error) {
+			return s.MatchBase64(msg, base64.StdEncoding.EncodeToString(macB))
+		}, 1, nil},
 		{"base64 bad", verify.Secrets{"b"}, func(s verify.Secrets) (int, error) { return s.MatchBase64(msg, "!!!") }, -1, verify.ErrSignatureMismatch},
 		{"no secrets", nil, func(s verify.Secrets) (int, error) { return s.MatchHex(msg, hex.EncodeToString(macA)) }, -1, verify.ErrSignatureMismatch},
 		{"message changed", verify.Secrets{"a"}, func(s verify.Secrets) (int, error) { return s.MatchHex([]byte(`{"a":2}`), hex.EncodeToString(macA)) }, -1, verify.ErrSignatureMismatch},
