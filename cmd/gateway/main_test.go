@@ -1,0 +1,247 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookgate/hookgate/internal/dbtest"
+	"github.com/hookgate/hookgate/internal/verify"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+const secret = "It's a Secret to Everybody"
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func waitFor(t *testing.T, url string, want int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		res, err := http.Get(url)
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == want {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not answer %d within %s (last: %v)", url, want, within, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// sendPing posts a signed GitHub ping and returns the status and the body's status field.
+func sendPing(t *testing.T, addr, id string) (int, string) {
+	t.Helper()
+	body := []byte(`{"zen":"Design for failure.","hook_id":1}`)
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/webhooks/github", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-GitHub-Event", "ping")
+	req.Header.Set("X-GitHub-Delivery", id)
+	req.Header.Set("X-GitHub-Hook-ID", "1")
+	req.Header.Set("X-Hub-Signature-256", verify.SignGitHub(secret, body))
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var out struct{ Status string }
+	b, _ := io.ReadAll(res.Body)
+	_ = json.Unmarshal(b, &out)
+	return res.StatusCode, out.Status
+}
+
+// The embedded default: the built binary starts a private PostgreSQL, serves,
+// exits 0 on SIGTERM with the server stopped, and finds its data again on the
+// next start.
+func TestEmbeddedDefaultServesAndStopsOnSIGTERM(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	tmp, err := os.MkdirTemp("", "hookgate-cmd-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	// The private server may run as another user, who must pass through tmp.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(tmp, "gateway")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+
+	start := func() (*exec.Cmd, string, *bytes.Buffer) {
+		addr := freeAddr(t)
+		cmd := exec.Command(bin, "serve")
+		cmd.Env = []string{
+			"PATH=" + os.Getenv("PATH"),
+			"GATEWAY_DATA_DIR=" + filepath.Join(tmp, "data"),
+			"GATEWAY_ADDR=" + addr,
+			"GITHUB_WEBHOOK_SECRET=" + secret,
+			"GATEWAY_ROUTES=audit=*:*>builtin:log",
+		}
+		var logs bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &logs, &logs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		waitFor(t, "http://"+addr+"/readyz", 200, 90*time.Second)
+		return cmd, addr, &logs
+	}
+	stop := func(cmd *exec.Cmd, logs *bytes.Buffer) {
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("exit after SIGTERM: %v\n%s", err, logs)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatalf("no exit within 60s of SIGTERM\n%s", logs)
+		}
+	}
+
+	cmd, addr, logs := start()
+	if status, body := sendPing(t, addr, "embedded-1"); status != 202 || body != "accepted" {
+		t.Fatalf("first ping: %d %s", status, body)
+	}
+	if status, body := sendPing(t, addr, "embedded-1"); status != 200 || body != "duplicate" {
+		t.Fatalf("second ping: %d %s", status, body)
+	}
+	stop(cmd, logs)
+	if pid, err := os.ReadFile(filepath.Join(tmp, "data", "pgdata", "postmaster.pid")); err == nil {
+		t.Fatalf("PostgreSQL still running after the gateway exited: %s", pid)
+	}
+
+	cmd, addr, logs = start()
+	if status, body := sendPing(t, addr, "embedded-1"); status != 200 || body != "duplicate" {
+		t.Fatalf("after restart: %d %s, want the stored receipt to be found", status, body)
+	}
+	stop(cmd, logs)
+}
+
+// run against DATABASE_URL: a delivery to a builtin:log route is dispatched
+// end to end, and run returns nil when its context ends.
+func TestRunDispatchesAndStops(t *testing.T) {
+	url := dbtest.URL(t)
+	addr := freeAddr(t)
+	t.Setenv("DATABASE_URL", url)
+	t.Setenv("GATEWAY_ADDR", addr)
+	t.Setenv("GITHUB_WEBHOOK_SECRET", "old-secret,"+secret)
+	t.Setenv("GATEWAY_ROUTES", "audit=github:*>builtin:log")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var logs lockedBuffer
+	go func() { done <- run(ctx, []string{"serve"}, io.Discard, &logs) }()
+	waitFor(t, "http://"+addr+"/readyz", 200, 30*time.Second)
+
+	if status, _ := sendPing(t, addr, "run-1"); status != 202 {
+		t.Fatalf("ping: %d", status)
+	}
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var state string
+		var attempts int
+		err := pool.QueryRow(context.Background(),
+			"SELECT state, attempts FROM hookgate_dispatches WHERE delivery_id = 'run-1' AND route = 'audit'").Scan(&state, &attempts)
+		if err == nil && state == "succeeded" {
+			if attempts != 1 {
+				t.Fatalf("attempts = %d", attempts)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dispatch not succeeded within 20s: %q %v", state, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var jobState string
+	if err := pool.QueryRow(context.Background(), "SELECT state FROM river_job").Scan(&jobState); err != nil || jobState != "completed" {
+		t.Fatalf("river job state %q, %v", jobState, err)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(40 * time.Second):
+		t.Fatal("run did not return after its context ended")
+	}
+	if strings.Contains(logs.String(), secret) {
+		t.Fatal("a secret was logged")
+	}
+}
+
+func TestRunRefusesBadConfiguration(t *testing.T) {
+	t.Setenv("GATEWAY_RETENTION", "1h")
+	err := run(context.Background(), nil, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "GATEWAY_RETENTION") {
+		t.Fatalf("err = %v", err)
+	}
+	t.Setenv("GATEWAY_RETENTION", "72h")
+	t.Setenv("DATABASE_URL", dbtest.URL(t))
+	t.Setenv("GATEWAY_ROUTES", "x=github:push>builtin:missing")
+	err = run(context.Background(), nil, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "GATEWAY_ROUTES") {
+		t.Fatalf("err = %v", err)
+	}
+	if err := run(context.Background(), []string{"frobnicate"}, io.Discard, io.Discard); err == nil {
+		t.Fatal("unknown command accepted")
+	}
+}
+
+// lockedBuffer lets the test read what run logs from other goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
