@@ -1,0 +1,122 @@
+package jobs_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/hookgate/hookgate/internal/dbtest"
+	"github.com/hookgate/hookgate/internal/jobs"
+	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/receipts"
+)
+
+type dispatchBundle struct {
+	pool   *pgxpool.Pool
+	client *river.Client[pgx.Tx]
+	enq    *jobs.Enqueuer
+	store  *receipts.Store
+}
+
+func setupDispatch(t *testing.T, routes string, handlers jobs.Handlers) *dispatchBundle {
+	t.Helper()
+	pool := dbtest.NewPool(t)
+	logger := slog.New(slog.DiscardHandler)
+	rs, err := jobs.ParseRoutes(routes, handlers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &receipts.Store{Retention: 72 * time.Hour}
+	w := &jobs.DispatchWorker{Pool: pool, Routes: rs, Handlers: handlers, Receipts: store, Logger: logger}
+	client, err := jobs.NewClient(pool, w, jobs.ClientConfig{Workers: 4, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &dispatchBundle{pool: pool, client: client, enq: &jobs.Enqueuer{Client: client, Routes: rs, MaxAttempts: 3}, store: store}
+}
+
+func (b *dispatchBundle) accept(t *testing.T, d providers.Delivery) int {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := b.store.InsertTx(ctx, tx, d); err != nil {
+		t.Fatal(err)
+	}
+	n, err := b.enq.EnqueueTx(ctx, tx, d.Provider, d.DeliveryID, d.Event)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (b *dispatchBundle) start(t *testing.T) {
+	t.Helper()
+	if err := b.client.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = b.client.Stop(ctx)
+	})
+}
+
+func (b *dispatchBundle) waitState(t *testing.T, deliveryID, route, want string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var state string
+		_ = b.pool.QueryRow(context.Background(),
+			"SELECT state FROM hookgate_dispatches WHERE delivery_id = $1 AND route = $2 ORDER BY generation DESC LIMIT 1",
+			deliveryID, route).Scan(&state)
+		if state == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dispatch %s/%s is %q, want %q", deliveryID, route, state, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A builtin handler receives the first receipt's exact bytes and identity.
+func TestBuiltinReceivesTheStoredDelivery(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var got []jobs.Delivery
+	handlers := jobs.Handlers{"capture": func(_ context.Context, _ pgx.Tx, d jobs.Delivery) error {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, d)
+		return nil
+	}}
+	b := setupDispatch(t, "cap=github:push>builtin:capture", handlers)
+	body := []byte("{\"ref\":\"refs/heads/main\",\n \"repository\":{\"id\":1,\"pushed_at\":1767323045}}")
+	d := providers.Delivery{Provider: "github", Scope: "1", DeliveryID: "p-1", Event: "push", Entity: "github:push:1:refs/heads/main",
+		EventTime: time.Unix(1767323045, 0), ContentType: "application/json", Body: body}
+	if n := b.accept(t, d); n != 1 {
+		t.Fatalf("enqueued %d", n)
+	}
+	b.start(t)
+	b.waitState(t, "p-1", "cap", jobs.StateSucceeded)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || !bytes.Equal(got[0].Body, body) || got[0].Route != "cap" || got[0].Generation != 1 || got[0].Attempt != 1 ||
+		got[0].Entity != d.Entity || got[0].Event != "push" {
+		t.Fatalf("handler got %+v (body %q)", got, got[0].Body)
+	}
+}
