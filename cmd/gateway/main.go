@@ -121,7 +121,9 @@ func openDatabase(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 		// Not err itself: it may quote the URL and its password.
 		return nil, nil, errors.New("DATABASE_URL: not a valid PostgreSQL URL")
 	}
-	poolCfg.MaxConns = max(poolCfg.MaxConns, int32(cfg.Workers/2+8))
+	// A dispatch holds a connection while its target runs (its transaction
+	// commits the outcome), so every worker may need one, plus ingest's.
+	poolCfg.MaxConns = max(poolCfg.MaxConns, int32(cfg.Workers+16))
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		stopEmbedded()
@@ -139,8 +141,11 @@ func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logger *s
 		return fmt.Errorf("configuration: GATEWAY_ROUTES: %w", err)
 	}
 	store := &receipts.Store{Retention: cfg.Retention}
-	worker := &jobs.DispatchWorker{Pool: pool, Routes: routes, Handlers: handlers, Receipts: store, Logger: logger}
-	client, err := jobs.NewClient(pool, worker, jobs.ClientConfig{Workers: cfg.Workers, Logger: logger})
+	worker := &jobs.DispatchWorker{
+		Pool: pool, Routes: routes, Handlers: handlers, Receipts: store, Logger: logger,
+		Forwarder: jobs.NewForwarder(cfg.ForwardSecret.Value(), cfg.ForwardTimeout, cfg.Workers),
+	}
+	client, err := jobs.NewClient(pool, worker, jobs.ClientConfig{Workers: cfg.Workers, ForwardTimeout: cfg.ForwardTimeout, Logger: logger})
 	if err != nil {
 		return err
 	}

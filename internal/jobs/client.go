@@ -3,6 +3,7 @@ package jobs
 import (
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -14,9 +15,20 @@ import (
 type ClientConfig struct {
 	// Workers is how many dispatches one process works at once. Defaults to 50.
 	Workers int
+	// ForwardTimeout is one forward attempt's limit; the job timeout and the
+	// rescue of stuck jobs are derived from it. Defaults to 10s.
+	ForwardTimeout time.Duration
 	// Logger receives River's logs.
 	Logger *slog.Logger
 }
+
+// Timings derived from the forward timeout. A job may run for the forward plus
+// its database work; a job still "running" well past that belongs to a process
+// that died, and River's rescuer (which looks every 30 s) makes it available
+// again. With the default 10 s forward timeout a dispatch whose process died
+// is picked up again within about 20 s + 30 s.
+func jobTimeout(forward time.Duration) time.Duration  { return forward + 5*time.Second }
+func rescueAfter(forward time.Duration) time.Duration { return jobTimeout(forward) + 5*time.Second }
 
 // NewClient returns a River client that works dispatch jobs with w. It is not
 // started.
@@ -24,14 +36,24 @@ func NewClient(pool *pgxpool.Pool, w *DispatchWorker, cfg ClientConfig) (*river.
 	if cfg.Workers <= 0 {
 		cfg.Workers = 50
 	}
+	if cfg.ForwardTimeout <= 0 {
+		cfg.ForwardTimeout = 10 * time.Second
+	}
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, w); err != nil {
 		return nil, fmt.Errorf("register dispatch worker: %w", err)
 	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Logger:  cfg.Logger,
-		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}},
-		Workers: workers,
+		Logger: cfg.Logger,
+		// A new dispatch is announced by LISTEN/NOTIFY when its transaction
+		// commits; a short cooldown lets it start within milliseconds, and the
+		// poll catches snoozed dispatches (waiting on an entity lock) quickly.
+		FetchCooldown:        10 * time.Millisecond,
+		FetchPollInterval:    100 * time.Millisecond,
+		JobTimeout:           jobTimeout(cfg.ForwardTimeout),
+		RescueStuckJobsAfter: rescueAfter(cfg.ForwardTimeout),
+		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}},
+		Workers:              workers,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)

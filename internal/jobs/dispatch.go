@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -90,6 +93,14 @@ func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, provider, deliveryI
 
 // DispatchWorker works dispatch jobs: it runs the route's target and records
 // the outcome on the dispatch row.
+//
+// Each attempt is one transaction: lock the dispatch row; when the delivery
+// names an entity and a time, take the (route, entity) lock and compare with
+// the route's watermark; run the target; then record success, move the
+// watermark and complete the River job (river.JobCompleteTx), all in one
+// commit. A builtin handler writes in that same transaction, so its effect
+// happens exactly once. A forward cannot be undone, so it happens at least
+// once, always with the same Idempotency-Key.
 type DispatchWorker struct {
 	river.WorkerDefaults[DispatchArgs]
 
@@ -99,93 +110,183 @@ type DispatchWorker struct {
 	Routes Routes
 	// Handlers are the builtin targets.
 	Handlers Handlers
+	// Forwarder sends to http(s) targets.
+	Forwarder *Forwarder
 	// Receipts reads the event's stored body.
 	Receipts *receipts.Store
 	// Logger logs failures; never payloads.
 	Logger *slog.Logger
+
+	// retryAt holds, per job id, when a target's Retry-After allows the next
+	// attempt; NextRetry takes it right after Work returns.
+	retryAt sync.Map
 }
+
+// target is what a dispatch runs: a builtin handler, or a forward that ignores tx.
+type target func(ctx context.Context, tx pgx.Tx, d Delivery) error
 
 // Work implements river.Worker.
 func (w *DispatchWorker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
-	route, ok := w.Routes.ByName(job.Args.Route)
-	if !ok {
-		err := fmt.Errorf("route %q is no longer configured", job.Args.Route)
-		w.recordFailure(ctx, job, StateDiscarded, err)
-		return river.JobCancel(err)
+	run, err := w.target(job.Args.Route)
+	if err == nil {
+		err = w.dispatch(ctx, job, run)
 	}
-	name, ok := route.Builtin()
-	if !ok {
-		err := fmt.Errorf("route %q: forwarding to %s is not available in this build", route.Name, route.Target)
-		w.recordFailure(ctx, job, StateDiscarded, err)
-		return river.JobCancel(err)
-	}
-	handler := w.Handlers[name]
-	if handler == nil {
-		err := fmt.Errorf("route %q: no builtin handler %q", route.Name, name)
-		w.recordFailure(ctx, job, StateDiscarded, err)
-		return river.JobCancel(err)
-	}
-	err := w.runBuiltin(ctx, job, handler)
-	if errors.Is(err, errGone) {
-		return river.JobCancel(err)
-	}
-	if err != nil {
-		state := StateRetrying
-		if job.Attempt >= job.MaxAttempts {
-			state = StateDiscarded
-		}
-		w.recordFailure(ctx, job, state, err)
+	var snooze *river.JobSnoozeError
+	var fe *ForwardError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &snooze):
 		return err
+	case errors.Is(err, errGone):
+		return river.JobCancel(err)
+	case errors.Is(err, errNoTarget), errors.As(err, &fe) && fe.Permanent:
+		w.recordFailure(ctx, job, StateDiscarded, err)
+		return river.JobCancel(err)
 	}
-	return nil
+	if errors.As(err, &fe) && fe.RetryAfter > 0 {
+		w.retryAt.Store(job.ID, time.Now().Add(fe.RetryAfter))
+	}
+	state := StateRetrying
+	if job.Attempt >= job.MaxAttempts {
+		state = StateDiscarded
+	}
+	w.recordFailure(ctx, job, state, err)
+	return err
 }
 
-// errGone means the dispatch's row or receipt no longer exists (retention).
-var errGone = errors.New("dispatch or receipt no longer stored")
+// NextRetry implements river.Worker: a target's Retry-After when it sent one,
+// else River's default backoff (1 s before the first retry, then attempt^4 s).
+func (w *DispatchWorker) NextRetry(job *river.Job[DispatchArgs]) time.Time {
+	if at, ok := w.retryAt.LoadAndDelete(job.ID); ok {
+		return at.(time.Time)
+	}
+	return time.Time{}
+}
 
-// runBuiltin runs a handler in one transaction with the dispatch's success and
-// the job's completion. The dispatch row is locked and checked first: a
-// dispatch that already succeeded (River may run a job again after a crash) is
-// only completed, so the handler's effect happens once.
-func (w *DispatchWorker) runBuiltin(ctx context.Context, job *river.Job[DispatchArgs], handler Handler) error {
+var (
+	// errGone means the dispatch's row or receipt no longer exists (retention).
+	errGone = errors.New("dispatch or receipt no longer stored")
+	// errNoTarget means the route or its builtin handler is not configured.
+	errNoTarget = errors.New("no such target")
+)
+
+func (w *DispatchWorker) target(routeName string) (target, error) {
+	route, ok := w.Routes.ByName(routeName)
+	if !ok {
+		return nil, fmt.Errorf("%w: route %q is no longer configured", errNoTarget, routeName)
+	}
+	if name, ok := route.Builtin(); ok {
+		handler := w.Handlers[name]
+		if handler == nil {
+			return nil, fmt.Errorf("%w: route %q: no builtin handler %q", errNoTarget, route.Name, name)
+		}
+		return target(handler), nil
+	}
+	return func(ctx context.Context, _ pgx.Tx, d Delivery) error {
+		return w.Forwarder.Forward(ctx, route.Target, d)
+	}, nil
+}
+
+// lockWait is how long a dispatch waits when another holds its entity's lock.
+func lockWait() time.Duration {
+	return 50*time.Millisecond + rand.N(150*time.Millisecond)
+}
+
+// dispatch runs one attempt in one transaction; see DispatchWorker.
+func (w *DispatchWorker) dispatch(ctx context.Context, job *river.Job[DispatchArgs], run target) error {
 	a := job.Args
-	return pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
-		var state string
-		err := tx.QueryRow(ctx, `
-			SELECT state FROM hookgate_dispatches
-			WHERE provider = $1 AND delivery_id = $2 AND route = $3 AND generation = $4
-			FOR UPDATE`, a.Provider, a.DeliveryID, a.Route, a.Generation).Scan(&state)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return errGone
+	tx, err := w.Pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+
+	var state string
+	err = tx.QueryRow(ctx, `
+		SELECT state FROM hookgate_dispatches
+		WHERE provider = $1 AND delivery_id = $2 AND route = $3 AND generation = $4
+		FOR UPDATE`, a.Provider, a.DeliveryID, a.Route, a.Generation).Scan(&state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return errGone
+	}
+	if err != nil {
+		return fmt.Errorf("lock dispatch: %w", err)
+	}
+	if finalStates[state] {
+		// River ran the job again after its outcome was committed (a rescue
+		// after a crash): the effect already happened, only complete the job.
+		return w.complete(ctx, tx, job)
+	}
+
+	r, err := w.Receipts.First(ctx, tx, a.Provider, a.DeliveryID)
+	if errors.Is(err, receipts.ErrNotFound) {
+		return errGone
+	}
+	if err != nil {
+		return err
+	}
+	ordered := r.Entity != "" && !r.EventTime.IsZero()
+	if ordered {
+		var locked bool
+		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))", a.Route+"|"+r.Entity).Scan(&locked); err != nil {
+			return fmt.Errorf("entity lock: %w", err)
 		}
+		if !locked {
+			return river.JobSnooze(lockWait())
+		}
+		var mark time.Time
+		err := tx.QueryRow(ctx, "SELECT event_time FROM hookgate_watermarks WHERE route = $1 AND entity = $2", a.Route, r.Entity).Scan(&mark)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("read watermark: %w", err)
+		}
+		if err == nil && mark.After(r.EventTime) {
+			if err := setState(ctx, tx, a, StateSuperseded, job.Attempt, nil); err != nil {
+				return err
+			}
+			return w.complete(ctx, tx, job)
+		}
+	}
+
+	d := Delivery{
+		Provider: r.Provider, DeliveryID: r.DeliveryID, Event: r.Event, Entity: r.Entity, EventTime: r.EventTime,
+		ContentType: r.ContentType, Body: r.Body, Headers: r.Headers,
+		Route: a.Route, Generation: a.Generation, Attempt: job.Attempt,
+	}
+	if err := run(ctx, tx, d); err != nil {
+		return err
+	}
+	if ordered {
+		_, err := tx.Exec(ctx, `
+			INSERT INTO hookgate_watermarks AS w (route, entity, event_time, provider, delivery_id)
+			VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (route, entity) DO UPDATE SET
+				event_time = excluded.event_time, provider = excluded.provider,
+				delivery_id = excluded.delivery_id, updated_at = now()
+			WHERE w.event_time < excluded.event_time`,
+			a.Route, r.Entity, r.EventTime, r.Provider, r.DeliveryID)
 		if err != nil {
-			return fmt.Errorf("lock dispatch: %w", err)
+			return fmt.Errorf("move watermark: %w", err)
 		}
-		if state != StateSucceeded {
-			r, err := w.Receipts.First(ctx, tx, a.Provider, a.DeliveryID)
-			if errors.Is(err, receipts.ErrNotFound) {
-				return errGone
-			}
-			if err != nil {
-				return err
-			}
-			d := Delivery{
-				Provider: r.Provider, DeliveryID: r.DeliveryID, Event: r.Event, Entity: r.Entity, EventTime: r.EventTime,
-				ContentType: r.ContentType, Body: r.Body, Headers: r.Headers,
-				Route: a.Route, Generation: a.Generation, Attempt: job.Attempt,
-			}
-			if err := handler(ctx, tx, d); err != nil {
-				return fmt.Errorf("handler: %w", err)
-			}
-			if err := setState(ctx, tx, a, StateSucceeded, job.Attempt, nil); err != nil {
-				return err
-			}
-		}
-		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
-			return fmt.Errorf("complete job: %w", err)
-		}
-		return nil
-	})
+	}
+	if err := setState(ctx, tx, a, StateSucceeded, job.Attempt, nil); err != nil {
+		return err
+	}
+	return w.complete(ctx, tx, job)
+}
+
+// finalStates are the states after which a dispatch never runs its target again.
+var finalStates = map[string]bool{StateSucceeded: true, StateSuperseded: true, StateDiscarded: true, StateCancelled: true}
+
+// complete marks the job completed in tx and commits.
+func (w *DispatchWorker) complete(ctx context.Context, tx pgx.Tx, job *river.Job[DispatchArgs]) error {
+	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
+		return fmt.Errorf("complete job: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit dispatch: %w", err)
+	}
+	return nil
 }
 
 func setState(ctx context.Context, db receipts.DBTX, a DispatchArgs, state string, attempt int, lastError *string) error {

@@ -48,7 +48,8 @@ func (h Handlers) Names() []string {
 // DefaultHandlers returns the builtin handlers hookgate ships.
 func DefaultHandlers(logger *slog.Logger) Handlers {
 	return Handlers{
-		"log": LogHandler(logger),
+		"log":                  LogHandler(logger),
+		"stripe-subscriptions": StripeSubscriptionsHandler(),
 	}
 }
 

@@ -148,7 +148,7 @@ func TestStripeParse(t *testing.T) {
 	header := func(body []byte, mod func(http.Header)) http.Header {
 		h := http.Header{}
 		h.Set("Content-Type", "application/json; charset=utf-8")
-		h.Set("Stripe-Signature", verify.SignStripe(stripeSecret, now, body))
+		h.Set("Stripe-Signature", verify.SignTimestamped(stripeSecret, now, body))
 		if mod != nil {
 			mod(h)
 		}
@@ -181,7 +181,7 @@ func TestStripeParse(t *testing.T) {
 		{"no signature", body, header(body, func(h http.Header) { h.Del("Stripe-Signature") }), verify.ErrMissingSignature},
 		{"unparseable signature", body, header(body, func(h http.Header) { h.Set("Stripe-Signature", "garbage") }), verify.ErrSignatureMismatch},
 		{"too old", body, header(body, func(h http.Header) {
-			h.Set("Stripe-Signature", verify.SignStripe(stripeSecret, now.Add(-time.Hour), body))
+			h.Set("Stripe-Signature", verify.SignTimestamped(stripeSecret, now.Add(-time.Hour), body))
 		}), verify.ErrTimestampOutOfTolerance},
 	}
 	for _, c := range []string{`{"type":"x"}`, `{"id":"evt_2"}`, `{"id":5,"type":"x"}`, `"evt"`, `{"id":"evt_3","type":"x"`} {

@@ -163,7 +163,7 @@ func githubRequest(r ghReq) *http.Request {
 func stripeRequest(body string, signedAt time.Time, secret string) *http.Request {
 	req := httptest.NewRequest(http.MethodPost, "/webhooks/stripe", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json; charset=utf-8")
-	req.Header.Set("Stripe-Signature", verify.SignStripe(secret, signedAt, []byte(body)))
+	req.Header.Set("Stripe-Signature", verify.SignTimestamped(secret, signedAt, []byte(body)))
 	return req
 }
 

@@ -78,9 +78,11 @@ func Stripe(secrets Secrets, header string, body []byte, now time.Time, toleranc
 	return idx, nil
 }
 
-// SignStripe returns a Stripe-Signature header value for body at time t, as
-// Stripe would send it. It is for tests, load tools and the send command.
-func SignStripe(secret string, t time.Time, body []byte) string {
+// SignTimestamped returns "t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">" keyed
+// by secret's bytes: Stripe's Stripe-Signature scheme, which hookgate also
+// uses for the X-Hookgate-Signature it puts on forwards, so a target can check
+// it with Stripe's documented steps.
+func SignTimestamped(secret string, t time.Time, body []byte) string {
 	ts := strconv.FormatInt(t.Unix(), 10)
 	mac := HMACSHA256([]byte(secret), append([]byte(ts+"."), body...))
 	return "t=" + ts + ",v1=" + hex.EncodeToString(mac)

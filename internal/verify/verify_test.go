@@ -76,7 +76,7 @@ func TestStripe(t *testing.T) {
 	body := []byte(`{"id":"evt_1","type":"invoice.paid"}`)
 	now := time.Unix(1_700_000_000, 0)
 	sig := func(secret string, at time.Time) string {
-		return strings.TrimPrefix(verify.SignStripe(secret, at, body), "t="+strconv.FormatInt(at.Unix(), 10)+",v1=")
+		return strings.TrimPrefix(verify.SignTimestamped(secret, at, body), "t="+strconv.FormatInt(at.Unix(), 10)+",v1=")
 	}
 	ts := "t=" + strconv.FormatInt(now.Unix(), 10)
 	good := sig(secret, now)

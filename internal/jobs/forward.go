@@ -1,0 +1,160 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hookgate/hookgate/internal/verify"
+)
+
+// maxRetryAfter caps a target's Retry-After.
+const maxRetryAfter = time.Hour
+
+// ForwardError is a failed forward attempt.
+type ForwardError struct {
+	// Status is the target's HTTP status, 0 when no response came.
+	Status int
+	// Permanent means a retry cannot help (a 4xx other than 408 and 429, or a
+	// redirect that was not followed): the dispatch is discarded at once.
+	Permanent bool
+	// RetryAfter is the target's Retry-After, 0 when absent.
+	RetryAfter time.Duration
+	// Detail is the transport error or an excerpt of the response body.
+	Detail string
+}
+
+func (e *ForwardError) Error() string {
+	if e.Status == 0 {
+		return "forward: " + e.Detail
+	}
+	if e.Detail == "" {
+		return fmt.Sprintf("forward: target answered %d", e.Status)
+	}
+	return fmt.Sprintf("forward: target answered %d: %s", e.Status, e.Detail)
+}
+
+// Forwarder POSTs deliveries to http(s) targets, reusing connections.
+type Forwarder struct {
+	// Client sends the requests. NewForwarder's does not use proxies and
+	// follows a redirect only when it keeps the method, the body and the host
+	// (307, 308 to the same scheme and host).
+	Client *http.Client
+	// Secret signs each attempt as X-Hookgate-Signature; empty: unsigned.
+	Secret string
+	// Timeout bounds one attempt. Defaults to 10s.
+	Timeout time.Duration
+}
+
+// NewForwarder returns a Forwarder whose transport keeps up to maxIdlePerHost
+// connections to each target.
+func NewForwarder(secret string, timeout time.Duration, maxIdlePerHost int) *Forwarder {
+	transport := &http.Transport{
+		Proxy:                 nil, // targets are internal services
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          4 * maxIdlePerHost,
+		MaxIdleConnsPerHost:   maxIdlePerHost,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+	client := &http.Client{
+		Transport: transport,
+		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			first := via[0]
+			code := req.Response.StatusCode
+			if len(via) > 3 || (code != http.StatusTemporaryRedirect && code != http.StatusPermanentRedirect) ||
+				req.URL.Scheme != first.URL.Scheme || req.URL.Host != first.URL.Host {
+				return http.ErrUseLastResponse
+			}
+			return nil
+		},
+	}
+	return &Forwarder{Client: client, Secret: secret, Timeout: timeout}
+}
+
+// Forward sends one attempt of d to target. It returns nil on a 2xx, and a
+// *ForwardError otherwise.
+func (f *Forwarder) Forward(ctx context.Context, target string, d Delivery) error {
+	timeout := f.Timeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(d.Body))
+	if err != nil {
+		return &ForwardError{Permanent: true, Detail: "bad target: " + err.Error()}
+	}
+	h := req.Header
+	h.Set("Content-Type", d.ContentType)
+	h.Set("User-Agent", "hookgate")
+	h.Set("Idempotency-Key", IdempotencyKey(d.Provider, d.DeliveryID, d.Route))
+	h.Set("X-Hookgate-Provider", d.Provider)
+	h.Set("X-Hookgate-Delivery", d.DeliveryID)
+	h.Set("X-Hookgate-Event", d.Event)
+	h.Set("X-Hookgate-Route", d.Route)
+	h.Set("X-Hookgate-Attempt", strconv.Itoa(d.Attempt))
+	h.Set("X-Hookgate-Generation", strconv.Itoa(d.Generation))
+	if f.Secret != "" {
+		h.Set("X-Hookgate-Signature", verify.SignTimestamped(f.Secret, time.Now(), d.Body))
+	}
+
+	res, err := f.Client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return &ForwardError{Detail: fmt.Sprintf("no answer within %s", timeout)}
+		}
+		return &ForwardError{Detail: err.Error()}
+	}
+	defer res.Body.Close()
+	head, _ := io.ReadAll(io.LimitReader(res.Body, 256))
+	// Drain a little more so the connection can be reused.
+	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
+
+	if res.StatusCode >= 200 && res.StatusCode < 300 {
+		return nil
+	}
+	fe := &ForwardError{Status: res.StatusCode, Detail: strings.TrimSpace(excerpt(strings.ToValidUTF8(string(head), "?"), 200))}
+	switch {
+	case res.StatusCode == http.StatusRequestTimeout, res.StatusCode == http.StatusTooManyRequests, res.StatusCode >= 500:
+		fe.RetryAfter = parseRetryAfter(res.Header.Get("Retry-After"), time.Now())
+	case res.StatusCode >= 300 && res.StatusCode < 400:
+		fe.Permanent = true
+		fe.Detail = "redirect to " + res.Header.Get("Location") + " not followed"
+	default:
+		fe.Permanent = true
+	}
+	return fe
+}
+
+// IdempotencyKey is the key a target sees on every attempt, retry and replay
+// of one event on one route.
+func IdempotencyKey(provider, deliveryID, route string) string {
+	return provider + ":" + deliveryID + ":" + route
+}
+
+// parseRetryAfter reads delay-seconds or an HTTP date, capped at an hour; 0
+// when absent or unreadable.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if secs, err := strconv.Atoi(v); err == nil {
+		d = time.Duration(secs) * time.Second
+	} else if t, err := http.ParseTime(v); err == nil {
+		d = t.Sub(now)
+	}
+	return min(max(d, 0), maxRetryAfter)
+}
