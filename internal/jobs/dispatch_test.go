@@ -25,17 +25,38 @@ type dispatchBundle struct {
 	store  *receipts.Store
 }
 
-func setupDispatch(t *testing.T, routes string, handlers jobs.Handlers) *dispatchBundle {
+type dispatchOpts struct {
+	forwardSecret  string
+	forwardTimeout time.Duration
+	workers        int
+	pool           *pgxpool.Pool // share another bundle's database
+}
+
+func setupDispatch(t *testing.T, routes string, handlers jobs.Handlers, opts ...dispatchOpts) *dispatchBundle {
 	t.Helper()
-	pool := dbtest.NewPool(t)
+	var o dispatchOpts
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	if o.workers == 0 {
+		o.workers = 4
+	}
+	if o.forwardTimeout == 0 {
+		o.forwardTimeout = 5 * time.Second
+	}
+	pool := o.pool
+	if pool == nil {
+		pool = dbtest.NewPool(t)
+	}
 	logger := slog.New(slog.DiscardHandler)
 	rs, err := jobs.ParseRoutes(routes, handlers)
 	if err != nil {
 		t.Fatal(err)
 	}
 	store := &receipts.Store{Retention: 72 * time.Hour}
-	w := &jobs.DispatchWorker{Pool: pool, Routes: rs, Handlers: handlers, Receipts: store, Logger: logger}
-	client, err := jobs.NewClient(pool, w, jobs.ClientConfig{Workers: 4, Logger: logger})
+	w := &jobs.DispatchWorker{Pool: pool, Routes: rs, Handlers: handlers, Receipts: store, Logger: logger,
+		Forwarder: jobs.NewForwarder(o.forwardSecret, o.forwardTimeout, o.workers)}
+	client, err := jobs.NewClient(pool, w, jobs.ClientConfig{Workers: o.workers, ForwardTimeout: o.forwardTimeout, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,3 +141,5 @@ func TestBuiltinReceivesTheStoredDelivery(t *testing.T) {
 		t.Fatalf("handler got %+v (body %q)", got, got[0].Body)
 	}
 }
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }

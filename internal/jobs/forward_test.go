@@ -1,0 +1,451 @@
+package jobs_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hookgate/hookgate/internal/jobs"
+	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/verify"
+)
+
+// received is one request a test target got.
+type received struct {
+	at     time.Time
+	header http.Header
+	body   []byte
+}
+
+// target is a local forward target that answers from a script.
+type target struct {
+	*httptest.Server
+	mu     sync.Mutex
+	got    []received
+	answer func(n int, r *http.Request) (status int, header map[string]string)
+}
+
+func newTarget(t *testing.T, answer func(n int, r *http.Request) (int, map[string]string)) *target {
+	t.Helper()
+	tg := &target{answer: answer}
+	tg.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		tg.mu.Lock()
+		tg.got = append(tg.got, received{at: time.Now(), header: r.Header.Clone(), body: body})
+		n := len(tg.got)
+		tg.mu.Unlock()
+		status, header := http.StatusOK, map[string]string(nil)
+		if tg.answer != nil {
+			status, header = tg.answer(n, r)
+		}
+		for k, v := range header {
+			w.Header().Set(k, v)
+		}
+		w.WriteHeader(status)
+		fmt.Fprintf(w, "answer %d", status)
+	}))
+	t.Cleanup(tg.Close)
+	return tg
+}
+
+func (tg *target) requests() []received {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	return append([]received(nil), tg.got...)
+}
+
+type dispatchRow struct {
+	state, lastError string
+	attempts         int
+}
+
+func (b *dispatchBundle) row(t *testing.T, deliveryID, route string) dispatchRow {
+	t.Helper()
+	var r dispatchRow
+	var lastError *string
+	err := b.pool.QueryRow(context.Background(), `
+		SELECT state, attempts, last_error FROM hookgate_dispatches
+		WHERE delivery_id = $1 AND route = $2 ORDER BY generation DESC LIMIT 1`, deliveryID, route).Scan(&r.state, &r.attempts, &lastError)
+	if err != nil {
+		t.Fatalf("read dispatch: %v", err)
+	}
+	if lastError != nil {
+		r.lastError = *lastError
+	}
+	return r
+}
+
+func pushDelivery(id string) providers.Delivery {
+	return providers.Delivery{
+		Provider: "github", Scope: "9", DeliveryID: id, Event: "push", ContentType: "application/json",
+		Body: []byte(`{"ref":"refs/heads/main","repository":{"id":1}}` + "\n"),
+	}
+}
+
+// What the target receives: the stored bytes, the contract's headers, and a
+// signature it can verify.
+func TestForwardSendsBodyAndHeaders(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, nil)
+	b := setupDispatch(t, "ci=github:push>"+tg.URL+"/hook", nil, dispatchOpts{forwardSecret: "fwd-secret"})
+	d := pushDelivery("g-1")
+	d.ContentType = "application/x-www-form-urlencoded"
+	d.Body = []byte("payload=%7B%22zen%22%3A1%7D")
+	b.accept(t, d)
+	b.start(t)
+	b.waitState(t, "g-1", "ci", jobs.StateSucceeded)
+
+	got := tg.requests()
+	if len(got) != 1 {
+		t.Fatalf("target got %d requests", len(got))
+	}
+	r := got[0]
+	if !bytes.Equal(r.body, d.Body) {
+		t.Fatalf("body %q, want %q", r.body, d.Body)
+	}
+	want := map[string]string{
+		"Content-Type":          "application/x-www-form-urlencoded",
+		"Idempotency-Key":       "github:g-1:ci",
+		"X-Hookgate-Provider":   "github",
+		"X-Hookgate-Delivery":   "g-1",
+		"X-Hookgate-Event":      "push",
+		"X-Hookgate-Route":      "ci",
+		"X-Hookgate-Attempt":    "1",
+		"X-Hookgate-Generation": "1",
+	}
+	for k, v := range want {
+		if r.header.Get(k) != v {
+			t.Errorf("%s = %q, want %q", k, r.header.Get(k), v)
+		}
+	}
+	if _, err := verify.Stripe(verify.Secrets{"fwd-secret"}, r.header.Get("X-Hookgate-Signature"), r.body, time.Now(), time.Minute); err != nil {
+		t.Fatalf("X-Hookgate-Signature %q does not verify: %v", r.header.Get("X-Hookgate-Signature"), err)
+	}
+	if row := b.row(t, "g-1", "ci"); row.attempts != 1 || row.lastError != "" {
+		t.Fatalf("dispatch row %+v", row)
+	}
+}
+
+func TestForwardWithoutSecretIsUnsigned(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, nil)
+	b := setupDispatch(t, "ci=github:push>"+tg.URL, nil)
+	b.accept(t, pushDelivery("g-1"))
+	b.start(t)
+	b.waitState(t, "g-1", "ci", jobs.StateSucceeded)
+	if sig := tg.requests()[0].header.Get("X-Hookgate-Signature"); sig != "" {
+		t.Fatalf("unsigned forward carries %q", sig)
+	}
+}
+
+// 500, 500, 200: succeeded at attempt 3. The first retry comes by River's
+// backoff (about 1 s); the second waits for the target's Retry-After.
+func TestForwardRetriesUntilSuccess(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, func(n int, _ *http.Request) (int, map[string]string) {
+		switch n {
+		case 1:
+			return 500, nil
+		case 2:
+			return 503, map[string]string{"Retry-After": "2"}
+		}
+		return 200, nil
+	})
+	b := setupDispatch(t, "ci=github:push>"+tg.URL, nil)
+	b.accept(t, pushDelivery("g-1"))
+	b.start(t)
+	b.waitState(t, "g-1", "ci", jobs.StateSucceeded)
+
+	got := tg.requests()
+	if len(got) != 3 {
+		t.Fatalf("target got %d requests, want 3", len(got))
+	}
+	for i, r := range got {
+		if r.header.Get("X-Hookgate-Attempt") != strconv.Itoa(i+1) || r.header.Get("Idempotency-Key") != "github:g-1:ci" {
+			t.Fatalf("request %d: attempt %q key %q", i+1, r.header.Get("X-Hookgate-Attempt"), r.header.Get("Idempotency-Key"))
+		}
+	}
+	if gap := got[1].at.Sub(got[0].at); gap > 10*time.Second {
+		t.Fatalf("first retry after %s, want within 10s", gap)
+	}
+	if gap := got[2].at.Sub(got[1].at); gap < 2*time.Second || gap > 10*time.Second {
+		// River's own backoff before a third attempt is about 16 s.
+		t.Fatalf("retry after Retry-After: 2 came %s later", gap)
+	}
+	if row := b.row(t, "g-1", "ci"); row.attempts != 3 || row.lastError != "" {
+		t.Fatalf("dispatch row %+v", row)
+	}
+}
+
+// A failure records state, attempt and the target's answer on the row.
+func TestForwardFailureIsRecorded(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, func(int, *http.Request) (int, map[string]string) {
+		return 503, map[string]string{"Retry-After": "3600"}
+	})
+	b := setupDispatch(t, "ci=github:push>"+tg.URL, nil)
+	b.accept(t, pushDelivery("g-1"))
+	b.start(t)
+	b.waitState(t, "g-1", "ci", jobs.StateRetrying)
+	row := b.row(t, "g-1", "ci")
+	if row.attempts != 1 || !strings.Contains(row.lastError, "503") || !strings.Contains(row.lastError, "answer 503") {
+		t.Fatalf("dispatch row %+v", row)
+	}
+	b.waitJobs(t, "retryable", 1)
+	var scheduled time.Time
+	_ = b.pool.QueryRow(context.Background(), "SELECT scheduled_at FROM river_job").Scan(&scheduled)
+	if until := time.Until(scheduled); until < 50*time.Minute {
+		t.Fatalf("next attempt in %s, want the target's Retry-After (1h)", until)
+	}
+}
+
+// Any other 4xx fails the dispatch at once.
+func TestForwardClientErrorDiscardsAtOnce(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, func(int, *http.Request) (int, map[string]string) { return 400, nil })
+	b := setupDispatch(t, "ci=github:push>"+tg.URL, nil)
+	b.accept(t, pushDelivery("g-1"))
+	b.start(t)
+	b.waitState(t, "g-1", "ci", jobs.StateDiscarded)
+	row := b.row(t, "g-1", "ci")
+	if row.attempts != 1 || !strings.Contains(row.lastError, "400") {
+		t.Fatalf("dispatch row %+v", row)
+	}
+	time.Sleep(1500 * time.Millisecond) // a retry would have come by now
+	if n := len(tg.requests()); n != 1 {
+		t.Fatalf("target got %d requests", n)
+	}
+}
+
+// A target that does not answer within the forward timeout is retried.
+func TestForwardTimeoutIsRetried(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, func(n int, r *http.Request) (int, map[string]string) {
+		if n == 1 {
+			select {
+			case <-r.Context().Done():
+			case <-time.After(5 * time.Second):
+			}
+		}
+		return 200, nil
+	})
+	b := setupDispatch(t, "ci=github:push>"+tg.URL, nil, dispatchOpts{forwardTimeout: 300 * time.Millisecond})
+	b.accept(t, pushDelivery("g-1"))
+	b.start(t)
+	b.waitState(t, "g-1", "ci", jobs.StateSucceeded)
+	if row := b.row(t, "g-1", "ci"); row.attempts != 2 {
+		t.Fatalf("dispatch row %+v", row)
+	}
+}
+
+// Redirects to another host are not followed: the dispatch is discarded.
+func TestForwardDoesNotFollowRedirectToAnotherHost(t *testing.T) {
+	t.Parallel()
+	elsewhere := newTarget(t, nil)
+	tg := newTarget(t, func(int, *http.Request) (int, map[string]string) {
+		return 307, map[string]string{"Location": elsewhere.URL}
+	})
+	b := setupDispatch(t, "ci=github:push>"+tg.URL, nil)
+	b.accept(t, pushDelivery("g-1"))
+	b.start(t)
+	b.waitState(t, "g-1", "ci", jobs.StateDiscarded)
+	if n := len(elsewhere.requests()); n != 0 {
+		t.Fatalf("redirect followed to another host (%d requests)", n)
+	}
+}
+
+// Another hook's copy of an event: one forward per route.
+func TestForwardOncePerRouteAcrossHooks(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, nil)
+	b := setupDispatch(t, "ci=github:push>"+tg.URL, nil)
+	first := pushDelivery("guid-1")
+	second := first
+	second.Scope = "10"
+	if n := b.accept(t, first); n != 1 {
+		t.Fatalf("first copy made %d dispatches", n)
+	}
+	if n := b.accept(t, second); n != 0 {
+		t.Fatalf("second hook's copy made %d dispatches", n)
+	}
+	b.start(t)
+	b.waitState(t, "guid-1", "ci", jobs.StateSucceeded)
+	time.Sleep(300 * time.Millisecond)
+	if n := len(tg.requests()); n != 1 {
+		t.Fatalf("target got %d requests", n)
+	}
+}
+
+func subscriptionEvent(i int, created time.Time) providers.Delivery {
+	id := fmt.Sprintf("evt_%03d", i)
+	body := fmt.Sprintf(`{"id":%q,"type":"customer.subscription.updated","created":%d,"data":{"object":{"id":"sub_1","customer":"cus_1","status":"s%02d"}}}`,
+		id, created.Unix(), i)
+	return providers.Delivery{
+		Provider: "stripe", DeliveryID: id, Event: "customer.subscription.updated", Entity: "stripe:sub_1",
+		EventTime: created, ContentType: "application/json", Body: []byte(body),
+	}
+}
+
+// Exactly once: River running a finished job again (a rescue after a crash
+// lost its completion) does not apply the projection twice.
+func TestBuiltinEffectHappensOnceWhenJobRunsAgain(t *testing.T) {
+	t.Parallel()
+	b := setupDispatch(t, "subs=stripe:customer.subscription>builtin:stripe-subscriptions", jobs.DefaultHandlers(discard()))
+	b.accept(t, subscriptionEvent(1, time.Unix(1_767_000_000, 0)))
+	b.start(t)
+	b.waitState(t, "evt_001", "subs", jobs.StateSucceeded)
+	b.waitJobs(t, "completed", 1)
+
+	// As River's rescuer would: the job is made available again.
+	if _, err := b.pool.Exec(context.Background(),
+		"UPDATE river_job SET state = 'available', finalized_at = NULL, scheduled_at = now(), attempted_by = NULL"); err != nil {
+		t.Fatal(err)
+	}
+	b.waitJobs(t, "completed", 1)
+	var attempt int
+	_ = b.pool.QueryRow(context.Background(), "SELECT attempt FROM river_job").Scan(&attempt)
+	if attempt != 2 {
+		t.Fatalf("job attempt %d: it did not run again", attempt)
+	}
+	var status string
+	var updates int
+	if err := b.pool.QueryRow(context.Background(), "SELECT status, updates FROM hookgate_stripe_subscriptions WHERE subscription_id = 'sub_1'").
+		Scan(&status, &updates); err != nil {
+		t.Fatal(err)
+	}
+	if status != "s01" || updates != 1 {
+		t.Fatalf("projection status %q applied %d times", status, updates)
+	}
+}
+
+// A handler error rolls back its writes, and the dispatch retries.
+func TestBuiltinErrorRollsBackAndRetries(t *testing.T) {
+	t.Parallel()
+	handlers := jobs.Handlers{"flaky": func(ctx context.Context, tx pgx.Tx, d jobs.Delivery) error {
+		if _, err := tx.Exec(ctx, "INSERT INTO effects (delivery_id, attempt) VALUES ($1, $2)", d.DeliveryID, d.Attempt); err != nil {
+			return err
+		}
+		if d.Attempt == 1 {
+			return fmt.Errorf("flaky on attempt 1")
+		}
+		return nil
+	}}
+	b := setupDispatch(t, "f=github:push>builtin:flaky", handlers)
+	if _, err := b.pool.Exec(context.Background(), "CREATE TABLE effects (delivery_id text, attempt int)"); err != nil {
+		t.Fatal(err)
+	}
+	b.accept(t, pushDelivery("g-1"))
+	b.start(t)
+	b.waitState(t, "g-1", "f", jobs.StateSucceeded)
+	rows, _ := b.pool.Query(context.Background(), "SELECT attempt FROM effects")
+	attempts, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil || len(attempts) != 1 || attempts[0] != 2 {
+		t.Fatalf("effects = %v, %v; want one row from attempt 2", attempts, err)
+	}
+}
+
+// Order: 20 events of one entity, shuffled, worked by 8 workers (or by two
+// clients, as two gateway processes would): the target never receives an
+// older event after a newer one, each event not forwarded is superseded, and
+// the projection ends at the newest.
+func TestOrderPerEntity(t *testing.T) {
+	t.Parallel()
+	for _, clients := range []int{1, 2} {
+		t.Run(fmt.Sprintf("%d clients", clients), func(t *testing.T) {
+			t.Parallel()
+			tg := newTarget(t, nil)
+			routes := "fwd=stripe:customer.subscription.*>" + tg.URL + " subs=stripe:customer.subscription>builtin:stripe-subscriptions"
+			handlers := jobs.DefaultHandlers(discard())
+			b := setupDispatch(t, routes, handlers, dispatchOpts{workers: 8 / clients})
+			bundles := []*dispatchBundle{b}
+			for range clients - 1 {
+				bundles = append(bundles, setupDispatch(t, routes, handlers, dispatchOpts{workers: 8 / clients, pool: b.pool}))
+			}
+			base := time.Unix(1_767_000_000, 0)
+			order := rand.Perm(20)
+			for _, i := range order {
+				b.accept(t, subscriptionEvent(i, base.Add(time.Duration(i)*time.Second)))
+			}
+			for _, x := range bundles {
+				x.start(t)
+			}
+			b.waitFinal(t, 40)
+
+			got := tg.requests()
+			var last int64
+			for _, r := range got {
+				var created int64
+				fmt.Sscanf(string(r.body[bytes.Index(r.body, []byte(`"created":`))+len(`"created":`):]), "%d", &created)
+				if created < last {
+					t.Fatalf("target received created=%d after %d", created, last)
+				}
+				last = created
+			}
+			for _, route := range []string{"fwd", "subs"} {
+				var succeeded, superseded int
+				_ = b.pool.QueryRow(context.Background(), `
+					SELECT count(*) FILTER (WHERE state = 'succeeded'), count(*) FILTER (WHERE state = 'superseded')
+					FROM hookgate_dispatches WHERE route = $1`, route).Scan(&succeeded, &superseded)
+				if succeeded+superseded != 20 {
+					t.Fatalf("route %s: %d succeeded + %d superseded", route, succeeded, superseded)
+				}
+				if route == "fwd" && succeeded != len(got) {
+					t.Fatalf("%d forwards succeeded, target got %d", succeeded, len(got))
+				}
+				if b.row(t, "evt_019", route).state != jobs.StateSucceeded {
+					t.Fatalf("route %s: the newest event was not handled", route)
+				}
+			}
+			var status string
+			_ = b.pool.QueryRow(context.Background(), "SELECT status FROM hookgate_stripe_subscriptions WHERE subscription_id = 'sub_1'").Scan(&status)
+			if status != "s19" {
+				t.Fatalf("projection ends at %q, want s19", status)
+			}
+			t.Logf("order of insertion %v: %d of 20 forwarded", order, len(got))
+		})
+	}
+}
+
+func (b *dispatchBundle) waitJobs(t *testing.T, state string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var got int
+		_ = b.pool.QueryRow(context.Background(), "SELECT count(*) FROM river_job WHERE state = $1", state).Scan(&got)
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d jobs %s, want %d", got, state, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (b *dispatchBundle) waitFinal(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var got int
+		_ = b.pool.QueryRow(context.Background(),
+			"SELECT count(*) FROM hookgate_dispatches WHERE state IN ('succeeded', 'superseded', 'discarded', 'cancelled')").Scan(&got)
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d dispatches final, want %d", got, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
