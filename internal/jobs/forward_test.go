@@ -8,9 +8,12 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -447,5 +450,63 @@ func (b *dispatchBundle) waitFinal(t *testing.T, n int) {
 			t.Fatalf("%d dispatches final, want %d", got, n)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A process killed with SIGKILL while its forward is in flight: the dispatch
+// is picked up by another process and completes within 60 s, and the target
+// sees the same Idempotency-Key twice.
+func TestDispatchSurvivesKilledProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for River's rescuer")
+	}
+	t.Parallel()
+	inflight := make(chan struct{})
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	tg := newTarget(t, func(n int, r *http.Request) (int, map[string]string) {
+		if n == 1 {
+			close(inflight)
+			select { // hang until the test ends: the process holding this request dies
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		return 200, nil
+	})
+	routes := "ci=github:push>" + tg.URL
+	b := setupDispatch(t, routes, nil, dispatchOpts{forwardTimeout: 10 * time.Second})
+	b.accept(t, pushDelivery("g-kill"))
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), workerEnv+"="+b.pool.Config().ConnString(), "HOOKGATE_TEST_WORKER_ROUTES="+routes)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	select {
+	case <-inflight:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the worker process never forwarded")
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+
+	b.start(t) // the surviving process
+	deadline := killed.Add(60 * time.Second)
+	for b.row(t, "g-kill", "ci").state != jobs.StateSucceeded {
+		if time.Now().After(deadline) {
+			t.Fatalf("dispatch not completed within 60 s of the kill: %+v", b.row(t, "g-kill", "ci"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("completed %s after the kill", time.Since(killed).Round(time.Millisecond))
+	got := tg.requests()
+	if len(got) != 2 || got[0].header.Get("Idempotency-Key") != got[1].header.Get("Idempotency-Key") ||
+		got[1].header.Get("X-Hookgate-Attempt") != "2" {
+		t.Fatalf("target got %d requests: %v", len(got), got)
 	}
 }

@@ -1,9 +1,54 @@
 package jobs_test
 
 import (
+	"context"
+	"fmt"
+	"os"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/dbtest"
+	"github.com/hookgate/hookgate/internal/jobs"
+	"github.com/hookgate/hookgate/internal/receipts"
 )
 
-func TestMain(m *testing.M) { dbtest.Main(m) }
+// workerEnv, when set, makes the test binary a dispatch worker process on that
+// database instead of running tests: a second "gateway process" that a test can
+// kill with SIGKILL.
+const workerEnv = "HOOKGATE_TEST_WORKER_DB"
+
+func TestMain(m *testing.M) {
+	if url := os.Getenv(workerEnv); url != "" {
+		if err := runWorkerProcess(url, os.Getenv("HOOKGATE_TEST_WORKER_ROUTES")); err != nil {
+			fmt.Fprintln(os.Stderr, "worker process:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	dbtest.Main(m)
+}
+
+func runWorkerProcess(url, routes string) error {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return err
+	}
+	handlers := jobs.DefaultHandlers(discard())
+	rs, err := jobs.ParseRoutes(routes, handlers)
+	if err != nil {
+		return err
+	}
+	w := &jobs.DispatchWorker{Pool: pool, Routes: rs, Handlers: handlers, Receipts: &receipts.Store{Retention: 72 * time.Hour},
+		Logger: discard(), Forwarder: jobs.NewForwarder("", 10*time.Second, 4)}
+	client, err := jobs.NewClient(pool, w, jobs.ClientConfig{Workers: 4, ForwardTimeout: 10 * time.Second, Logger: discard()})
+	if err != nil {
+		return err
+	}
+	if err := client.Start(ctx); err != nil {
+		return err
+	}
+	select {} // until killed
+}
