@@ -32,7 +32,7 @@ type dispatchOpts struct {
 	pool           *pgxpool.Pool // share another bundle's database
 }
 
-func setupDispatch(t *testing.T, routes string, handlers jobs.Handlers, opts ...dispatchOpts) *dispatchBundle {
+func setupDispatch(t testing.TB, routes string, handlers jobs.Handlers, opts ...dispatchOpts) *dispatchBundle {
 	t.Helper()
 	var o dispatchOpts
 	if len(opts) > 0 {
@@ -63,7 +63,7 @@ func setupDispatch(t *testing.T, routes string, handlers jobs.Handlers, opts ...
 	return &dispatchBundle{pool: pool, client: client, enq: &jobs.Enqueuer{Client: client, Routes: rs, MaxAttempts: 3}, store: store}
 }
 
-func (b *dispatchBundle) accept(t *testing.T, d providers.Delivery) int {
+func (b *dispatchBundle) accept(t testing.TB, d providers.Delivery) int {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := b.pool.Begin(ctx)
@@ -84,7 +84,7 @@ func (b *dispatchBundle) accept(t *testing.T, d providers.Delivery) int {
 	return n
 }
 
-func (b *dispatchBundle) start(t *testing.T) {
+func (b *dispatchBundle) start(t testing.TB) {
 	t.Helper()
 	if err := b.client.Start(context.Background()); err != nil {
 		t.Fatal(err)

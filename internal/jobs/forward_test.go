@@ -39,7 +39,7 @@ type target struct {
 	answer func(n int, r *http.Request) (status int, header map[string]string)
 }
 
-func newTarget(t *testing.T, answer func(n int, r *http.Request) (int, map[string]string)) *target {
+func newTarget(t testing.TB, answer func(n int, r *http.Request) (int, map[string]string)) *target {
 	t.Helper()
 	tg := &target{answer: answer}
 	tg.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -436,7 +436,7 @@ func (b *dispatchBundle) waitJobs(t *testing.T, state string, n int) {
 	}
 }
 
-func (b *dispatchBundle) waitFinal(t *testing.T, n int) {
+func (b *dispatchBundle) waitFinal(t testing.TB, n int) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
