@@ -22,13 +22,16 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"riverqueue.com/riverui"
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/jobs"
+	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/pgembed"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
+	"github.com/hookgate/hookgate/internal/rejections"
 	"github.com/hookgate/hookgate/internal/server"
 	"github.com/hookgate/hookgate/internal/verify"
 )
@@ -140,15 +143,25 @@ func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logger *s
 	if err != nil {
 		return fmt.Errorf("configuration: GATEWAY_ROUTES: %w", err)
 	}
+	m := metrics.New(pool)
 	store := &receipts.Store{Retention: cfg.Retention}
-	worker := &jobs.DispatchWorker{
-		Pool: pool, Routes: routes, Handlers: handlers, Receipts: store, Logger: logger,
-		Forwarder: jobs.NewForwarder(cfg.ForwardSecret.Value(), cfg.ForwardTimeout, cfg.Workers),
-	}
-	client, err := jobs.NewClient(pool, worker, jobs.ClientConfig{Workers: cfg.Workers, ForwardTimeout: cfg.ForwardTimeout, Logger: logger})
+	enqueuer := &jobs.Enqueuer{Routes: routes, MaxAttempts: cfg.MaxAttempts}
+	client, err := jobs.NewClient(pool, jobs.ClientConfig{
+		Dispatch: &jobs.DispatchWorker{
+			Pool: pool, Routes: routes, Handlers: handlers, Receipts: store, Logger: logger, Metrics: m,
+			Forwarder: jobs.NewForwarder(cfg.ForwardSecret.Value(), cfg.ForwardTimeout, cfg.Workers),
+		},
+		Replay:         &jobs.ReplayBatchWorker{Pool: pool, Enqueuer: enqueuer},
+		Retention:      &jobs.RetentionWorker{Pool: pool, Retention: cfg.Retention, Logger: logger},
+		Reconcile:      &jobs.ReconcileWorker{Pool: pool},
+		Workers:        cfg.Workers,
+		ForwardTimeout: cfg.ForwardTimeout,
+		Logger:         logger,
+	})
 	if err != nil {
 		return err
 	}
+	enqueuer.Client = client
 
 	var provs []providers.Provider
 	if len(cfg.GitHubSecrets) > 0 {
@@ -161,14 +174,33 @@ func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logger *s
 		logger.WarnContext(ctx, "no provider configured: set GITHUB_WEBHOOK_SECRET or STRIPE_WEBHOOK_SECRET")
 	}
 
+	// Background services stop when bgCtx ends, after the HTTP server.
+	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBackground()
+	recorder := &rejections.Recorder{Pool: pool, Logger: logger}
+	recorderDone := make(chan struct{})
+	go func() { recorder.Run(bgCtx, time.Second); close(recorderDone) }()
+
+	var riverUI http.Handler
+	if cfg.AdminToken != "" {
+		ui, err := riverui.NewHandler(&riverui.HandlerOpts{
+			Endpoints: riverui.NewEndpoints(client, nil),
+			Logger:    logger,
+			Prefix:    "/admin/river",
+		})
+		if err != nil {
+			return fmt.Errorf("river ui: %w", err)
+		}
+		if err := ui.Start(bgCtx); err != nil {
+			return fmt.Errorf("river ui: %w", err)
+		}
+		riverUI = ui
+	}
+
 	handler := server.New(server.Config{
 		Logger:    logger,
 		Providers: provs,
-		Ingester: &ingest.Ingester{
-			Pool:     pool,
-			Receipts: store,
-			Enqueuer: &jobs.Enqueuer{Client: client, Routes: routes, MaxAttempts: cfg.MaxAttempts},
-		},
+		Ingester:  &ingest.Ingester{Pool: pool, Receipts: store, Enqueuer: enqueuer},
 		Ready: func(ctx context.Context) error {
 			if err := pool.Ping(ctx); err != nil {
 				return fmt.Errorf("database: %w", err)
@@ -176,6 +208,9 @@ func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logger *s
 			return jobs.CheckSchema(ctx, pool)
 		},
 		MaxBodyBytes: cfg.MaxBodyBytes,
+		Metrics:      m,
+		Rejections:   recorder,
+		Admin:        server.AdminConfig{Token: cfg.AdminToken.Value(), Pool: pool, Enqueuer: enqueuer, RiverUI: riverUI},
 	})
 	srv := &http.Server{
 		Handler:           handler,
@@ -192,13 +227,14 @@ func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logger *s
 	}
 
 	// River runs on a context that outlives ctx: it is stopped softly below.
-	if err := client.Start(context.WithoutCancel(ctx)); err != nil {
+	if err := client.Start(bgCtx); err != nil {
 		ln.Close()
 		return fmt.Errorf("start river: %w", err)
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	logger.InfoContext(ctx, "gateway listening", "addr", ln.Addr().String(), "routes", len(routes))
+	logger.InfoContext(ctx, "gateway listening", "addr", ln.Addr().String(), "routes", len(routes),
+		"operator_endpoints", cfg.AdminToken != "")
 
 	select {
 	case <-ctx.Done():
@@ -219,6 +255,8 @@ func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logger *s
 		defer hcancel()
 		_ = client.StopAndCancel(hctx)
 	}
+	stopBackground()
+	<-recorderDone
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}

@@ -11,8 +11,16 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 )
 
-// ClientConfig configures the River client that works dispatches.
+// ClientConfig configures the River client that works hookgate's jobs.
 type ClientConfig struct {
+	// Dispatch works dispatches. Required.
+	Dispatch *DispatchWorker
+	// Replay works bulk replays; nil: not registered.
+	Replay *ReplayBatchWorker
+	// Retention and Reconcile are the periodic maintenance jobs (every 10
+	// minutes and every minute, and at start); nil: not scheduled.
+	Retention *RetentionWorker
+	Reconcile *ReconcileWorker
 	// Workers is how many dispatches one process works at once. Defaults to 50.
 	Workers int
 	// ForwardTimeout is one forward attempt's limit; the job timeout and the
@@ -30,9 +38,8 @@ type ClientConfig struct {
 func jobTimeout(forward time.Duration) time.Duration  { return forward + 5*time.Second }
 func rescueAfter(forward time.Duration) time.Duration { return jobTimeout(forward) + 5*time.Second }
 
-// NewClient returns a River client that works dispatch jobs with w. It is not
-// started.
-func NewClient(pool *pgxpool.Pool, w *DispatchWorker, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
+// NewClient returns a River client that works cfg's workers. It is not started.
+func NewClient(pool *pgxpool.Pool, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 50
 	}
@@ -40,8 +47,28 @@ func NewClient(pool *pgxpool.Pool, w *DispatchWorker, cfg ClientConfig) (*river.
 		cfg.ForwardTimeout = 10 * time.Second
 	}
 	workers := river.NewWorkers()
-	if err := river.AddWorkerSafely(workers, w); err != nil {
+	if err := river.AddWorkerSafely(workers, cfg.Dispatch); err != nil {
 		return nil, fmt.Errorf("register dispatch worker: %w", err)
+	}
+	if cfg.Replay != nil {
+		if err := river.AddWorkerSafely(workers, cfg.Replay); err != nil {
+			return nil, fmt.Errorf("register replay worker: %w", err)
+		}
+	}
+	var periodic []*river.PeriodicJob
+	if cfg.Retention != nil {
+		if err := river.AddWorkerSafely(workers, cfg.Retention); err != nil {
+			return nil, fmt.Errorf("register retention worker: %w", err)
+		}
+		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(10*time.Minute),
+			func() (river.JobArgs, *river.InsertOpts) { return RetentionArgs{}, nil }, &river.PeriodicJobOpts{RunOnStart: true}))
+	}
+	if cfg.Reconcile != nil {
+		if err := river.AddWorkerSafely(workers, cfg.Reconcile); err != nil {
+			return nil, fmt.Errorf("register reconcile worker: %w", err)
+		}
+		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(time.Minute),
+			func() (river.JobArgs, *river.InsertOpts) { return ReconcileArgs{}, nil }, &river.PeriodicJobOpts{RunOnStart: true}))
 	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Logger: cfg.Logger,
@@ -52,6 +79,7 @@ func NewClient(pool *pgxpool.Pool, w *DispatchWorker, cfg ClientConfig) (*river.
 		FetchPollInterval:    100 * time.Millisecond,
 		JobTimeout:           jobTimeout(cfg.ForwardTimeout),
 		RescueStuckJobsAfter: rescueAfter(cfg.ForwardTimeout),
+		PeriodicJobs:         periodic,
 		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}},
 		Workers:              workers,
 	})

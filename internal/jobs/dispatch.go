@@ -15,6 +15,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/receipts"
 )
 
@@ -63,32 +64,72 @@ func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, provider, deliveryI
 	if len(routes) == 0 {
 		return 0, nil
 	}
+	want := make([]Created, len(routes))
+	for i, r := range routes {
+		want[i] = Created{Route: r, Generation: 1}
+	}
+	created, err := e.insertTx(ctx, tx, provider, deliveryID, want)
+	return len(created), err
+}
+
+// Created is a dispatch that was just created.
+type Created struct {
+	Route      string `json:"route"`
+	Generation int    `json:"generation"`
+	State      string `json:"state"`
+}
+
+// insertTx inserts the wanted dispatch rows that do not exist yet, one River
+// job for each row it inserted, and links each row to its job.
+func (e *Enqueuer) insertTx(ctx context.Context, tx pgx.Tx, provider, deliveryID string, want []Created) ([]Created, error) {
+	routes := make([]string, len(want))
+	gens := make([]int32, len(want))
+	for i, w := range want {
+		routes[i], gens[i] = w.Route, int32(w.Generation)
+	}
 	rows, err := tx.Query(ctx, `
 		INSERT INTO hookgate_dispatches (provider, delivery_id, route, generation)
-		SELECT $1, $2, route, 1 FROM unnest($3::text[]) AS route
+		SELECT $1, $2, route, generation FROM unnest($3::text[], $4::int[]) AS t(route, generation)
 		ON CONFLICT DO NOTHING
-		RETURNING route`, provider, deliveryID, routes)
+		RETURNING route, generation`, provider, deliveryID, routes, gens)
 	if err != nil {
-		return 0, fmt.Errorf("insert dispatches: %w", err)
+		return nil, fmt.Errorf("insert dispatches: %w", err)
 	}
-	created, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	created, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Created, error) {
+		c := Created{State: StatePending}
+		return c, row.Scan(&c.Route, &c.Generation)
+	})
 	if err != nil {
-		return 0, fmt.Errorf("insert dispatches: %w", err)
+		return nil, fmt.Errorf("insert dispatches: %w", err)
 	}
 	if len(created) == 0 {
-		return 0, nil
+		return created, nil
 	}
 	params := make([]river.InsertManyParams, len(created))
-	for i, route := range created {
+	for i, c := range created {
 		params[i] = river.InsertManyParams{
-			Args:       DispatchArgs{Provider: provider, DeliveryID: deliveryID, Route: route, Generation: 1},
+			Args:       DispatchArgs{Provider: provider, DeliveryID: deliveryID, Route: c.Route, Generation: c.Generation},
 			InsertOpts: &river.InsertOpts{MaxAttempts: e.MaxAttempts},
 		}
 	}
-	if _, err := e.Client.InsertManyTx(ctx, tx, params); err != nil {
-		return 0, fmt.Errorf("insert dispatch jobs: %w", err)
+	results, err := e.Client.InsertManyTx(ctx, tx, params)
+	if err != nil {
+		return nil, fmt.Errorf("insert dispatch jobs: %w", err)
 	}
-	return len(created), nil
+	routes, gens = routes[:0], gens[:0]
+	ids := make([]int64, len(results))
+	for i, res := range results {
+		routes, gens, ids[i] = append(routes, created[i].Route), append(gens, int32(created[i].Generation)), res.Job.ID
+	}
+	_, err = tx.Exec(ctx, `
+		UPDATE hookgate_dispatches d SET job_id = t.job_id
+		FROM unnest($3::text[], $4::int[], $5::bigint[]) AS t(route, generation, job_id)
+		WHERE d.provider = $1 AND d.delivery_id = $2 AND d.route = t.route AND d.generation = t.generation`,
+		provider, deliveryID, routes, gens, ids)
+	if err != nil {
+		return nil, fmt.Errorf("link dispatch jobs: %w", err)
+	}
+	return created, nil
 }
 
 // DispatchWorker works dispatch jobs: it runs the route's target and records
@@ -116,6 +157,8 @@ type DispatchWorker struct {
 	Receipts *receipts.Store
 	// Logger logs failures; never payloads.
 	Logger *slog.Logger
+	// Metrics records final states; nil records nothing.
+	Metrics *metrics.Metrics
 
 	// retryAt holds, per job id, when a target's Retry-After allows the next
 	// attempt; NextRetry takes it right after Work returns.
@@ -142,6 +185,7 @@ func (w *DispatchWorker) Work(ctx context.Context, job *river.Job[DispatchArgs])
 		return river.JobCancel(err)
 	case errors.Is(err, errNoTarget), errors.As(err, &fe) && fe.Permanent:
 		w.recordFailure(ctx, job, StateDiscarded, err)
+		w.Metrics.Dispatch(job.Args.Route, StateDiscarded, time.Time{})
 		return river.JobCancel(err)
 	}
 	if errors.As(err, &fe) && fe.RetryAfter > 0 {
@@ -150,6 +194,7 @@ func (w *DispatchWorker) Work(ctx context.Context, job *river.Job[DispatchArgs])
 	state := StateRetrying
 	if job.Attempt >= job.MaxAttempts {
 		state = StateDiscarded
+		w.Metrics.Dispatch(job.Args.Route, state, time.Time{})
 	}
 	w.recordFailure(ctx, job, state, err)
 	return err
@@ -244,7 +289,11 @@ func (w *DispatchWorker) dispatch(ctx context.Context, job *river.Job[DispatchAr
 			if err := setState(ctx, tx, a, StateSuperseded, job.Attempt, nil); err != nil {
 				return err
 			}
-			return w.complete(ctx, tx, job)
+			if err := w.complete(ctx, tx, job); err != nil {
+				return err
+			}
+			w.Metrics.Dispatch(a.Route, StateSuperseded, r.ReceivedAt)
+			return nil
 		}
 	}
 
@@ -272,7 +321,11 @@ func (w *DispatchWorker) dispatch(ctx context.Context, job *river.Job[DispatchAr
 	if err := setState(ctx, tx, a, StateSucceeded, job.Attempt, nil); err != nil {
 		return err
 	}
-	return w.complete(ctx, tx, job)
+	if err := w.complete(ctx, tx, job); err != nil {
+		return err
+	}
+	w.Metrics.Dispatch(a.Route, StateSucceeded, r.ReceivedAt)
+	return nil
 }
 
 // finalStates are the states after which a dispatch never runs its target again.

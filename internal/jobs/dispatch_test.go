@@ -56,7 +56,7 @@ func setupDispatch(t testing.TB, routes string, handlers jobs.Handlers, opts ...
 	store := &receipts.Store{Retention: 72 * time.Hour}
 	w := &jobs.DispatchWorker{Pool: pool, Routes: rs, Handlers: handlers, Receipts: store, Logger: logger,
 		Forwarder: jobs.NewForwarder(o.forwardSecret, o.forwardTimeout, o.workers)}
-	client, err := jobs.NewClient(pool, w, jobs.ClientConfig{Workers: o.workers, ForwardTimeout: o.forwardTimeout, Logger: logger})
+	client, err := jobs.NewClient(pool, jobs.ClientConfig{Dispatch: w, Workers: o.workers, ForwardTimeout: o.forwardTimeout, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,7 @@ func runWorkerProcess(url, routes string) error {
 	}
 	w := &jobs.DispatchWorker{Pool: pool, Routes: rs, Handlers: handlers, Receipts: &receipts.Store{Retention: 72 * time.Hour},
 		Logger: discard(), Forwarder: jobs.NewForwarder("", 10*time.Second, 4)}
-	client, err := jobs.NewClient(pool, w, jobs.ClientConfig{Workers: 4, ForwardTimeout: 10 * time.Second, Logger: discard()})
+	client, err := jobs.NewClient(pool, jobs.ClientConfig{Dispatch: w, Workers: 4, ForwardTimeout: 10 * time.Second, Logger: discard()})
 	if err != nil {
 		return err
 	}

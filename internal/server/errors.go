@@ -6,7 +6,10 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/hookgate/hookgate/internal/deliveries"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/ingest"
+	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
 	"github.com/hookgate/hookgate/internal/verify"
@@ -19,6 +22,7 @@ var (
 	errBadRequest       = errors.New("bad request")
 	errNotFound         = errors.New("not found")
 	errMethodNotAllowed = errors.New("method not allowed")
+	errUnauthorized     = errors.New("unauthorized")
 )
 
 // errorCodes is the one table that turns errors into the contract's status
@@ -42,6 +46,13 @@ var errorCodes = []struct {
 	{errBadRequest, http.StatusBadRequest, "bad_request"},
 	{receipts.ErrConflict, http.StatusConflict, "delivery_conflict"},
 	{ingest.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
+	{errUnauthorized, http.StatusUnauthorized, "unauthorized"},
+	{deliveries.ErrNotFound, http.StatusNotFound, "not_found"},
+	{deliveries.ErrBadFilter, http.StatusBadRequest, "bad_request"},
+	{jobs.ErrUnknownRoute, http.StatusBadRequest, "bad_request"},
+	{idempotency.ErrBadBody, http.StatusBadRequest, "bad_request"},
+	{idempotency.ErrKeyReused, http.StatusUnprocessableEntity, "idempotency_key_reused"},
+	{idempotency.ErrInFlight, http.StatusConflict, "idempotency_key_in_flight"},
 }
 
 // retryAfterSeconds is sent with every 503.
@@ -53,17 +64,22 @@ type errorBody struct {
 	Message string `json:"message"`
 }
 
-// writeError answers with err's status and code. Client errors carry err's
-// text, which names what was wrong and never holds a secret or a payload.
-// Server-side errors are logged, and their text is not sent.
-func writeError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err error) {
-	status, code := http.StatusInternalServerError, "internal"
+// classify returns err's status and error code from the table; anything not
+// in it is an internal error.
+func classify(err error) (int, string) {
 	for _, e := range errorCodes {
 		if errors.Is(err, e.err) {
-			status, code = e.status, e.code
-			break
+			return e.status, e.code
 		}
 	}
+	return http.StatusInternalServerError, "internal"
+}
+
+// writeError answers with err's status and code, and returns them. Client
+// errors carry err's text, which names what was wrong and never holds a secret
+// or a payload. Server-side errors are logged, and their text is not sent.
+func writeError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err error) (int, string) {
+	status, code := classify(err)
 	msg := err.Error()
 	if status >= 500 {
 		logger.ErrorContext(r.Context(), "request failed", "error", err, "method", r.Method, "path", r.URL.Path, "status", status)
@@ -74,6 +90,7 @@ func writeError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err
 		}
 	}
 	writeJSON(w, status, errorBody{Error: code, Message: msg})
+	return status, code
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

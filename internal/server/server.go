@@ -16,7 +16,9 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/hookgate/hookgate/internal/ingest"
+	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/rejections"
 )
 
 // Config holds what the server needs.
@@ -33,6 +35,12 @@ type Config struct {
 	MaxBodyBytes int64
 	// Now is the clock for signature timestamps. Defaults to time.Now.
 	Now func() time.Time
+	// Metrics records ingest outcomes and serves /metrics; nil: no /metrics.
+	Metrics *metrics.Metrics
+	// Rejections records rejected ingest requests; nil: not recorded.
+	Rejections *rejections.Recorder
+	// Admin configures the operator endpoints.
+	Admin AdminConfig
 }
 
 type server struct {
@@ -64,7 +72,11 @@ func New(cfg Config) http.Handler {
 
 	r.Get("/healthz", s.handleHealthz)
 	r.Get("/readyz", s.handleReadyz)
+	if s.Metrics != nil {
+		r.Method(http.MethodGet, "/metrics", s.Metrics.Handler())
+	}
 	r.Post("/webhooks/{provider}", s.handleIngest)
+	r.Route("/admin", s.adminRoutes)
 	return r
 }
 
@@ -96,25 +108,33 @@ type ingestResponse struct {
 // then the adapter's content type, headers, signature and payload), records it,
 // and answers only after the commit.
 func (s *server) handleIngest(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
 	name := chi.URLParam(r, "provider")
+	secretIndex := -1
+	fail := func(err error) {
+		status, code := writeError(w, r, s.Logger, err)
+		s.Metrics.Ingest(metricProvider(name), code, secretIndex, time.Since(start))
+		s.Rejections.Record(rejections.FromRequest(r, name, status, code, start))
+	}
 	p, ok := s.providers[name]
 	if !ok {
-		writeError(w, r, s.Logger, fmt.Errorf("%w: %q has no webhook secret set", errNotConfigured, name))
+		fail(fmt.Errorf("%w: %q has no webhook secret set", errNotConfigured, name))
 		return
 	}
 	body, err := s.readBody(w, r)
 	if err != nil {
-		writeError(w, r, s.Logger, err)
+		fail(err)
 		return
 	}
 	d, err := p.Parse(r.Header, body, s.Now())
 	if err != nil {
-		writeError(w, r, s.Logger, err)
+		fail(err)
 		return
 	}
+	secretIndex = d.SecretIndex
 	res, err := s.Ingester.Accept(r.Context(), d)
 	if err != nil {
-		writeError(w, r, s.Logger, err)
+		fail(err)
 		return
 	}
 	status := http.StatusAccepted
@@ -124,6 +144,16 @@ func (s *server) handleIngest(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, ingestResponse{
 		Status: res.Status, Provider: d.Provider, DeliveryID: d.DeliveryID, Event: d.Event, Routes: res.Routes,
 	})
+	s.Metrics.Ingest(d.Provider, string(res.Status), secretIndex, time.Since(start))
+}
+
+// metricProvider keeps the provider label's values few: names from the URL
+// that are no provider's are one value.
+func metricProvider(name string) string {
+	if name == "github" || name == "stripe" {
+		return name
+	}
+	return "unknown"
 }
 
 // readBody reads the raw body, refusing it before reading when its declared

@@ -1,0 +1,378 @@
+// Package deliveries is the operators' read model of stored deliveries: an
+// event (provider, delivery id) with its receipts and the dispatches of every
+// route and generation. It holds the filters shared by the list, the bulk
+// replay and the CLI, and the one definition of a dispatch's live state.
+package deliveries
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Errors returned by this package.
+var (
+	// ErrBadFilter means a filter value could not be used.
+	ErrBadFilter = errors.New("bad filter")
+	// ErrNotFound means no delivery matched.
+	ErrNotFound = errors.New("delivery not found")
+)
+
+// DB is what the queries need: a pool, a connection or a transaction.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// StateSQL is a dispatch's live state, for a query joining hookgate_dispatches
+// d with river_job j (LEFT JOIN river_job j ON j.id = d.job_id). The row's own
+// state is final once recorded; before that River's job says whether it is
+// running, or was cancelled or discarded outside the worker (River UI, the
+// rescuer).
+const StateSQL = `CASE
+	WHEN d.state IN ('succeeded', 'superseded', 'discarded', 'cancelled') THEN d.state
+	WHEN j.state = 'running' THEN 'running'
+	WHEN j.state IN ('cancelled', 'discarded') THEN j.state::text
+	ELSE d.state END`
+
+// latestStatesSQL lists the live state of the latest dispatch of each route of
+// the event r (a hookgate_receipts row alias).
+const latestStatesSQL = `SELECT DISTINCT ON (d.route) ` + StateSQL + ` AS state
+	FROM hookgate_dispatches d LEFT JOIN river_job j ON j.id = d.job_id
+	WHERE d.provider = r.provider AND d.delivery_id = r.delivery_id
+	ORDER BY d.route, d.generation DESC`
+
+// summaryOrder is the order in which a delivery's summary state is chosen
+// among the latest dispatches of its routes: the first one present wins.
+var summaryOrder = []string{"discarded", "retrying", "running", "pending", "cancelled", "succeeded", "superseded"}
+
+// States are the values the state filter accepts.
+var States = append(slices.Clone(summaryOrder), "stored")
+
+// Summary returns a delivery's state from its routes' latest dispatch states:
+// "stored" when it has none.
+func Summary(states []string) string {
+	for _, s := range summaryOrder {
+		if slices.Contains(states, s) {
+			return s
+		}
+	}
+	return "stored"
+}
+
+// Filter selects deliveries. Zero fields select everything.
+type Filter struct {
+	// Provider is "github" or "stripe".
+	Provider string `json:"provider,omitempty"`
+	// Event is a route pattern: it matches an event name it equals or is a
+	// dot-separated prefix of; "*" matches any run of characters.
+	Event string `json:"event,omitempty"`
+	// State matches a delivery when the latest dispatch of any of its routes is
+	// in that state; "stored" matches deliveries without dispatches.
+	State string `json:"state,omitempty"`
+	// Since (inclusive) and Until (exclusive) bound the first receipt's time.
+	Since *time.Time `json:"since,omitempty"`
+	Until *time.Time `json:"until,omitempty"`
+}
+
+var eventPatternRE = regexp.MustCompile(`^[A-Za-z0-9_.*-]{1,255}$`)
+
+// Validate checks the filter's values.
+func (f Filter) Validate() error {
+	if f.Provider != "" && f.Provider != "github" && f.Provider != "stripe" {
+		return fmt.Errorf("%w: provider must be github or stripe", ErrBadFilter)
+	}
+	if f.Event != "" && !eventPatternRE.MatchString(f.Event) {
+		return fmt.Errorf("%w: event must be a route pattern such as pull_request or invoice.*", ErrBadFilter)
+	}
+	if f.State != "" && !slices.Contains(States, f.State) {
+		return fmt.Errorf("%w: state must be one of %s", ErrBadFilter, strings.Join(States, ", "))
+	}
+	if f.Since != nil && f.Until != nil && !f.Since.Before(*f.Until) {
+		return fmt.Errorf("%w: since must be before until", ErrBadFilter)
+	}
+	return nil
+}
+
+// ParseTime reads an RFC 3339 time, or a Go duration meaning that long ago
+// ("24h"), relative to now.
+func ParseTime(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("%w: %q is neither an RFC 3339 time nor a duration such as 24h", ErrBadFilter, s)
+}
+
+// FilterFromQuery reads the list filters from URL query values.
+func FilterFromQuery(q url.Values, now time.Time) (Filter, error) {
+	f := Filter{Provider: q.Get("provider"), Event: q.Get("event"), State: q.Get("state")}
+	for name, dst := range map[string]**time.Time{"since": &f.Since, "until": &f.Until} {
+		if v := q.Get(name); v != "" {
+			t, err := ParseTime(v, now)
+			if err != nil {
+				return Filter{}, fmt.Errorf("%s: %w", name, err)
+			}
+			*dst = &t
+		}
+	}
+	return f, f.Validate()
+}
+
+// likePattern turns a route pattern into a LIKE pattern.
+func likePattern(p string) string {
+	r := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`, `*`, `%`)
+	return r.Replace(p)
+}
+
+// where returns the filter's conditions on receipts r (the event's first
+// receipt) and their arguments, numbered from next.
+func (f Filter) where(args []any) (string, []any) {
+	conds := []string{
+		// r is the event's first receipt.
+		`NOT EXISTS (SELECT 1 FROM hookgate_receipts e WHERE e.provider = r.provider AND e.delivery_id = r.delivery_id
+			AND (e.received_at, e.scope) < (r.received_at, r.scope))`,
+	}
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	if f.Provider != "" {
+		conds = append(conds, "r.provider = "+arg(f.Provider))
+	}
+	if f.Event != "" {
+		p := arg(likePattern(f.Event))
+		conds = append(conds, fmt.Sprintf(`(r.event LIKE %s ESCAPE '\' OR r.event LIKE %s || '.%%' ESCAPE '\')`, p, p))
+	}
+	if f.Since != nil {
+		conds = append(conds, "r.received_at >= "+arg(*f.Since))
+	}
+	if f.Until != nil {
+		conds = append(conds, "r.received_at < "+arg(*f.Until))
+	}
+	switch f.State {
+	case "":
+	case "stored":
+		conds = append(conds, "NOT EXISTS (SELECT 1 FROM hookgate_dispatches d WHERE d.provider = r.provider AND d.delivery_id = r.delivery_id)")
+	default:
+		conds = append(conds, "EXISTS (SELECT 1 FROM ("+latestStatesSQL+") l WHERE l.state = "+arg(f.State)+")")
+	}
+	return strings.Join(conds, " AND "), args
+}
+
+// Cursor is a position in the newest-first order of deliveries.
+type Cursor struct {
+	ReceivedAt time.Time `json:"t"`
+	Provider   string    `json:"p"`
+	DeliveryID string    `json:"d"`
+}
+
+// Encode returns the cursor as an opaque string.
+func (c Cursor) Encode() string {
+	b, _ := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// DecodeCursor reads a cursor made by Encode.
+func DecodeCursor(s string) (Cursor, error) {
+	var c Cursor
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || json.Unmarshal(b, &c) != nil || c.ReceivedAt.IsZero() {
+		return Cursor{}, fmt.Errorf("%w: cursor is not one this server returned", ErrBadFilter)
+	}
+	return c, nil
+}
+
+// Item is one delivery in a list.
+type Item struct {
+	Provider   string    `json:"provider"`
+	DeliveryID string    `json:"delivery_id"`
+	Event      string    `json:"event"`
+	Entity     *string   `json:"entity"`
+	ReceivedAt time.Time `json:"received_at"`
+	Receipts   int       `json:"receipts"`
+	State      string    `json:"state"`
+}
+
+// Cursor returns the position just after the item.
+func (it Item) Cursor() Cursor {
+	return Cursor{ReceivedAt: it.ReceivedAt, Provider: it.Provider, DeliveryID: it.DeliveryID}
+}
+
+// MaxLimit caps a page.
+const MaxLimit = 500
+
+// List returns up to limit deliveries matching f, newest first, after the
+// cursor when one is given, and the cursor of the next page (nil at the end).
+// Deliveries received after a listing began never appear on its later pages,
+// so paging neither repeats nor skips what was there.
+func List(ctx context.Context, db DB, f Filter, limit int, after *Cursor) ([]Item, *Cursor, error) {
+	if limit <= 0 {
+		limit = 50
+	}
+	limit = min(limit, MaxLimit)
+	where, args := f.where(nil)
+	if after != nil {
+		args = append(args, after.ReceivedAt, after.Provider, after.DeliveryID)
+		n := len(args)
+		where += fmt.Sprintf(" AND (r.received_at, r.provider, r.delivery_id) < ($%d, $%d, $%d)", n-2, n-1, n)
+	}
+	args = append(args, limit+1)
+	rows, err := db.Query(ctx, `
+		SELECT r.provider, r.delivery_id, r.event, r.entity, r.received_at,
+			(SELECT count(*) FROM hookgate_receipts c WHERE c.provider = r.provider AND c.delivery_id = r.delivery_id),
+			ARRAY(`+latestStatesSQL+`)
+		FROM hookgate_receipts r
+		WHERE `+where+`
+		ORDER BY r.received_at DESC, r.provider DESC, r.delivery_id DESC
+		LIMIT $`+strconv.Itoa(len(args)), args...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list deliveries: %w", err)
+	}
+	items := []Item{}
+	for rows.Next() {
+		var it Item
+		var states []string
+		if err := rows.Scan(&it.Provider, &it.DeliveryID, &it.Event, &it.Entity, &it.ReceivedAt, &it.Receipts, &states); err != nil {
+			rows.Close()
+			return nil, nil, fmt.Errorf("list deliveries: %w", err)
+		}
+		it.State = Summary(states)
+		items = append(items, it)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("list deliveries: %w", err)
+	}
+	var next *Cursor
+	if len(items) > limit {
+		items = items[:limit]
+		c := items[limit-1].Cursor()
+		next = &c
+	}
+	return items, next, nil
+}
+
+// Count returns how many deliveries match f.
+func Count(ctx context.Context, db DB, f Filter) (int, error) {
+	where, args := f.where(nil)
+	var n int
+	if err := db.QueryRow(ctx, "SELECT count(*) FROM hookgate_receipts r WHERE "+where, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count deliveries: %w", err)
+	}
+	return n, nil
+}
+
+// Receipt is one receipt of a delivery, without its body.
+type Receipt struct {
+	Scope       string            `json:"scope"`
+	ReceivedAt  time.Time         `json:"received_at"`
+	ContentType string            `json:"content_type"`
+	BodySHA256  string            `json:"body_sha256"`
+	Headers     map[string]string `json:"headers"`
+}
+
+// Dispatch is one generation of one route's dispatch.
+type Dispatch struct {
+	Route      string    `json:"route"`
+	Generation int       `json:"generation"`
+	State      string    `json:"state"`
+	Attempts   int       `json:"attempts"`
+	LastError  *string   `json:"last_error"`
+	CreatedAt  time.Time `json:"created_at"`
+	UpdatedAt  time.Time `json:"updated_at"`
+}
+
+// Detail is one delivery with its receipts and every dispatch.
+type Detail struct {
+	Provider   string     `json:"provider"`
+	DeliveryID string     `json:"delivery_id"`
+	Event      string     `json:"event"`
+	Entity     *string    `json:"entity"`
+	EventTime  *time.Time `json:"event_time"`
+	Receipts   []Receipt  `json:"receipts"`
+	Dispatches []Dispatch `json:"dispatches"`
+}
+
+// Show returns a delivery with its receipts (oldest first) and every dispatch
+// of every route and generation.
+func Show(ctx context.Context, db DB, provider, deliveryID string) (Detail, error) {
+	d := Detail{Provider: provider, DeliveryID: deliveryID, Receipts: []Receipt{}, Dispatches: []Dispatch{}}
+	rows, err := db.Query(ctx, `
+		SELECT event, entity, event_time, scope, received_at, content_type, body_sha256, headers
+		FROM hookgate_receipts WHERE provider = $1 AND delivery_id = $2
+		ORDER BY received_at, scope`, provider, deliveryID)
+	if err != nil {
+		return Detail{}, fmt.Errorf("show delivery: %w", err)
+	}
+	for rows.Next() {
+		var r Receipt
+		var sum []byte
+		var event string
+		var entity *string
+		var eventTime *time.Time
+		if err := rows.Scan(&event, &entity, &eventTime, &r.Scope, &r.ReceivedAt, &r.ContentType, &sum, &r.Headers); err != nil {
+			rows.Close()
+			return Detail{}, fmt.Errorf("show delivery: %w", err)
+		}
+		if len(d.Receipts) == 0 { // the event is described by its first receipt
+			d.Event, d.Entity, d.EventTime = event, entity, eventTime
+		}
+		r.BodySHA256 = hex.EncodeToString(sum)
+		d.Receipts = append(d.Receipts, r)
+	}
+	if err := rows.Err(); err != nil {
+		return Detail{}, fmt.Errorf("show delivery: %w", err)
+	}
+	if len(d.Receipts) == 0 {
+		return Detail{}, ErrNotFound
+	}
+	rows, err = db.Query(ctx, `
+		SELECT d.route, d.generation, `+StateSQL+`, d.attempts, d.last_error, d.created_at, d.updated_at
+		FROM hookgate_dispatches d LEFT JOIN river_job j ON j.id = d.job_id
+		WHERE d.provider = $1 AND d.delivery_id = $2
+		ORDER BY d.route, d.generation`, provider, deliveryID)
+	if err != nil {
+		return Detail{}, fmt.Errorf("show dispatches: %w", err)
+	}
+	d.Dispatches, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Dispatch, error) {
+		var x Dispatch
+		err := row.Scan(&x.Route, &x.Generation, &x.State, &x.Attempts, &x.LastError, &x.CreatedAt, &x.UpdatedAt)
+		return x, err
+	})
+	if err != nil {
+		return Detail{}, fmt.Errorf("show dispatches: %w", err)
+	}
+	return d, nil
+}
+
+// Body returns the first stored body of a delivery, byte for byte, and its
+// content type.
+func Body(ctx context.Context, db DB, provider, deliveryID string) ([]byte, string, error) {
+	var body []byte
+	var contentType string
+	err := db.QueryRow(ctx, `
+		SELECT body, content_type FROM hookgate_receipts WHERE provider = $1 AND delivery_id = $2
+		ORDER BY received_at, scope LIMIT 1`, provider, deliveryID).Scan(&body, &contentType)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, "", ErrNotFound
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("read body: %w", err)
+	}
+	return body, contentType, nil
+}

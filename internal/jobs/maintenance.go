@@ -1,0 +1,130 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+)
+
+// RetentionArgs are the periodic job that deletes expired receipts.
+type RetentionArgs struct{}
+
+// Kind implements river.JobArgs.
+func (RetentionArgs) Kind() string { return "hookgate_retention" }
+
+// retentionBatch is how many receipts one retention transaction deletes.
+const retentionBatch = 1000
+
+// RetentionWorker deletes receipts past their expires_at, in batches of one
+// transaction each, with the dispatch rows of events that have no receipt
+// left; and expired idempotency records, and watermarks not moved for longer
+// than the retention.
+type RetentionWorker struct {
+	river.WorkerDefaults[RetentionArgs]
+	// Pool is the database.
+	Pool *pgxpool.Pool
+	// Retention is GATEWAY_RETENTION: watermarks idle longer are dropped.
+	Retention time.Duration
+	// Logger reports what was deleted.
+	Logger *slog.Logger
+}
+
+// Work implements river.Worker.
+func (w *RetentionWorker) Work(ctx context.Context, _ *river.Job[RetentionArgs]) error {
+	n, err := DeleteExpired(ctx, w.Pool, w.Retention)
+	if n > 0 {
+		w.Logger.InfoContext(ctx, "retention deleted expired receipts", "receipts", n)
+	}
+	return err
+}
+
+// DeleteExpired runs retention once and returns how many receipts it deleted.
+func DeleteExpired(ctx context.Context, pool *pgxpool.Pool, retention time.Duration) (int, error) {
+	total := 0
+	for {
+		var n int
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, `
+				DELETE FROM hookgate_receipts WHERE (provider, scope, delivery_id) IN (
+					SELECT provider, scope, delivery_id FROM hookgate_receipts
+					WHERE expires_at < now() ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+				RETURNING provider, delivery_id`, retentionBatch)
+			if err != nil {
+				return err
+			}
+			var providers, ids []string
+			for rows.Next() {
+				var p, id string
+				if err := rows.Scan(&p, &id); err != nil {
+					rows.Close()
+					return err
+				}
+				providers, ids = append(providers, p), append(ids, id)
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			n = len(ids)
+			if n == 0 {
+				return nil
+			}
+			// An event's dispatches go with its last receipt.
+			_, err = tx.Exec(ctx, `
+				DELETE FROM hookgate_dispatches d USING unnest($1::text[], $2::text[]) AS g(provider, delivery_id)
+				WHERE d.provider = g.provider AND d.delivery_id = g.delivery_id
+				AND NOT EXISTS (SELECT 1 FROM hookgate_receipts r WHERE r.provider = g.provider AND r.delivery_id = g.delivery_id)`,
+				providers, ids)
+			return err
+		})
+		if err != nil {
+			return total, fmt.Errorf("delete expired receipts: %w", err)
+		}
+		total += n
+		if n < retentionBatch {
+			break
+		}
+	}
+	if _, err := pool.Exec(ctx, "DELETE FROM hookgate_idempotency WHERE expires_at < now()"); err != nil {
+		return total, fmt.Errorf("delete expired idempotency keys: %w", err)
+	}
+	if _, err := pool.Exec(ctx, "DELETE FROM hookgate_watermarks WHERE updated_at < now() - make_interval(secs => $1)", retention.Seconds()); err != nil {
+		return total, fmt.Errorf("delete idle watermarks: %w", err)
+	}
+	return total, nil
+}
+
+// ReconcileArgs are the periodic job that records on dispatch rows what River
+// decided without the worker: a job cancelled by an operator (River UI) or
+// discarded by River's rescuer.
+type ReconcileArgs struct{}
+
+// Kind implements river.JobArgs.
+func (ReconcileArgs) Kind() string { return "hookgate_reconcile" }
+
+// ReconcileWorker works ReconcileArgs.
+type ReconcileWorker struct {
+	river.WorkerDefaults[ReconcileArgs]
+	// Pool is the database.
+	Pool *pgxpool.Pool
+}
+
+// Work implements river.Worker. River keeps cancelled jobs for a day, so a
+// minutely run records the outcome long before the job is gone.
+func (w *ReconcileWorker) Work(ctx context.Context, _ *river.Job[ReconcileArgs]) error {
+	_, err := w.Pool.Exec(ctx, `
+		UPDATE hookgate_dispatches d
+		SET state = j.state::text, updated_at = now(),
+			last_error = coalesce(d.last_error, 'River job ' || j.state::text)
+		FROM river_job j
+		WHERE j.id = d.job_id AND d.state IN ('pending', 'running', 'retrying')
+		AND j.state IN ('cancelled', 'discarded')`)
+	if err != nil {
+		return fmt.Errorf("reconcile dispatches: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,298 @@
+package jobs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/hookgate/hookgate/internal/deliveries"
+)
+
+// ErrUnknownRoute means a replay named a route that is not configured or does
+// not match the delivery's event.
+var ErrUnknownRoute = errors.New("unknown route")
+
+// ReplayRequest says what to re-dispatch.
+type ReplayRequest struct {
+	// Routes limits the replay to these routes; empty: every matching route.
+	Routes []string
+	// Force re-dispatches routes whose latest dispatch succeeded or was
+	// superseded, and routes never dispatched; without it only routes whose
+	// latest dispatch ended discarded or cancelled are re-dispatched. A route
+	// whose latest dispatch is still in progress is never re-dispatched.
+	Force bool
+}
+
+// inProgress are the live states a replay leaves alone.
+var inProgress = map[string]bool{StatePending: true, StateRunning: true, StateRetrying: true}
+
+// RedispatchTx creates, in tx, a new generation of the dispatch of each route
+// the request selects, with its River job. Routes are those that match the
+// event under the current route table.
+func (e *Enqueuer) RedispatchTx(ctx context.Context, tx pgx.Tx, provider, deliveryID string, req ReplayRequest) ([]Created, error) {
+	var event string
+	err := tx.QueryRow(ctx, `SELECT event FROM hookgate_receipts WHERE provider = $1 AND delivery_id = $2
+		ORDER BY received_at, scope LIMIT 1`, provider, deliveryID).Scan(&event)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, deliveries.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read delivery: %w", err)
+	}
+	matching := e.Routes.Matching(provider, event)
+	routes := matching
+	if len(req.Routes) > 0 {
+		routes = nil
+		for _, r := range req.Routes {
+			if !slices.Contains(matching, r) {
+				return nil, fmt.Errorf("%w: %q is not a configured route matching %s:%s", ErrUnknownRoute, r, provider, event)
+			}
+			if !slices.Contains(routes, r) {
+				routes = append(routes, r)
+			}
+		}
+	}
+	if len(routes) == 0 {
+		return []Created{}, nil
+	}
+
+	rows, err := tx.Query(ctx, `
+		SELECT DISTINCT ON (d.route) d.route, d.generation, `+deliveries.StateSQL+`
+		FROM hookgate_dispatches d LEFT JOIN river_job j ON j.id = d.job_id
+		WHERE d.provider = $1 AND d.delivery_id = $2 AND d.route = ANY($3)
+		ORDER BY d.route, d.generation DESC`, provider, deliveryID, routes)
+	if err != nil {
+		return nil, fmt.Errorf("read dispatches: %w", err)
+	}
+	type latest struct {
+		generation int
+		state      string
+	}
+	last := map[string]latest{}
+	for rows.Next() {
+		var route string
+		var l latest
+		if err := rows.Scan(&route, &l.generation, &l.state); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read dispatches: %w", err)
+		}
+		last[route] = l
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read dispatches: %w", err)
+	}
+
+	var want []Created
+	for _, r := range routes {
+		l, ok := last[r]
+		switch {
+		case ok && inProgress[l.state]:
+		case ok && (l.state == StateDiscarded || l.state == StateCancelled), req.Force:
+			want = append(want, Created{Route: r, Generation: l.generation + 1})
+		}
+	}
+	if len(want) == 0 {
+		return []Created{}, nil
+	}
+	// A concurrent replay that created the same generation first wins the
+	// primary key; this one then creates nothing for that route.
+	return e.insertTx(ctx, tx, provider, deliveryID, want)
+}
+
+// Replay is one entry of the replay log.
+type Replay struct {
+	ReplayID   string          `json:"replay_id"`
+	Actor      string          `json:"actor"`
+	CreatedAt  time.Time       `json:"created_at"`
+	Filter     json.RawMessage `json:"filter"`
+	Force      bool            `json:"force"`
+	Reason     *string         `json:"reason"`
+	Deliveries int             `json:"deliveries"`
+	Dispatches int             `json:"dispatches"`
+	State      string          `json:"state"`
+}
+
+func newReplayID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return "rpl_" + hex.EncodeToString(b)
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// ReplayOneTx re-dispatches one delivery and logs the replay, in tx.
+func (e *Enqueuer) ReplayOneTx(ctx context.Context, tx pgx.Tx, actor, provider, deliveryID string, req ReplayRequest, reason string) (string, []Created, error) {
+	created, err := e.RedispatchTx(ctx, tx, provider, deliveryID, req)
+	if err != nil {
+		return "", nil, err
+	}
+	id := newReplayID()
+	filter, _ := json.Marshal(map[string]any{"provider": provider, "delivery_id": deliveryID, "routes": req.Routes})
+	_, err = tx.Exec(ctx, `
+		INSERT INTO hookgate_replays (replay_id, actor, filter, force, reason, deliveries, dispatches, state)
+		VALUES ($1, $2, $3, $4, $5, 1, $6, 'done')`, id, actor, filter, req.Force, nullable(reason), len(created))
+	if err != nil {
+		return "", nil, fmt.Errorf("log replay: %w", err)
+	}
+	return id, created, nil
+}
+
+// ReplayBatchArgs are a bulk replay's job: it re-dispatches the next batch of
+// the replay's deliveries and enqueues the next job, until none are left.
+type ReplayBatchArgs struct {
+	ReplayID string `json:"replay_id"`
+}
+
+// Kind implements river.JobArgs.
+func (ReplayBatchArgs) Kind() string { return "hookgate_replay_batch" }
+
+// replayBatchSize is how many deliveries one bulk replay transaction handles.
+const replayBatchSize = 200
+
+// BulkReplayTx logs a bulk replay of every delivery matching f and enqueues its
+// first batch, in tx; the work runs in the background. It returns the replay's
+// id and how many deliveries matched. The set is fixed at the time of the
+// request: deliveries received later are not replayed.
+func (e *Enqueuer) BulkReplayTx(ctx context.Context, tx pgx.Tx, actor string, f deliveries.Filter, force bool, reason string, now time.Time) (string, int, error) {
+	if f.Until == nil || f.Until.After(now) {
+		f.Until = &now
+	}
+	matched, err := deliveries.Count(ctx, tx, f)
+	if err != nil {
+		return "", 0, err
+	}
+	id := newReplayID()
+	filter, _ := json.Marshal(f)
+	state := "running"
+	if matched == 0 {
+		state = "done"
+	}
+	_, err = tx.Exec(ctx, `
+		INSERT INTO hookgate_replays (replay_id, actor, filter, force, reason, deliveries, state)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`, id, actor, filter, force, nullable(reason), matched, state)
+	if err != nil {
+		return "", 0, fmt.Errorf("log replay: %w", err)
+	}
+	if matched > 0 {
+		if _, err := e.Client.InsertTx(ctx, tx, ReplayBatchArgs{ReplayID: id}, nil); err != nil {
+			return "", 0, fmt.Errorf("enqueue replay: %w", err)
+		}
+	}
+	return id, matched, nil
+}
+
+// ReplayBatchWorker works bulk replays, one batch per job and transaction, so a
+// replay of any size holds neither a request nor a long transaction.
+type ReplayBatchWorker struct {
+	river.WorkerDefaults[ReplayBatchArgs]
+	// Pool is the database.
+	Pool *pgxpool.Pool
+	// Enqueuer creates the dispatches.
+	Enqueuer *Enqueuer
+}
+
+// Work implements river.Worker.
+func (w *ReplayBatchWorker) Work(ctx context.Context, job *river.Job[ReplayBatchArgs]) error {
+	tx, err := w.Pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+
+	var filterJSON, cursorJSON []byte
+	var force bool
+	var state string
+	err = tx.QueryRow(ctx, `SELECT filter, cursor, force, state FROM hookgate_replays WHERE replay_id = $1 FOR UPDATE`,
+		job.Args.ReplayID).Scan(&filterJSON, &cursorJSON, &force, &state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return river.JobCancel(fmt.Errorf("replay %s not found", job.Args.ReplayID))
+	}
+	if err != nil {
+		return fmt.Errorf("read replay: %w", err)
+	}
+	if state == "done" {
+		return w.complete(ctx, tx, job)
+	}
+	var f deliveries.Filter
+	if err := json.Unmarshal(filterJSON, &f); err != nil {
+		return river.JobCancel(fmt.Errorf("replay filter: %w", err))
+	}
+	var after *deliveries.Cursor
+	if len(cursorJSON) > 0 && string(cursorJSON) != "null" {
+		after = &deliveries.Cursor{}
+		if err := json.Unmarshal(cursorJSON, after); err != nil {
+			return river.JobCancel(fmt.Errorf("replay cursor: %w", err))
+		}
+	}
+	items, next, err := deliveries.List(ctx, tx, f, replayBatchSize, after)
+	if err != nil {
+		return err
+	}
+	dispatched := 0
+	for _, it := range items {
+		created, err := w.Enqueuer.RedispatchTx(ctx, tx, it.Provider, it.DeliveryID, ReplayRequest{Force: force})
+		if errors.Is(err, deliveries.ErrNotFound) {
+			continue // expired since the batch was read
+		}
+		if err != nil {
+			return err
+		}
+		dispatched += len(created)
+	}
+	state = "running"
+	if next == nil {
+		state = "done"
+	}
+	_, err = tx.Exec(ctx, `UPDATE hookgate_replays SET cursor = $2, dispatches = dispatches + $3, state = $4 WHERE replay_id = $1`,
+		job.Args.ReplayID, next, dispatched, state)
+	if err != nil {
+		return fmt.Errorf("update replay: %w", err)
+	}
+	if next != nil {
+		if _, err := w.Enqueuer.Client.InsertTx(ctx, tx, ReplayBatchArgs{ReplayID: job.Args.ReplayID}, nil); err != nil {
+			return fmt.Errorf("enqueue next batch: %w", err)
+		}
+	}
+	return w.complete(ctx, tx, job)
+}
+
+func (w *ReplayBatchWorker) complete(ctx context.Context, tx pgx.Tx, job *river.Job[ReplayBatchArgs]) error {
+	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
+		return fmt.Errorf("complete job: %w", err)
+	}
+	return tx.Commit(ctx)
+}
+
+// ListReplays returns the newest replays first.
+func ListReplays(ctx context.Context, db deliveries.DB, limit int) ([]Replay, error) {
+	rows, err := db.Query(ctx, `
+		SELECT replay_id, actor, created_at, filter, force, reason, deliveries, dispatches, state
+		FROM hookgate_replays ORDER BY created_at DESC, replay_id DESC LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list replays: %w", err)
+	}
+	replays, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Replay, error) {
+		var r Replay
+		err := row.Scan(&r.ReplayID, &r.Actor, &r.CreatedAt, &r.Filter, &r.Force, &r.Reason, &r.Deliveries, &r.Dispatches, &r.State)
+		return r, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list replays: %w", err)
+	}
+	return replays, nil
+}

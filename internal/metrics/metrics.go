@@ -1,0 +1,131 @@
+// Package metrics holds hookgate's Prometheus metrics (client_golang) and the
+// /metrics handler: ingest outcomes and ack latency, deliveries accepted with a
+// non-primary secret, dispatch outcomes and receipt-to-success latency, the
+// River queue's depth, and Go's runtime and process metrics.
+//
+// A nil *Metrics records nothing, so code under test needs none.
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics records hookgate's metrics into its own registry.
+type Metrics struct {
+	registry   *prometheus.Registry
+	ingest     *prometheus.CounterVec
+	secondary  *prometheus.CounterVec
+	ack        *prometheus.HistogramVec
+	dispatches *prometheus.CounterVec
+	toSuccess  *prometheus.HistogramVec
+}
+
+// New returns metrics registered in a new registry; pool, when not nil, is
+// queried for the queue depth at each scrape.
+func New(pool *pgxpool.Pool) *Metrics {
+	m := &Metrics{
+		registry: prometheus.NewRegistry(),
+		ingest: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hookgate_ingest_requests_total",
+			Help: "Ingest requests by provider and outcome (accepted, duplicate, or the error code).",
+		}, []string{"provider", "outcome"}),
+		secondary: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hookgate_ingest_secondary_secret_total",
+			Help: "Deliveries verified by a secret other than the first configured one: a rotation in progress.",
+		}, []string{"provider"}),
+		ack: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "hookgate_ingest_ack_seconds",
+			Help:    "Time from request to answer for ingest requests that were verified.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"provider"}),
+		dispatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hookgate_dispatches_total",
+			Help: "Dispatches that reached a final state, by route and state.",
+		}, []string{"route", "state"}),
+		toSuccess: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "hookgate_receipt_to_success_seconds",
+			Help:    "Time from a delivery's first receipt to its dispatch's success, by route.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 3600},
+		}, []string{"route"}),
+	}
+	m.registry.MustRegister(m.ingest, m.secondary, m.ack, m.dispatches, m.toSuccess,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if pool != nil {
+		m.registry.MustRegister(&queueCollector{pool: pool, desc: prometheus.NewDesc(
+			"hookgate_queue_depth", "River jobs waiting or running, by state.", []string{"state"}, nil)})
+	}
+	return m
+}
+
+// Handler serves the registry in Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+}
+
+// Ingest records an answered ingest request. secretIndex is the matched
+// secret's index, or -1 when none matched; took is only observed for
+// verified requests.
+func (m *Metrics) Ingest(provider, outcome string, secretIndex int, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.ingest.WithLabelValues(provider, outcome).Inc()
+	if secretIndex > 0 {
+		m.secondary.WithLabelValues(provider).Inc()
+	}
+	if secretIndex >= 0 {
+		m.ack.WithLabelValues(provider).Observe(took.Seconds())
+	}
+}
+
+// Dispatch records a dispatch's final state; for a success, receivedAt is its
+// delivery's first receipt time.
+func (m *Metrics) Dispatch(route, state string, receivedAt time.Time) {
+	if m == nil {
+		return
+	}
+	m.dispatches.WithLabelValues(route, state).Inc()
+	if state == "succeeded" && !receivedAt.IsZero() {
+		m.toSuccess.WithLabelValues(route).Observe(time.Since(receivedAt).Seconds())
+	}
+}
+
+// queueCollector reads River's queue depth at scrape time.
+type queueCollector struct {
+	pool *pgxpool.Pool
+	desc *prometheus.Desc
+}
+
+func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	counts := map[string]float64{"available": 0, "scheduled": 0, "retryable": 0, "running": 0}
+	rows, err := c.pool.Query(ctx, `SELECT state::text, count(*) FROM river_job
+		WHERE state IN ('available', 'scheduled', 'retryable', 'running') GROUP BY state`)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.desc, err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var state string
+		var n int64
+		if err := rows.Scan(&state, &n); err != nil {
+			ch <- prometheus.NewInvalidMetric(c.desc, err)
+			return
+		}
+		counts[state] = float64(n)
+	}
+	for state, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, n, state)
+	}
+}

@@ -1,0 +1,161 @@
+// Package rejections keeps the newest 1,000 rejected ingest requests for
+// operators: when, which provider, the status and reason, the remote address
+// and the header names. Never a body, a header value or a secret.
+//
+// Requests are recorded in memory and written at most once a second, in one
+// statement, into a ring of 1,000 rows: a flood of bad requests costs one small
+// transaction a second and never grows the database.
+package rejections
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Keep is how many rejections are kept.
+const Keep = 1000
+
+// Rejection is one rejected ingest request.
+type Rejection struct {
+	At          time.Time `json:"at"`
+	Provider    string    `json:"provider"`
+	Status      int       `json:"status"`
+	Reason      string    `json:"reason"`
+	RemoteAddr  string    `json:"remote_addr"`
+	HeaderNames []string  `json:"header_names"`
+}
+
+// FromRequest describes a rejected request: its header names only.
+func FromRequest(r *http.Request, provider string, status int, reason string, at time.Time) Rejection {
+	names := make([]string, 0, len(r.Header))
+	for name := range r.Header {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	if len(provider) > 32 {
+		provider = provider[:32]
+	}
+	return Rejection{At: at, Provider: provider, Status: status, Reason: reason, RemoteAddr: r.RemoteAddr, HeaderNames: names}
+}
+
+// Recorder buffers rejections and writes them to the ring.
+type Recorder struct {
+	// Pool is the database.
+	Pool *pgxpool.Pool
+	// Logger reports failed writes.
+	Logger *slog.Logger
+
+	mu      sync.Mutex
+	pending []Rejection
+}
+
+// Record buffers a rejection; only the newest Keep are buffered. It never blocks
+// on the database.
+func (r *Recorder) Record(rej Rejection) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.pending) >= Keep {
+		r.pending = r.pending[1:]
+	}
+	r.pending = append(r.pending, rej)
+}
+
+// Run writes buffered rejections every interval until ctx ends, then once more.
+func (r *Recorder) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			r.flushLogged(fctx)
+			return
+		case <-t.C:
+			r.flushLogged(ctx)
+		}
+	}
+}
+
+func (r *Recorder) flushLogged(ctx context.Context) {
+	if err := r.Flush(ctx); err != nil {
+		r.Logger.WarnContext(ctx, "write rejections", "error", err)
+	}
+}
+
+// Flush writes the buffered rejections into the ring. On failure they are
+// dropped: this is a diagnostic log, not a record anyone relies on.
+func (r *Recorder) Flush(ctx context.Context) error {
+	r.mu.Lock()
+	batch := r.pending
+	r.pending = nil
+	r.mu.Unlock()
+	if len(batch) == 0 {
+		return nil
+	}
+	at := make([]time.Time, len(batch))
+	provider := make([]string, len(batch))
+	status := make([]int32, len(batch))
+	reason := make([]string, len(batch))
+	remote := make([]string, len(batch))
+	headers := make([]string, len(batch)) // each a JSON array: text[][] cannot be ragged
+	for i, b := range batch {
+		at[i], provider[i], status[i], reason[i], remote[i] = b.At, b.Provider, int32(b.Status), b.Reason, b.RemoteAddr
+		headers[i] = jsonArray(b.HeaderNames)
+	}
+	_, err := r.Pool.Exec(ctx, `
+		INSERT INTO hookgate_rejections AS x (slot, seq, at, provider, status, reason, remote_addr, header_names)
+		SELECT s.seq % $7, s.seq, s.at, s.provider, s.status, s.reason, s.remote_addr,
+			ARRAY(SELECT jsonb_array_elements_text(s.headers::jsonb))
+		FROM (
+			SELECT nextval('hookgate_rejection_seq') AS seq, t.*
+			FROM unnest($1::timestamptz[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[])
+				WITH ORDINALITY AS t(at, provider, status, reason, remote_addr, headers, ord)
+			ORDER BY t.ord
+		) s
+		ON CONFLICT (slot) DO UPDATE SET seq = excluded.seq, at = excluded.at, provider = excluded.provider,
+			status = excluded.status, reason = excluded.reason, remote_addr = excluded.remote_addr,
+			header_names = excluded.header_names`,
+		at, provider, status, reason, remote, headers, Keep)
+	if err != nil {
+		return fmt.Errorf("write rejections: %w", err)
+	}
+	return nil
+}
+
+func jsonArray(ss []string) string {
+	b, _ := json.Marshal(ss)
+	return string(b)
+}
+
+// List returns the kept rejections, newest first.
+func List(ctx context.Context, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}) ([]Rejection, error) {
+	rows, err := db.Query(ctx, `
+		SELECT at, provider, status, reason, remote_addr, header_names FROM hookgate_rejections ORDER BY seq DESC`)
+	if err != nil {
+		return nil, fmt.Errorf("list rejections: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Rejection, error) {
+		var x Rejection
+		err := row.Scan(&x.At, &x.Provider, &x.Status, &x.Reason, &x.RemoteAddr, &x.HeaderNames)
+		return x, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list rejections: %w", err)
+	}
+	return list, nil
+}

@@ -1,0 +1,298 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookgate/hookgate/internal/deliveries"
+	"github.com/hookgate/hookgate/internal/idempotency"
+	"github.com/hookgate/hookgate/internal/jobs"
+	"github.com/hookgate/hookgate/internal/rejections"
+)
+
+// AdminConfig configures the operator endpoints under /admin.
+type AdminConfig struct {
+	// Token is GATEWAY_ADMIN_TOKEN; empty: every /admin path answers 404.
+	Token string
+	// Pool is the database.
+	Pool *pgxpool.Pool
+	// Enqueuer creates replays' dispatches.
+	Enqueuer *jobs.Enqueuer
+	// RiverUI is served at /admin/river/; nil: not served.
+	RiverUI http.Handler
+}
+
+// Actor is how the replay log names whoever holds a token: a short digest,
+// which tells tokens apart without revealing them.
+func Actor(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return "token:" + hex.EncodeToString(sum[:4])
+}
+
+// maxAdminBody bounds an operator request's body.
+const maxAdminBody = 64 << 10
+
+func (s *server) adminRoutes(r chi.Router) {
+	r.Use(s.adminAuth)
+	r.Get("/deliveries", s.handleListDeliveries)
+	r.Get("/deliveries/{provider}/{id}", s.handleShowDelivery)
+	r.Get("/deliveries/{provider}/{id}/body", s.handleDeliveryBody)
+	r.Post("/deliveries/{provider}/{id}/replay", s.handleReplayOne)
+	r.Post("/replays", s.handleBulkReplay)
+	r.Get("/replays", s.handleListReplays)
+	r.Get("/rejections", s.handleRejections)
+	if s.Admin.RiverUI != nil {
+		r.Handle("/river", s.Admin.RiverUI)
+		r.Handle("/river/*", s.Admin.RiverUI)
+	}
+}
+
+// adminAuth answers 404 for everything under /admin when no token is set, and
+// 401 without the right bearer token. The comparison is of SHA-256 digests in
+// constant time, so neither the token's bytes nor its length leak.
+func (s *server) adminAuth(next http.Handler) http.Handler {
+	want := sha256.Sum256([]byte(s.Admin.Token))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.Admin.Token == "" {
+			writeError(w, r, s.Logger, fmt.Errorf("%w: operator endpoints are off (GATEWAY_ADMIN_TOKEN is unset)", errNotFound))
+			return
+		}
+		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		got := sha256.Sum256([]byte(token))
+		if !ok || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="hookgate"`)
+			writeError(w, r, s.Logger, fmt.Errorf("%w: a valid Authorization: Bearer token is required", errUnauthorized))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// pathParams returns the provider and delivery id of a delivery path.
+func pathParams(r *http.Request) (string, string) {
+	provider := chi.URLParam(r, "provider")
+	id := chi.URLParam(r, "id")
+	if u, err := url.PathUnescape(id); err == nil {
+		id = u
+	}
+	return provider, id
+}
+
+type listResponse struct {
+	Deliveries []deliveries.Item `json:"deliveries"`
+	NextCursor *string           `json:"next_cursor"`
+}
+
+func (s *server) handleListDeliveries(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f, err := deliveries.FilterFromQuery(q, s.Now())
+	if err != nil {
+		writeError(w, r, s.Logger, err)
+		return
+	}
+	limit := 50
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			writeError(w, r, s.Logger, fmt.Errorf("%w: limit must be a positive integer", errBadRequest))
+			return
+		}
+		limit = min(n, deliveries.MaxLimit)
+	}
+	var after *deliveries.Cursor
+	if v := q.Get("cursor"); v != "" {
+		c, err := deliveries.DecodeCursor(v)
+		if err != nil {
+			writeError(w, r, s.Logger, err)
+			return
+		}
+		after = &c
+	}
+	items, next, err := deliveries.List(r.Context(), s.Admin.Pool, f, limit, after)
+	if err != nil {
+		writeError(w, r, s.Logger, err)
+		return
+	}
+	res := listResponse{Deliveries: items}
+	if next != nil {
+		c := next.Encode()
+		res.NextCursor = &c
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (s *server) handleShowDelivery(w http.ResponseWriter, r *http.Request) {
+	provider, id := pathParams(r)
+	d, err := deliveries.Show(r.Context(), s.Admin.Pool, provider, id)
+	if err != nil {
+		writeError(w, r, s.Logger, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, d)
+}
+
+func (s *server) handleDeliveryBody(w http.ResponseWriter, r *http.Request) {
+	provider, id := pathParams(r)
+	body, contentType, err := deliveries.Body(r.Context(), s.Admin.Pool, provider, id)
+	if err != nil {
+		writeError(w, r, s.Logger, err)
+		return
+	}
+	w.Header().Set("Content-Type", contentType)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+}
+
+// replayOneRequest is the body of a replay of one delivery.
+type replayOneRequest struct {
+	Routes []string `json:"routes"`
+	Force  bool     `json:"force"`
+	Reason string   `json:"reason"`
+}
+
+type replayOneResponse struct {
+	ReplayID   string         `json:"replay_id"`
+	Dispatches []jobs.Created `json:"dispatches"`
+}
+
+func (s *server) handleReplayOne(w http.ResponseWriter, r *http.Request) {
+	provider, id := pathParams(r)
+	var req replayOneRequest
+	s.idempotent(w, r, "replay", &req, func(ctx context.Context, tx pgx.Tx) (any, error) {
+		replayID, created, err := s.Admin.Enqueuer.ReplayOneTx(ctx, tx, Actor(s.Admin.Token), provider, id,
+			jobs.ReplayRequest{Routes: req.Routes, Force: req.Force}, req.Reason)
+		if err != nil {
+			return nil, err
+		}
+		return replayOneResponse{ReplayID: replayID, Dispatches: created}, nil
+	})
+}
+
+// bulkReplayRequest is the body of a replay by filter.
+type bulkReplayRequest struct {
+	Provider string `json:"provider"`
+	Event    string `json:"event"`
+	State    string `json:"state"`
+	Since    string `json:"since"`
+	Until    string `json:"until"`
+	Force    bool   `json:"force"`
+	Reason   string `json:"reason"`
+}
+
+type bulkReplayResponse struct {
+	ReplayID   string `json:"replay_id"`
+	Deliveries int    `json:"deliveries"`
+}
+
+func (s *server) handleBulkReplay(w http.ResponseWriter, r *http.Request) {
+	var req bulkReplayRequest
+	s.idempotent(w, r, "bulk_replay", &req, func(ctx context.Context, tx pgx.Tx) (any, error) {
+		now := s.Now()
+		q := url.Values{"provider": {req.Provider}, "event": {req.Event}, "state": {req.State}, "since": {req.Since}, "until": {req.Until}}
+		f, err := deliveries.FilterFromQuery(q, now)
+		if err != nil {
+			return nil, err
+		}
+		replayID, matched, err := s.Admin.Enqueuer.BulkReplayTx(ctx, tx, Actor(s.Admin.Token), f, req.Force, req.Reason, now)
+		if err != nil {
+			return nil, err
+		}
+		return bulkReplayResponse{ReplayID: replayID, Deliveries: matched}, nil
+	})
+}
+
+// idempotent reads a JSON body into req (empty is {}; unknown fields are
+// refused) and runs work under the request's Idempotency-Key, answering 202
+// with work's result, or the first answer again.
+func (s *server) idempotent(w http.ResponseWriter, r *http.Request, operation string, req any,
+	work func(ctx context.Context, tx pgx.Tx) (any, error),
+) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAdminBody))
+	if err != nil {
+		writeError(w, r, s.Logger, fmt.Errorf("%w: the body is larger than %d bytes", errBodyTooLarge, maxAdminBody))
+		return
+	}
+	if len(bytes.TrimSpace(body)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(req); err != nil {
+			writeError(w, r, s.Logger, fmt.Errorf("%w: the body must be a JSON object of the documented fields: %v", errBadRequest, err))
+			return
+		}
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if len(key) > idempotency.MaxKeyLen {
+		writeError(w, r, s.Logger, fmt.Errorf("%w: Idempotency-Key is longer than %d bytes", errBadRequest, idempotency.MaxKeyLen))
+		return
+	}
+	hash, err := idempotency.RequestHash(r.URL.Path, body)
+	if err != nil {
+		writeError(w, r, s.Logger, err)
+		return
+	}
+	k := idempotency.Key{Scope: Actor(s.Admin.Token), Operation: operation, Key: key}
+	resp, replayed, err := idempotency.Do(r.Context(), s.Admin.Pool, k, hash, func(ctx context.Context, tx pgx.Tx) (idempotency.Response, error) {
+		out, err := work(ctx, tx)
+		if err != nil {
+			return idempotency.Response{}, err
+		}
+		b, err := json.Marshal(out)
+		if err != nil {
+			return idempotency.Response{}, err
+		}
+		return idempotency.Response{Status: http.StatusAccepted, Body: b}, nil
+	})
+	if err != nil {
+		writeError(w, r, s.Logger, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	w.WriteHeader(resp.Status)
+	_, _ = w.Write(append(resp.Body, '\n'))
+}
+
+func (s *server) handleListReplays(w http.ResponseWriter, r *http.Request) {
+	limit := 100
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			writeError(w, r, s.Logger, fmt.Errorf("%w: limit must be a positive integer", errBadRequest))
+			return
+		}
+		limit = min(n, deliveries.MaxLimit)
+	}
+	replays, err := jobs.ListReplays(r.Context(), s.Admin.Pool, limit)
+	if err != nil {
+		writeError(w, r, s.Logger, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"replays": replays})
+}
+
+func (s *server) handleRejections(w http.ResponseWriter, r *http.Request) {
+	list, err := rejections.List(r.Context(), s.Admin.Pool)
+	if err != nil {
+		writeError(w, r, s.Logger, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"rejections": list})
+}
