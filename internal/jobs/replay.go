@@ -167,8 +167,13 @@ const replayBatchSize = 200
 // BulkReplayTx logs a bulk replay of every delivery matching f and enqueues its
 // first batch, in tx; the work runs in the background. It returns the replay's
 // id and how many deliveries matched. The set is fixed at the time of the
-// request: deliveries received later are not replayed.
-func (e *Enqueuer) BulkReplayTx(ctx context.Context, tx pgx.Tx, actor string, f deliveries.Filter, force bool, reason string, now time.Time) (string, int, error) {
+// request, by the database's clock (the one receipts are stamped with):
+// deliveries received later are not replayed.
+func (e *Enqueuer) BulkReplayTx(ctx context.Context, tx pgx.Tx, actor string, f deliveries.Filter, force bool, reason string) (string, int, error) {
+	var now time.Time
+	if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+		return "", 0, fmt.Errorf("read clock: %w", err)
+	}
 	if f.Until == nil || f.Until.After(now) {
 		f.Until = &now
 	}

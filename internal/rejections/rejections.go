@@ -136,6 +136,9 @@ func (r *Recorder) Flush(ctx context.Context) error {
 }
 
 func jsonArray(ss []string) string {
+	if ss == nil {
+		ss = []string{}
+	}
 	b, _ := json.Marshal(ss)
 	return string(b)
 }

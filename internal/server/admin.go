@@ -203,13 +203,12 @@ type bulkReplayResponse struct {
 func (s *server) handleBulkReplay(w http.ResponseWriter, r *http.Request) {
 	var req bulkReplayRequest
 	s.idempotent(w, r, "bulk_replay", &req, func(ctx context.Context, tx pgx.Tx) (any, error) {
-		now := s.Now()
 		q := url.Values{"provider": {req.Provider}, "event": {req.Event}, "state": {req.State}, "since": {req.Since}, "until": {req.Until}}
-		f, err := deliveries.FilterFromQuery(q, now)
+		f, err := deliveries.FilterFromQuery(q, s.Now())
 		if err != nil {
 			return nil, err
 		}
-		replayID, matched, err := s.Admin.Enqueuer.BulkReplayTx(ctx, tx, Actor(s.Admin.Token), f, req.Force, req.Reason, now)
+		replayID, matched, err := s.Admin.Enqueuer.BulkReplayTx(ctx, tx, Actor(s.Admin.Token), f, req.Force, req.Reason)
 		if err != nil {
 			return nil, err
 		}
