@@ -4,6 +4,7 @@
 //
 //	gateway [serve]   run the gateway (the default)
 //	gateway migrate   apply pending migrations and exit
+//	gateway deliveries list|show, replay, send: the operator's commands
 //
 // Configuration is read from the environment; see the README.
 package main
@@ -24,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"riverqueue.com/riverui"
 
+	"github.com/hookgate/hookgate/internal/cli"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/jobs"
@@ -41,15 +43,21 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "gateway:", err)
-		os.Exit(1)
+		code := cli.ExitFailed
+		var exit *cli.ExitError
+		if errors.As(err, &exit) {
+			code = exit.Code
+		}
+		stop()
+		os.Exit(code)
 	}
 }
 
-const usage = `usage: gateway [serve | migrate]
+const usage = `usage: gateway [command]
 
   serve     run the gateway (the default)
   migrate   apply pending migrations (River's and hookgate's) and exit
-
+` + cli.Usage + `
 Configuration is read from the environment; see README.md.
 `
 
@@ -64,13 +72,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		command = args[0]
 	}
 	switch command {
-	case "serve", "migrate":
+	case "serve", "migrate", "deliveries", "replay", "send":
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	default:
 		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("unknown command %q", command)
+		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("unknown command %q", command)}
 	}
 
 	cfg, err := config.Load()
@@ -79,7 +87,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 
-	pool, closeDB, err := openDatabase(ctx, cfg, logger)
+	if command != "serve" && command != "migrate" {
+		quiet := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		return cli.Run(ctx, cli.Env{
+			Config: cfg,
+			Open: func(ctx context.Context) (*pgxpool.Pool, func(), error) {
+				return openDatabase(ctx, cfg, quiet, true)
+			},
+			Stdout: stdout,
+			Stderr: stderr,
+		}, args)
+	}
+
+	pool, closeDB, err := openDatabase(ctx, cfg, logger, false)
 	if err != nil {
 		return err
 	}
@@ -94,11 +114,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return serve(ctx, cfg, pool, logger)
 }
 
-// openDatabase connects to DATABASE_URL, or starts the private PostgreSQL.
-// The returned func closes the pool and stops the private server.
-func openDatabase(ctx context.Context, cfg config.Config, logger *slog.Logger) (*pgxpool.Pool, func(), error) {
+// openDatabase connects to DATABASE_URL, or starts the private PostgreSQL;
+// shared, it first looks for the private server a running gateway started.
+// The returned func closes the pool and stops a private server it started.
+func openDatabase(ctx context.Context, cfg config.Config, logger *slog.Logger, shared bool) (*pgxpool.Pool, func(), error) {
 	url := cfg.DatabaseURL.Value()
 	var embedded *pgembed.Server
+	if url == "" && shared {
+		url, _ = pgembed.Running(ctx, cfg.DataDir, "")
+	}
 	if url == "" {
 		var err error
 		embedded, err = pgembed.Start(ctx, pgembed.Options{Dir: cfg.DataDir})

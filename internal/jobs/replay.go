@@ -142,7 +142,11 @@ func (e *Enqueuer) ReplayOneTx(ctx context.Context, tx pgx.Tx, actor, provider, 
 		return "", nil, err
 	}
 	id := newReplayID()
-	filter, _ := json.Marshal(map[string]any{"provider": provider, "delivery_id": deliveryID, "routes": req.Routes})
+	routes := req.Routes
+	if routes == nil {
+		routes = []string{}
+	}
+	filter, _ := json.Marshal(map[string]any{"provider": provider, "delivery_id": deliveryID, "routes": routes})
 	_, err = tx.Exec(ctx, `
 		INSERT INTO hookgate_replays (replay_id, actor, filter, force, reason, deliveries, dispatches, state)
 		VALUES ($1, $2, $3, $4, $5, 1, $6, 'done')`, id, actor, filter, req.Force, nullable(reason), len(created))

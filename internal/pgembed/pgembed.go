@@ -276,3 +276,32 @@ func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
+
+// Running returns the URL of the private server already running in dir (a
+// gateway started it), read from its postmaster.pid, when it answers.
+func Running(ctx context.Context, dir, database string) (string, bool) {
+	if database == "" {
+		database = "hookgate"
+	}
+	pid, err := os.ReadFile(filepath.Join(dir, "pgdata", "postmaster.pid"))
+	if err != nil {
+		return "", false
+	}
+	lines := strings.Split(string(pid), "\n")
+	if len(lines) < 4 {
+		return "", false
+	}
+	port, err := strconv.Atoi(strings.TrimSpace(lines[3]))
+	if err != nil {
+		return "", false
+	}
+	url := fmt.Sprintf("postgres://hookgate@127.0.0.1:%d/%s?sslmode=disable", port, database)
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, url)
+	if err != nil {
+		return "", false
+	}
+	conn.Close(cctx)
+	return url, true
+}
