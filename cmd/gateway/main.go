@@ -99,7 +99,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}, args)
 	}
 
-	pool, closeDB, err := openDatabase(ctx, cfg, logger, false)
+	// serve owns the private server; migrate may use the one a gateway runs.
+	pool, closeDB, err := openDatabase(ctx, cfg, logger, command == "migrate")
 	if err != nil {
 		return err
 	}
