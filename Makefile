@@ -2,7 +2,7 @@
 
 GO ?= go
 
-.PHONY: run test build migrate postgres
+.PHONY: run test faults build migrate postgres
 
 ## run: install PostgreSQL when missing, then run the gateway on a private PostgreSQL under ./.data
 run: postgres
@@ -12,6 +12,10 @@ run: postgres
 test: postgres
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
+
+## faults: the fault test at length: kill -9, a PostgreSQL restart, two gateways, bad input; prints its figures
+faults: postgres
+	HOOKGATE_FAULTS_DURATION=$${HOOKGATE_FAULTS_DURATION:-3m} $(GO) test -count=1 -v -timeout 60m -run TestFaults ./internal/faults/
 
 ## build: a static binary at ./gateway
 build:

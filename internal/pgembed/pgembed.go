@@ -40,6 +40,8 @@ type Options struct {
 	// Ephemeral turns off fsync and synchronous commit: for tests only, where a
 	// crash of the machine may lose the data.
 	Ephemeral bool
+	// Port is the port to listen on. Zero: a free port, chosen at each start.
+	Port int
 }
 
 // Server is a running private PostgreSQL.
@@ -94,10 +96,12 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		}
 	}
 
-	port, err := freePort()
-	if err != nil {
-		logFile.Close()
-		return nil, err
+	port := opts.Port
+	if port == 0 {
+		if port, err = freePort(); err != nil {
+			logFile.Close()
+			return nil, err
+		}
 	}
 	args := []string{"-D", pgdata,
 		"-c", "listen_addresses=127.0.0.1",
