@@ -47,8 +47,8 @@ func (g GitHub) Parse(h http.Header, body []byte, _ time.Time) (Delivery, error)
 		return Delivery{}, err
 	}
 	scope := strings.TrimSpace(h.Get("X-GitHub-Hook-ID"))
-	if len(scope) > maxIDLen {
-		return Delivery{}, fmt.Errorf("%w: X-GitHub-Hook-ID is longer than %d bytes", ErrMissingHeader, maxIDLen)
+	if len(scope) > maxIDLen || !printable(scope) {
+		return Delivery{}, fmt.Errorf("%w: X-GitHub-Hook-ID must be printable text of at most %d bytes", ErrMissingHeader, maxIDLen)
 	}
 
 	sig, ok := strings.CutPrefix(h.Get("X-Hub-Signature-256"), "sha256=")
@@ -80,7 +80,7 @@ func (g GitHub) Parse(h http.Header, body []byte, _ time.Time) (Delivery, error)
 		Body:        body,
 		SecretIndex: idx,
 	}
-	if p.Action != "" {
+	if p.Action != "" && len(p.Action) <= maxIDLen && printable(p.Action) {
 		d.Event = event + "." + p.Action
 	}
 	d.Entity, d.EventTime = p.entity(event)
@@ -141,7 +141,7 @@ func (p githubPayload) entity(event string) (string, time.Time) {
 	case "workflow_run":
 		return object("workflow_run", p.WorkflowRun)
 	case "push":
-		if p.Repository == nil || p.Ref == "" || len(p.Ref) > maxIDLen {
+		if p.Repository == nil || p.Ref == "" || len(p.Ref) > maxIDLen || !printable(p.Ref) {
 			return "", time.Time{}
 		}
 		id := idText(p.Repository.ID)

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Errors returned by adapters, besides package verify's signature errors.
@@ -77,19 +78,34 @@ func mediaType(contentType string) string {
 	return mt
 }
 
-// keptHeaders copies the named headers that are present.
+// keptHeaders copies the named headers that are present and printable.
 func keptHeaders(h http.Header, names ...string) map[string]string {
 	kept := make(map[string]string, len(names))
 	for _, name := range names {
-		if v := h.Get(name); v != "" {
+		if v := h.Get(name); v != "" && printable(v) {
 			kept[name] = v
 		}
 	}
 	return kept
 }
 
+// printable reports whether s is valid UTF-8 without control characters: what
+// ids, names and kept headers must be to be stored as text (PostgreSQL refuses
+// invalid UTF-8 and NUL) and shown to operators.
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
 // requireHeader returns a header's value, or ErrMissingHeader when it is
-// empty or too long to be real.
+// empty, too long to be real, or not printable text.
 func requireHeader(h http.Header, name string) (string, error) {
 	v := strings.TrimSpace(h.Get(name))
 	if v == "" {
@@ -97,6 +113,9 @@ func requireHeader(h http.Header, name string) (string, error) {
 	}
 	if len(v) > maxIDLen {
 		return "", fmt.Errorf("%w: %s is longer than %d bytes", ErrMissingHeader, name, maxIDLen)
+	}
+	if !printable(v) {
+		return "", fmt.Errorf("%w: %s must be printable UTF-8 text", ErrMissingHeader, name)
 	}
 	return v, nil
 }
@@ -134,7 +153,7 @@ func idText(raw json.RawMessage) string {
 			return ""
 		}
 	}
-	if s == "" || len(s) > maxIDLen {
+	if s == "" || len(s) > maxIDLen || !printable(s) {
 		return ""
 	}
 	return s

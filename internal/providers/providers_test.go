@@ -65,6 +65,8 @@ func TestGitHubParse(t *testing.T) {
 		{"no content type", prBody, githubHeader(prBody, "pull_request", func(h http.Header) { h.Del("Content-Type") }), providers.ErrUnsupportedMediaType, "", "", ""},
 		{"no delivery id", prBody, githubHeader(prBody, "pull_request", func(h http.Header) { h.Del("X-GitHub-Delivery") }), providers.ErrMissingHeader, "", "", ""},
 		{"no event", prBody, githubHeader(prBody, "pull_request", func(h http.Header) { h.Del("X-GitHub-Event") }), providers.ErrMissingHeader, "", "", ""},
+		{"delivery id not UTF-8", prBody, githubHeader(prBody, "pull_request", func(h http.Header) { h.Set("X-GitHub-Delivery", "\xba") }), providers.ErrMissingHeader, "", "", ""},
+		{"hook id with a control character", prBody, githubHeader(prBody, "pull_request", func(h http.Header) { h.Set("X-GitHub-Hook-ID", "1\x00") }), providers.ErrMissingHeader, "", "", ""},
 		{"missing header beats bad signature", prBody, githubHeader(prBody, "pull_request", func(h http.Header) {
 			h.Del("X-GitHub-Event")
 			h.Set("X-Hub-Signature-256", "sha256=00")
@@ -184,7 +186,7 @@ func TestStripeParse(t *testing.T) {
 			h.Set("Stripe-Signature", verify.SignTimestamped(stripeSecret, now.Add(-time.Hour), body))
 		}), verify.ErrTimestampOutOfTolerance},
 	}
-	for _, c := range []string{`{"type":"x"}`, `{"id":"evt_2"}`, `{"id":5,"type":"x"}`, `"evt"`, `{"id":"evt_3","type":"x"`} {
+	for _, c := range []string{`{"type":"x"}`, `{"id":"evt_2"}`, `{"id":5,"type":"x"}`, `"evt"`, `{"id":"evt_3","type":"x"`, `{"id":"evt_\u0000","type":"x"}`} {
 		b, h := signed(c)
 		errCases = append(errCases, struct {
 			name    string

@@ -43,11 +43,11 @@ func (s Stripe) Parse(h http.Header, body []byte, now time.Time) (Delivery, erro
 	if err := decodeObject(body, &p); err != nil {
 		return Delivery{}, err
 	}
-	if p.ID == "" || len(p.ID) > maxIDLen {
-		return Delivery{}, fmt.Errorf("%w: the payload's id must be a non-empty string of at most %d bytes", ErrBadPayload, maxIDLen)
+	if p.ID == "" || len(p.ID) > maxIDLen || !printable(p.ID) {
+		return Delivery{}, fmt.Errorf("%w: the payload's id must be a non-empty printable string of at most %d bytes", ErrBadPayload, maxIDLen)
 	}
-	if p.Type == "" || len(p.Type) > maxIDLen {
-		return Delivery{}, fmt.Errorf("%w: the payload's type must be a non-empty string of at most %d bytes", ErrBadPayload, maxIDLen)
+	if p.Type == "" || len(p.Type) > maxIDLen || !printable(p.Type) {
+		return Delivery{}, fmt.Errorf("%w: the payload's type must be a non-empty printable string of at most %d bytes", ErrBadPayload, maxIDLen)
 	}
 	d := Delivery{
 		Provider:    "stripe",

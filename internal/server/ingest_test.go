@@ -46,7 +46,7 @@ type setupOpts struct {
 	pool     *pgxpool.Pool // the ingester's pool, when not the test database's
 }
 
-func setup(t *testing.T, opts setupOpts) *testBundle {
+func setup(t testing.TB, opts setupOpts) *testBundle {
 	t.Helper()
 	pool := dbtest.NewPool(t)
 	logger := slog.New(slog.DiscardHandler)
@@ -87,7 +87,7 @@ type response struct {
 	body   map[string]any
 }
 
-func (b *testBundle) do(t *testing.T, req *http.Request) response {
+func (b *testBundle) do(t testing.TB, req *http.Request) response {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	b.handler.ServeHTTP(rec, req)
@@ -101,7 +101,7 @@ func (b *testBundle) do(t *testing.T, req *http.Request) response {
 	return res
 }
 
-func (b *testBundle) count(t *testing.T, sql string, args ...any) int {
+func (b *testBundle) count(t testing.TB, sql string, args ...any) int {
 	t.Helper()
 	var n int
 	if err := b.pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {

@@ -1,0 +1,72 @@
+package server_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/hookgate/hookgate/internal/verify"
+)
+
+// FuzzIngest throws random headers and bodies at the whole ingest handler, on
+// a real database: it never panics, never answers 5xx while the database is
+// up, always answers the contract's JSON, and never stores a receipt for a
+// request without a valid signature. The seeds run in every go test.
+func FuzzIngest(f *testing.F) {
+	b := setup(f, setupOpts{})
+	f.Add(uint8(0), "application/json", "push", "d-1", uint8(0), "", []byte(`{"ref":"refs/heads/main","repository":{"id":1,"pushed_at":1}}`))
+	f.Add(uint8(0), "application/x-www-form-urlencoded", "ping", "d-2", uint8(0), "", []byte(`payload=%7B%22zen%22%3A1%7D`))
+	f.Add(uint8(0), "application/json", "pull_request", "d-3", uint8(1), "sha256=00", []byte(`{"action":"opened"}`))
+	f.Add(uint8(0), "text/plain", "push", "d-4", uint8(2), "", []byte(`{}`))
+	f.Add(uint8(0), "application/json", "", "", uint8(0), "", []byte(`{}`))
+	f.Add(uint8(0), "application/json", "push", "d-5", uint8(0), "", []byte(`[1,2,3]`))
+	f.Add(uint8(0), "application/json", "push", "d-6", uint8(0), "", []byte("\xff\xfe{"))
+	f.Add(uint8(1), "application/json", "", "", uint8(0), "", []byte(`{"id":"evt_1","type":"invoice.paid","data":{"object":{"id":"in_1"}},"created":1}`))
+	f.Add(uint8(1), "application/json; charset=utf-8", "", "", uint8(1), "t=1,v1=zz,v0=00", []byte(`{"id":"evt_2","type":"x"}`))
+	f.Add(uint8(1), "application/json", "", "", uint8(0), "", []byte(`{"id":5,"type":["x"]}`))
+	f.Add(uint8(2), "application/json", "push", "d-7", uint8(0), "", []byte(`{}`))
+	f.Add(uint8(0), "application/json", "push", "d-8", uint8(0), "", bytes.Repeat([]byte("a"), maxBody+1))
+
+	f.Fuzz(func(t *testing.T, provider uint8, contentType, event, id string, signMode uint8, sig string, body []byte) {
+		path := []string{"/webhooks/github", "/webhooks/stripe", "/webhooks/other"}[provider%3]
+		req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
+		req.Header.Set("Content-Type", contentType)
+		req.Header.Set("X-GitHub-Event", event)
+		req.Header.Set("X-GitHub-Delivery", id)
+		valid := signMode%3 == 0
+		switch {
+		case valid && provider%3 == 0:
+			req.Header.Set("X-Hub-Signature-256", verify.SignGitHub(ghSecret, body))
+		case valid && provider%3 == 1:
+			req.Header.Set("Stripe-Signature", verify.SignTimestamped(stripeSecret, now, body))
+		case signMode%3 == 1:
+			req.Header.Set("X-Hub-Signature-256", sig)
+			req.Header.Set("Stripe-Signature", sig)
+		}
+		before := b.count(t, "SELECT count(*) FROM hookgate_receipts")
+		rec := httptest.NewRecorder()
+		b.handler.ServeHTTP(rec, req)
+		after := b.count(t, "SELECT count(*) FROM hookgate_receipts")
+
+		if rec.Code >= 500 {
+			t.Fatalf("%d while the database is up: %s", rec.Code, rec.Body)
+		}
+		var answer map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &answer); err != nil {
+			t.Fatalf("answer is not JSON: %q", rec.Body)
+		}
+		if rec.Code >= 400 && (answer["error"] == nil || answer["message"] == nil) {
+			t.Fatalf("error answer without error and message: %s", rec.Body)
+		}
+		switch {
+		case !valid && after != before:
+			t.Fatalf("a receipt was stored for a request without a valid signature (%d)", rec.Code)
+		case rec.Code == http.StatusAccepted && after != before+1:
+			t.Fatalf("202 but %d receipts stored", after-before)
+		case rec.Code != http.StatusAccepted && after != before:
+			t.Fatalf("%d but a receipt was stored", rec.Code)
+		}
+	})
+}
