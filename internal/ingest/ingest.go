@@ -1,14 +1,23 @@
-// Package ingest makes the delivery decision: one transaction that inserts a
-// verified delivery's receipt and, when it is new, the dispatches and River
-// jobs it implies, then commits. A caller may answer the sender only after
+// Package ingest makes the delivery decision: one transaction that inserts
+// verified deliveries' receipts and, for the new ones, the dispatches and River
+// jobs they imply, then commits. A caller may answer a sender only after
 // Accept returns without error: by then everything the answer promises is
 // durable.
+//
+// Concurrent deliveries share commits. Each commit costs a disk flush, so one
+// commit per request caps the gateway at the disk's flush rate; instead,
+// requests that arrive while a commit is in flight join the next batch, and
+// each is answered, with its own outcome, once its batch has committed. A
+// request that finds a committer free is committed at once, alone: coalescing
+// adds no wait when there is nothing to coalesce.
 package ingest
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -41,6 +50,22 @@ type Result struct {
 	Routes int
 }
 
+// Outcome is one delivery's result in a batch: a Result, or receipts.ErrConflict.
+type Outcome struct {
+	Result Result
+	Err    error
+}
+
+// Defaults of the batching.
+const (
+	// DefaultMaxBatch bounds how many deliveries one transaction takes.
+	DefaultMaxBatch = 64
+	// DefaultCommitters bounds how many batches commit at once.
+	DefaultCommitters = 4
+	// commitTimeout bounds one batch's transaction.
+	commitTimeout = 30 * time.Second
+)
+
 // Ingester accepts verified deliveries.
 type Ingester struct {
 	// Pool is the database.
@@ -49,35 +74,129 @@ type Ingester struct {
 	Receipts *receipts.Store
 	// Enqueuer creates the dispatches.
 	Enqueuer *jobs.Enqueuer
+	// MaxBatch bounds how many deliveries one transaction takes. Defaults to 64.
+	MaxBatch int
+	// Committers bounds how many batches commit at once. Defaults to 4.
+	Committers int
+
+	mu      sync.Mutex
+	waiting []*pending
+	active  int // committers running
 }
 
-// Accept records a verified delivery. Errors are receipts.ErrConflict (the key
+type pending struct {
+	d    providers.Delivery
+	done chan Outcome
+}
+
+// Accept records a verified delivery, in a batch with the deliveries that
+// arrive while other batches commit. Errors are receipts.ErrConflict (the key
 // is taken by another body; nothing changed) or wrap ErrUnavailable.
 func (in *Ingester) Accept(ctx context.Context, d providers.Delivery) (Result, error) {
+	committers := in.Committers
+	if committers <= 0 {
+		committers = DefaultCommitters
+	}
+	p := &pending{d: d, done: make(chan Outcome, 1)}
+	in.mu.Lock()
+	in.waiting = append(in.waiting, p)
+	start := in.active < committers
+	if start {
+		in.active++
+	}
+	in.mu.Unlock()
+	if start {
+		go in.commitLoop()
+	}
+	select {
+	case o := <-p.done:
+		return o.Result, o.Err
+	case <-ctx.Done():
+		// The sender is gone; its batch may still commit, and its retry is
+		// then a duplicate.
+		return Result{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	}
+}
+
+// commitLoop commits batches of waiting deliveries until none wait.
+func (in *Ingester) commitLoop() {
+	limit := in.MaxBatch
+	if limit <= 0 {
+		limit = DefaultMaxBatch
+	}
+	for {
+		in.mu.Lock()
+		if len(in.waiting) == 0 {
+			in.active--
+			in.mu.Unlock()
+			return
+		}
+		n := min(len(in.waiting), limit)
+		batch := in.waiting[:n:n]
+		in.waiting = in.waiting[n:]
+		in.mu.Unlock()
+
+		ds := make([]providers.Delivery, len(batch))
+		for i, p := range batch {
+			ds[i] = p.d
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+		outcomes, err := in.AcceptMany(ctx, ds)
+		cancel()
+		for i, p := range batch {
+			if err != nil {
+				p.done <- Outcome{Err: err}
+			} else {
+				p.done <- outcomes[i]
+			}
+		}
+	}
+}
+
+// AcceptMany is the delivery decision for a batch, in one transaction: insert
+// the receipts (the primary key decides new, duplicate or conflict for each),
+// create the dispatches and River jobs of the new ones, commit. A duplicate or
+// a conflict is that delivery's outcome and never fails the others; an error
+// (wrapping ErrUnavailable) means nothing of the batch was stored.
+func (in *Ingester) AcceptMany(ctx context.Context, ds []providers.Delivery) ([]Outcome, error) {
 	tx, err := in.Pool.Begin(ctx)
 	if err != nil {
-		return Result{}, fmt.Errorf("%w: begin: %w", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: begin: %w", ErrUnavailable, err)
 	}
 	// After any error the transaction is rolled back: River does not use
 	// savepoints, and nothing of a failed decision may remain.
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 
-	outcome, err := in.Receipts.InsertTx(ctx, tx, d)
-	if errors.Is(err, receipts.ErrConflict) {
-		return Result{}, err
-	}
+	kinds, err := in.Receipts.InsertManyTx(ctx, tx, ds)
 	if err != nil {
-		return Result{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	if outcome == receipts.Duplicate {
-		return Result{Status: Duplicate}, nil
+	outcomes := make([]Outcome, len(ds))
+	var events []jobs.Event
+	var newIdx []int
+	for i, k := range kinds {
+		switch k {
+		case receipts.New:
+			events = append(events, jobs.Event{Provider: ds[i].Provider, DeliveryID: ds[i].DeliveryID, Event: ds[i].Event})
+			newIdx = append(newIdx, i)
+			outcomes[i].Result.Status = Accepted
+		case receipts.Duplicate:
+			outcomes[i].Result.Status = Duplicate
+		case receipts.Conflict:
+			outcomes[i].Err = receipts.ErrConflict
+		}
 	}
-	routes, err := in.Enqueuer.EnqueueTx(ctx, tx, d.Provider, d.DeliveryID, d.Event)
-	if err != nil {
-		return Result{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	if len(events) > 0 {
+		counts, err := in.Enqueuer.EnqueueManyTx(ctx, tx, events)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		for j, i := range newIdx {
+			outcomes[i].Result.Routes = counts[j]
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return Result{}, fmt.Errorf("%w: commit: %w", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: commit: %w", ErrUnavailable, err)
 	}
-	return Result{Status: Accepted, Routes: routes}, nil
+	return outcomes, nil
 }

@@ -60,44 +60,79 @@ type Enqueuer struct {
 // already have a generation 1 for this event (another hook delivered it first)
 // get none.
 func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, provider, deliveryID, event string) (int, error) {
-	routes := e.Routes.Matching(provider, event)
-	if len(routes) == 0 {
-		return 0, nil
+	n, err := e.EnqueueManyTx(ctx, tx, []Event{{Provider: provider, DeliveryID: deliveryID, Event: event}})
+	if err != nil {
+		return 0, err
 	}
-	want := make([]Created, len(routes))
-	for i, r := range routes {
-		want[i] = Created{Route: r, Generation: 1}
+	return n[0], nil
+}
+
+// Event names one event to dispatch.
+type Event struct {
+	Provider, DeliveryID, Event string
+}
+
+// EnqueueManyTx is EnqueueTx for several events in one round of statements.
+// It returns how many dispatches each event created; an event listed twice
+// gets them on its first listing.
+func (e *Enqueuer) EnqueueManyTx(ctx context.Context, tx pgx.Tx, events []Event) ([]int, error) {
+	var want []Created
+	for _, ev := range events {
+		for _, r := range e.Routes.Matching(ev.Provider, ev.Event) {
+			want = append(want, Created{Provider: ev.Provider, DeliveryID: ev.DeliveryID, Route: r, Generation: 1})
+		}
 	}
-	created, err := e.insertTx(ctx, tx, provider, deliveryID, want)
-	return len(created), err
+	counts := make([]int, len(events))
+	if len(want) == 0 {
+		return counts, nil
+	}
+	created, err := e.insertTx(ctx, tx, want)
+	if err != nil {
+		return nil, err
+	}
+	perEvent := map[[2]string]int{}
+	for _, c := range created {
+		perEvent[[2]string{c.Provider, c.DeliveryID}]++
+	}
+	for i, ev := range events {
+		k := [2]string{ev.Provider, ev.DeliveryID}
+		counts[i] = perEvent[k]
+		delete(perEvent, k)
+	}
+	return counts, nil
 }
 
 // Created is a dispatch that was just created.
 type Created struct {
+	Provider   string `json:"-"`
+	DeliveryID string `json:"-"`
 	Route      string `json:"route"`
 	Generation int    `json:"generation"`
 	State      string `json:"state"`
 }
 
 // insertTx inserts the wanted dispatch rows that do not exist yet, one River
-// job for each row it inserted, and links each row to its job.
-func (e *Enqueuer) insertTx(ctx context.Context, tx pgx.Tx, provider, deliveryID string, want []Created) ([]Created, error) {
+// job for each row it inserted (one InsertManyTx), and links each row to its
+// job.
+func (e *Enqueuer) insertTx(ctx context.Context, tx pgx.Tx, want []Created) ([]Created, error) {
+	providers := make([]string, len(want))
+	ids := make([]string, len(want))
 	routes := make([]string, len(want))
 	gens := make([]int32, len(want))
 	for i, w := range want {
-		routes[i], gens[i] = w.Route, int32(w.Generation)
+		providers[i], ids[i], routes[i], gens[i] = w.Provider, w.DeliveryID, w.Route, int32(w.Generation)
 	}
 	rows, err := tx.Query(ctx, `
 		INSERT INTO hookgate_dispatches (provider, delivery_id, route, generation)
-		SELECT $1, $2, route, generation FROM unnest($3::text[], $4::int[]) AS t(route, generation)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[])
 		ON CONFLICT DO NOTHING
-		RETURNING route, generation`, provider, deliveryID, routes, gens)
+		RETURNING provider, delivery_id, route, generation`, providers, ids, routes, gens)
 	if err != nil {
 		return nil, fmt.Errorf("insert dispatches: %w", err)
 	}
 	created, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Created, error) {
 		c := Created{State: StatePending}
-		return c, row.Scan(&c.Route, &c.Generation)
+		return c, row.Scan(&c.Provider, &c.DeliveryID, &c.Route, &c.Generation)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("insert dispatches: %w", err)
@@ -108,7 +143,7 @@ func (e *Enqueuer) insertTx(ctx context.Context, tx pgx.Tx, provider, deliveryID
 	params := make([]river.InsertManyParams, len(created))
 	for i, c := range created {
 		params[i] = river.InsertManyParams{
-			Args:       DispatchArgs{Provider: provider, DeliveryID: deliveryID, Route: c.Route, Generation: c.Generation},
+			Args:       DispatchArgs{Provider: c.Provider, DeliveryID: c.DeliveryID, Route: c.Route, Generation: c.Generation},
 			InsertOpts: &river.InsertOpts{MaxAttempts: e.MaxAttempts},
 		}
 	}
@@ -116,16 +151,18 @@ func (e *Enqueuer) insertTx(ctx context.Context, tx pgx.Tx, provider, deliveryID
 	if err != nil {
 		return nil, fmt.Errorf("insert dispatch jobs: %w", err)
 	}
-	routes, gens = routes[:0], gens[:0]
-	ids := make([]int64, len(results))
+	providers, ids, routes, gens = providers[:0], ids[:0], routes[:0], gens[:0]
+	jobIDs := make([]int64, len(results))
 	for i, res := range results {
-		routes, gens, ids[i] = append(routes, created[i].Route), append(gens, int32(created[i].Generation)), res.Job.ID
+		c := created[i]
+		providers, ids, routes, gens = append(providers, c.Provider), append(ids, c.DeliveryID), append(routes, c.Route), append(gens, int32(c.Generation))
+		jobIDs[i] = res.Job.ID
 	}
 	_, err = tx.Exec(ctx, `
 		UPDATE hookgate_dispatches d SET job_id = t.job_id
-		FROM unnest($3::text[], $4::int[], $5::bigint[]) AS t(route, generation, job_id)
-		WHERE d.provider = $1 AND d.delivery_id = $2 AND d.route = t.route AND d.generation = t.generation`,
-		provider, deliveryID, routes, gens, ids)
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::bigint[]) AS t(provider, delivery_id, route, generation, job_id)
+		WHERE d.provider = t.provider AND d.delivery_id = t.delivery_id AND d.route = t.route AND d.generation = t.generation`,
+		providers, ids, routes, gens, jobIDs)
 	if err != nil {
 		return nil, fmt.Errorf("link dispatch jobs: %w", err)
 	}

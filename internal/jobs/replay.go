@@ -98,7 +98,7 @@ func (e *Enqueuer) RedispatchTx(ctx context.Context, tx pgx.Tx, provider, delive
 		switch {
 		case ok && inProgress[l.state]:
 		case ok && (l.state == StateDiscarded || l.state == StateCancelled), req.Force:
-			want = append(want, Created{Route: r, Generation: l.generation + 1})
+			want = append(want, Created{Provider: provider, DeliveryID: deliveryID, Route: r, Generation: l.generation + 1})
 		}
 	}
 	if len(want) == 0 {
@@ -106,7 +106,7 @@ func (e *Enqueuer) RedispatchTx(ctx context.Context, tx pgx.Tx, provider, delive
 	}
 	// A concurrent replay that created the same generation first wins the
 	// primary key; this one then creates nothing for that route.
-	return e.insertTx(ctx, tx, provider, deliveryID, want)
+	return e.insertTx(ctx, tx, want)
 }
 
 // Replay is one entry of the replay log.

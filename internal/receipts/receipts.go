@@ -12,6 +12,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -39,6 +40,8 @@ const (
 	New Outcome = iota + 1
 	// Duplicate means the same key with the same body was already stored.
 	Duplicate
+	// Conflict means the key was taken by another body.
+	Conflict
 )
 
 // DBTX is what the package's reads need: a pool, a connection or a transaction.
@@ -58,44 +61,141 @@ type Store struct {
 // taken key with the same body hash is Duplicate; with another body it is
 // ErrConflict, and the stored receipt is left as it was.
 func (s *Store) InsertTx(ctx context.Context, tx pgx.Tx, d providers.Delivery) (Outcome, error) {
-	sum := sha256.Sum256(d.Body)
-	var entity *string
-	if d.Entity != "" {
-		entity = &d.Entity
-	}
-	var eventTime *time.Time
-	if !d.EventTime.IsZero() {
-		eventTime = &d.EventTime
-	}
-	headers := d.Headers
-	if headers == nil {
-		headers = map[string]string{}
-	}
-	tag, err := tx.Exec(ctx, `
-		INSERT INTO hookgate_receipts
-			(provider, scope, delivery_id, event, entity, event_time, content_type, headers, body, body_sha256, received_at, expires_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now(), now() + make_interval(secs => $11))
-		ON CONFLICT (provider, scope, delivery_id) DO NOTHING`,
-		d.Provider, d.Scope, d.DeliveryID, d.Event, entity, eventTime, d.ContentType, headers, d.Body, sum[:], s.Retention.Seconds())
+	out, err := s.InsertManyTx(ctx, tx, []providers.Delivery{d})
 	if err != nil {
-		return 0, fmt.Errorf("insert receipt: %w", err)
+		return 0, err
 	}
-	if tag.RowsAffected() == 1 {
-		return New, nil
-	}
-	// The key was taken by a committed row: ON CONFLICT waited for any
-	// concurrent insert to finish, and this new statement sees its result.
-	var stored []byte
-	err = tx.QueryRow(ctx, `SELECT body_sha256 FROM hookgate_receipts WHERE provider = $1 AND scope = $2 AND delivery_id = $3`,
-		d.Provider, d.Scope, d.DeliveryID).Scan(&stored)
-	if err != nil {
-		// Deleted in between (retention): the caller's retry will insert it anew.
-		return 0, fmt.Errorf("read conflicting receipt: %w", err)
-	}
-	if subtle.ConstantTimeCompare(stored, sum[:]) != 1 {
+	if out[0] == Conflict {
 		return 0, ErrConflict
 	}
-	return Duplicate, nil
+	return out[0], nil
+}
+
+// key is a receipt's primary key.
+type key struct{ provider, scope, deliveryID string }
+
+// InsertManyTx stores the receipts of ds in one statement, each unless its key
+// is taken, and returns each delivery's outcome: New, Duplicate (its key is
+// taken by the same body, stored before or earlier in ds) or Conflict (by
+// another body; nothing is changed). The primary key decides, so concurrent
+// copies in other transactions resolve the same way.
+func (s *Store) InsertManyTx(ctx context.Context, tx pgx.Tx, ds []providers.Delivery) ([]Outcome, error) {
+	sums := make([][]byte, len(ds))
+	first := make(map[key]int, len(ds)) // each key's first delivery in ds
+	var (
+		provider, scope, id, event, contentType, headers []string
+		entity                                           []*string
+		eventTime                                        []*time.Time
+		bodies, hashes                                   [][]byte
+	)
+	for i, d := range ds {
+		sum := sha256.Sum256(d.Body)
+		sums[i] = sum[:]
+		k := key{d.Provider, d.Scope, d.DeliveryID}
+		if _, seen := first[k]; seen {
+			continue
+		}
+		first[k] = i
+		h := d.Headers
+		if h == nil {
+			h = map[string]string{}
+		}
+		hj, err := json.Marshal(h)
+		if err != nil {
+			return nil, fmt.Errorf("encode headers: %w", err)
+		}
+		var e *string
+		if d.Entity != "" {
+			e = &ds[i].Entity
+		}
+		var t *time.Time
+		if !d.EventTime.IsZero() {
+			t = &ds[i].EventTime
+		}
+		provider, scope, id, event, contentType = append(provider, d.Provider), append(scope, d.Scope), append(id, d.DeliveryID),
+			append(event, d.Event), append(contentType, d.ContentType)
+		headers, entity, eventTime, bodies, hashes = append(headers, string(hj)), append(entity, e), append(eventTime, t),
+			append(bodies, d.Body), append(hashes, sums[i])
+	}
+	rows, err := tx.Query(ctx, `
+		INSERT INTO hookgate_receipts
+			(provider, scope, delivery_id, event, entity, event_time, content_type, headers, body, body_sha256, received_at, expires_at)
+		SELECT provider, scope, delivery_id, event, entity, event_time, content_type, headers::jsonb, body, body_sha256,
+			now(), now() + make_interval(secs => $11)
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::text[], $8::text[], $9::bytea[], $10::bytea[])
+			AS t(provider, scope, delivery_id, event, entity, event_time, content_type, headers, body, body_sha256)
+		ON CONFLICT (provider, scope, delivery_id) DO NOTHING
+		RETURNING provider, scope, delivery_id`,
+		provider, scope, id, event, entity, eventTime, contentType, headers, bodies, hashes, s.Retention.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("insert receipts: %w", err)
+	}
+	inserted := make(map[key]bool, len(first))
+	for rows.Next() {
+		var k key
+		if err := rows.Scan(&k.provider, &k.scope, &k.deliveryID); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("insert receipts: %w", err)
+		}
+		inserted[k] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("insert receipts: %w", err)
+	}
+
+	// Keys taken by committed rows: ON CONFLICT waited for any concurrent
+	// insert to finish, and this new statement sees its result.
+	stored := make(map[key][]byte)
+	var tp, ts, ti []string
+	for k := range first {
+		if !inserted[k] {
+			tp, ts, ti = append(tp, k.provider), append(ts, k.scope), append(ti, k.deliveryID)
+		}
+	}
+	if len(tp) > 0 {
+		rows, err := tx.Query(ctx, `
+			SELECT r.provider, r.scope, r.delivery_id, r.body_sha256 FROM hookgate_receipts r
+			JOIN unnest($1::text[], $2::text[], $3::text[]) AS t(provider, scope, delivery_id) USING (provider, scope, delivery_id)`,
+			tp, ts, ti)
+		if err != nil {
+			return nil, fmt.Errorf("read conflicting receipts: %w", err)
+		}
+		for rows.Next() {
+			var k key
+			var sum []byte
+			if err := rows.Scan(&k.provider, &k.scope, &k.deliveryID, &sum); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("read conflicting receipts: %w", err)
+			}
+			stored[k] = sum
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("read conflicting receipts: %w", err)
+		}
+		if len(stored) != len(tp) {
+			// Deleted in between (retention): the sender's retry inserts it anew.
+			return nil, fmt.Errorf("read conflicting receipts: %d of %d gone", len(tp)-len(stored), len(tp))
+		}
+	}
+
+	out := make([]Outcome, len(ds))
+	for i, d := range ds {
+		k := key{d.Provider, d.Scope, d.DeliveryID}
+		want := stored[k]
+		if inserted[k] {
+			if first[k] == i {
+				out[i] = New
+				continue
+			}
+			want = sums[first[k]]
+		}
+		if subtle.ConstantTimeCompare(want, sums[i]) == 1 {
+			out[i] = Duplicate
+		} else {
+			out[i] = Conflict
+		}
+	}
+	return out, nil
 }
 
 // Receipt is one stored receipt.
