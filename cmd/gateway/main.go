@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"riverqueue.com/riverui"
 
+	"github.com/hookgate/hookgate/internal/bench"
 	"github.com/hookgate/hookgate/internal/cli"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/ingest"
@@ -57,7 +58,7 @@ const usage = `usage: gateway [command]
 
   serve     run the gateway (the default)
   migrate   apply pending migrations (River's and hookgate's) and exit
-` + cli.Usage + `
+` + cli.Usage + bench.Usage + `
 Configuration is read from the environment; see README.md.
 `
 
@@ -72,7 +73,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		command = args[0]
 	}
 	switch command {
-	case "serve", "migrate", "deliveries", "replay", "send":
+	case "serve", "migrate", "deliveries", "replay", "send", "bench":
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -89,14 +90,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	if command != "serve" && command != "migrate" {
 		quiet := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		return cli.Run(ctx, cli.Env{
-			Config: cfg,
-			Open: func(ctx context.Context) (*pgxpool.Pool, func(), error) {
-				return openDatabase(ctx, cfg, quiet, true)
-			},
-			Stdout: stdout,
-			Stderr: stderr,
-		}, args)
+		open := func(ctx context.Context) (*pgxpool.Pool, func(), error) {
+			return openDatabase(ctx, cfg, quiet, true)
+		}
+		if command == "bench" {
+			return bench.Run(ctx, bench.Env{Config: cfg, Open: open, Stdout: stdout}, args[1:])
+		}
+		return cli.Run(ctx, cli.Env{Config: cfg, Open: open, Stdout: stdout, Stderr: stderr}, args)
 	}
 
 	// serve owns the private server; migrate may use the one a gateway runs.

@@ -17,10 +17,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hookgate/hookgate/internal/batch"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
@@ -56,16 +56,6 @@ type Outcome struct {
 	Err    error
 }
 
-// Defaults of the batching.
-const (
-	// DefaultMaxBatch bounds how many deliveries one transaction takes.
-	DefaultMaxBatch = 64
-	// DefaultCommitters bounds how many batches commit at once.
-	DefaultCommitters = 4
-	// commitTimeout bounds one batch's transaction.
-	commitTimeout = 30 * time.Second
-)
-
 // Ingester accepts verified deliveries.
 type Ingester struct {
 	// Pool is the database.
@@ -79,78 +69,27 @@ type Ingester struct {
 	// Committers bounds how many batches commit at once. Defaults to 4.
 	Committers int
 
-	mu      sync.Mutex
-	waiting []*pending
-	active  int // committers running
-}
-
-type pending struct {
-	d    providers.Delivery
-	done chan Outcome
+	once    sync.Once
+	batcher *batch.Batcher[providers.Delivery, Outcome]
 }
 
 // Accept records a verified delivery, in a batch with the deliveries that
 // arrive while other batches commit. Errors are receipts.ErrConflict (the key
 // is taken by another body; nothing changed) or wrap ErrUnavailable.
 func (in *Ingester) Accept(ctx context.Context, d providers.Delivery) (Result, error) {
-	committers := in.Committers
-	if committers <= 0 {
-		committers = DefaultCommitters
-	}
-	p := &pending{d: d, done: make(chan Outcome, 1)}
-	in.mu.Lock()
-	in.waiting = append(in.waiting, p)
-	start := in.active < committers
-	if start {
-		in.active++
-	}
-	in.mu.Unlock()
-	if start {
-		go in.commitLoop()
-	}
-	select {
-	case o := <-p.done:
-		return o.Result, o.Err
-	case <-ctx.Done():
-		// The sender is gone; its batch may still commit, and its retry is
-		// then a duplicate.
-		return Result{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
-	}
-}
-
-// commitLoop commits batches of waiting deliveries until none wait.
-func (in *Ingester) commitLoop() {
-	limit := in.MaxBatch
-	if limit <= 0 {
-		limit = DefaultMaxBatch
-	}
-	for {
-		in.mu.Lock()
-		if len(in.waiting) == 0 {
-			in.active--
-			in.mu.Unlock()
-			return
+	in.once.Do(func() {
+		in.batcher = &batch.Batcher[providers.Delivery, Outcome]{Do: in.AcceptMany, MaxBatch: in.MaxBatch, Concurrency: in.Committers}
+	})
+	o, err := in.batcher.Submit(ctx, d)
+	if err != nil {
+		// A failed batch wraps ErrUnavailable already; a sender that is gone
+		// may still have its delivery committed, and its retry is a duplicate.
+		if errors.Is(err, ErrUnavailable) {
+			return Result{}, err
 		}
-		n := min(len(in.waiting), limit)
-		batch := in.waiting[:n:n]
-		in.waiting = in.waiting[n:]
-		in.mu.Unlock()
-
-		ds := make([]providers.Delivery, len(batch))
-		for i, p := range batch {
-			ds[i] = p.d
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
-		outcomes, err := in.AcceptMany(ctx, ds)
-		cancel()
-		for i, p := range batch {
-			if err != nil {
-				p.done <- Outcome{Err: err}
-			} else {
-				p.done <- outcomes[i]
-			}
-		}
+		return Result{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
+	return o.Result, o.Err
 }
 
 // AcceptMany is the delivery decision for a batch, in one transaction: insert

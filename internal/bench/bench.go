@@ -1,0 +1,518 @@
+// Package bench is hookgate's load tool (gateway bench). It signs realistic
+// GitHub and Stripe deliveries of several KB, posts them to a running gateway
+// at a given concurrency over keep-alive connections, and prints accepted/s,
+// latency percentiles of the 2xx answers, errors and the gateway's peak RSS.
+//
+// --ceiling first runs the same database work without HTTP (one transaction per
+// delivery: receipt, dispatch rows and River jobs, through the ingest code) at
+// the same concurrency against the same database, so both figures come from
+// one run on one machine, and prints their ratio.
+//
+// --e2e offers a fixed rate to a gateway whose route forwards to the tool's own
+// target, and measures receipt-to-target latency and the job backlog.
+package bench
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/ingest"
+	"github.com/hookgate/hookgate/internal/jobs"
+	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/receipts"
+	"github.com/hookgate/hookgate/internal/verify"
+)
+
+// Env is what the tool needs from the program.
+type Env struct {
+	Config config.Config
+	// Open connects to the gateway's database (for --ceiling and --e2e).
+	Open   func(ctx context.Context) (*pgxpool.Pool, func(), error)
+	Stdout io.Writer
+}
+
+// Usage describes the command.
+const Usage = `  bench [--url URL] [--concurrency N] [--duration D] [--pid PID] [--ceiling]
+  bench --e2e [--url URL] [--rate N] [--duration D] [--target-addr ADDR]
+`
+
+type options struct {
+	url         string
+	concurrency int
+	duration    time.Duration
+	pid         int
+	ceiling     bool
+	e2e         bool
+	rate        int
+	targetAddr  string
+	bodyBytes   int
+}
+
+// Run runs the load tool.
+func Run(ctx context.Context, env Env, args []string) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var o options
+	fs.StringVar(&o.url, "url", "http://localhost:8080", "the gateway")
+	fs.IntVar(&o.concurrency, "concurrency", 64, "requests in flight")
+	fs.DurationVar(&o.duration, "duration", 20*time.Second, "how long to send")
+	fs.IntVar(&o.pid, "pid", 0, "the gateway's process id, for its peak RSS (default: found by name)")
+	fs.BoolVar(&o.ceiling, "ceiling", false, "also measure the database work alone, and print the ratio")
+	fs.BoolVar(&o.e2e, "e2e", false, "measure end to end: offered rate to a forward target")
+	fs.IntVar(&o.rate, "rate", 1000, "deliveries per second offered (--e2e)")
+	fs.StringVar(&o.targetAddr, "target-addr", "127.0.0.1:9900", "where the --e2e target listens")
+	fs.IntVar(&o.bodyBytes, "body-bytes", 6000, "approximate payload size")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if len(env.Config.GitHubSecrets) == 0 || len(env.Config.StripeSecrets) == 0 {
+		return fmt.Errorf("bench: set GITHUB_WEBHOOK_SECRET and STRIPE_WEBHOOK_SECRET as the gateway has them")
+	}
+	if o.pid == 0 {
+		o.pid = findGateway()
+	}
+	if o.e2e {
+		return endToEnd(ctx, env, o)
+	}
+
+	gen := newGenerator(env.Config, o.bodyBytes)
+	var ceiling float64
+	if o.ceiling {
+		c, err := runCeiling(ctx, env, o, gen)
+		if err != nil {
+			return err
+		}
+		ceiling = c
+	}
+	r := runHTTP(ctx, o, gen, nil)
+	fmt.Fprintf(env.Stdout, "http:    %s\n", r)
+	if rss := peakRSS(o.pid); rss != "" {
+		fmt.Fprintf(env.Stdout, "gateway: pid %d, peak RSS %s\n", o.pid, rss)
+	}
+	if o.ceiling && ceiling > 0 {
+		fmt.Fprintf(env.Stdout, "ratio:   %.2fx the one-transaction-per-delivery ceiling\n", r.perSecond()/ceiling)
+	}
+	return nil
+}
+
+// generator makes signed deliveries, each with a fresh id.
+type generator struct {
+	github, stripe string
+	pad            string
+	n              atomic.Int64
+	run            string
+}
+
+func newGenerator(cfg config.Config, bodyBytes int) *generator {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return &generator{github: cfg.GitHubSecrets[0], stripe: cfg.StripeSecrets[0], pad: strings.Repeat("x", max(bodyBytes-400, 0)), run: hex.EncodeToString(b)}
+}
+
+// next returns a request for the gateway at base, and the delivery it carries.
+func (g *generator) next(base string) (*http.Request, string) {
+	i := g.n.Add(1)
+	now := time.Now()
+	var req *http.Request
+	var id string
+	switch i % 4 {
+	case 0: // a pull request update
+		id = fmt.Sprintf("bench-%s-%d", g.run, i)
+		body := fmt.Appendf(nil, `{"action":"synchronize","number":%d,"pull_request":{"id":%d,"state":"open","title":"Bench","updated_at":%q,"body":%q},"repository":{"id":1,"full_name":"hookgate/bench"},"sender":{"login":"octocat"}}`,
+			i, i%5000, now.UTC().Format(time.RFC3339), g.pad)
+		req, _ = http.NewRequest(http.MethodPost, base+"/webhooks/github", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-GitHub-Event", "pull_request")
+		req.Header.Set("X-GitHub-Delivery", id)
+		req.Header.Set("X-GitHub-Hook-ID", "1")
+		req.Header.Set("X-Hub-Signature-256", verify.SignGitHub(g.github, body))
+	case 1: // a push
+		id = fmt.Sprintf("bench-%s-%d", g.run, i)
+		body := fmt.Appendf(nil, `{"ref":"refs/heads/b%d","before":"0000","after":"1111","repository":{"id":2,"full_name":"hookgate/bench","pushed_at":%d},"commits":[{"id":"c0ffee","message":%q}],"sender":{"login":"octocat"}}`,
+			i%500, now.Unix(), g.pad)
+		req, _ = http.NewRequest(http.MethodPost, base+"/webhooks/github", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-GitHub-Event", "push")
+		req.Header.Set("X-GitHub-Delivery", id)
+		req.Header.Set("X-GitHub-Hook-ID", "1")
+		req.Header.Set("X-Hub-Signature-256", verify.SignGitHub(g.github, body))
+	default: // a Stripe invoice or subscription event
+		id = fmt.Sprintf("evt_bench_%s_%d", g.run, i)
+		typ, obj := "invoice.paid", fmt.Sprintf(`{"id":"in_%d","object":"invoice","amount_paid":2000,"currency":"usd","lines":%q}`, i, g.pad)
+		if i%4 == 3 {
+			typ, obj = "customer.subscription.updated", fmt.Sprintf(`{"id":"sub_%d","object":"subscription","customer":"cus_1","status":"active","items":%q}`, i%5000, g.pad)
+		}
+		body := fmt.Appendf(nil, `{"id":%q,"object":"event","api_version":"2024-06-20","type":%q,"created":%d,"livemode":false,"data":{"object":%s}}`,
+			id, typ, now.Unix(), obj)
+		req, _ = http.NewRequest(http.MethodPost, base+"/webhooks/stripe", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json; charset=utf-8")
+		req.Header.Set("Stripe-Signature", verify.SignTimestamped(g.stripe, now, body))
+	}
+	return req, id
+}
+
+// result is one phase's figures.
+type result struct {
+	ok, errors int
+	statuses   map[int]int
+	took       time.Duration
+	latencies  []time.Duration
+}
+
+func (r result) perSecond() float64 { return float64(r.ok) / r.took.Seconds() }
+
+func (r result) String() string {
+	slices.Sort(r.latencies)
+	p := func(q float64) string {
+		if len(r.latencies) == 0 {
+			return "-"
+		}
+		return r.latencies[min(int(q*float64(len(r.latencies))), len(r.latencies)-1)].Round(10 * time.Microsecond).String()
+	}
+	var st []string
+	for code, n := range r.statuses {
+		st = append(st, fmt.Sprintf("%d:%d", code, n))
+	}
+	slices.Sort(st)
+	return fmt.Sprintf("%d accepted in %s = %.0f/s; latency p50 %s p90 %s p99 %s max %s; errors %d; statuses %s",
+		r.ok, r.took.Round(time.Millisecond), r.perSecond(), p(.50), p(.90), p(.99), p(1), r.errors, strings.Join(st, " "))
+}
+
+// runHTTP posts at o.concurrency for o.duration. onAck, when set, is told
+// each accepted delivery and when its answer came.
+func runHTTP(ctx context.Context, o options, gen *generator, onAck func(id string, at time.Time)) result {
+	transport := &http.Transport{MaxIdleConns: o.concurrency, MaxIdleConnsPerHost: o.concurrency, MaxConnsPerHost: o.concurrency, IdleConnTimeout: time.Minute}
+	client := &http.Client{Transport: transport, Timeout: 30 * time.Second}
+	defer transport.CloseIdleConnections()
+	deadline := time.Now().Add(o.duration)
+	var mu sync.Mutex
+	total := result{statuses: map[int]int{}}
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range o.concurrency {
+		wg.Go(func() {
+			local := result{statuses: map[int]int{}}
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				req, id := gen.next(o.url)
+				t0 := time.Now()
+				res, err := client.Do(req.WithContext(ctx))
+				if err != nil {
+					local.errors++
+					continue
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				local.statuses[res.StatusCode]++
+				if res.StatusCode/100 == 2 {
+					now := time.Now()
+					local.ok++
+					local.latencies = append(local.latencies, now.Sub(t0))
+					if onAck != nil {
+						onAck(id, now)
+					}
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			total.ok += local.ok
+			total.errors += local.errors
+			total.latencies = append(total.latencies, local.latencies...)
+			for k, v := range local.statuses {
+				total.statuses[k] += v
+			}
+		})
+	}
+	wg.Wait()
+	total.took = time.Since(start)
+	return total
+}
+
+// runCeiling does the database work of ingest without HTTP, one transaction
+// per delivery, at the same concurrency, and returns deliveries per second.
+func runCeiling(ctx context.Context, env Env, o options, gen *generator) (float64, error) {
+	pool, closeDB, err := env.Open(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer closeDB()
+	routes, err := jobs.ParseRoutes(env.Config.Routes, jobs.DefaultHandlers(nil))
+	if err != nil {
+		return 0, fmt.Errorf("GATEWAY_ROUTES: %w", err)
+	}
+	client, err := jobs.NewInsertClient(pool, nil)
+	if err != nil {
+		return 0, err
+	}
+	in := &ingest.Ingester{Pool: pool, Receipts: &receipts.Store{Retention: env.Config.Retention},
+		Enqueuer: &jobs.Enqueuer{Client: client, Routes: routes, MaxAttempts: env.Config.MaxAttempts}}
+	provs := map[string]providers.Provider{
+		"github": providers.GitHub{Secrets: verify.Secrets(env.Config.GitHubSecrets)},
+		"stripe": providers.Stripe{Secrets: verify.Secrets(env.Config.StripeSecrets), Tolerance: env.Config.StripeTolerance},
+	}
+	deadline := time.Now().Add(o.duration)
+	var mu sync.Mutex
+	total := result{statuses: map[int]int{}}
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range o.concurrency {
+		wg.Go(func() {
+			local := result{statuses: map[int]int{}}
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				req, _ := gen.next("http://ceiling")
+				body, _ := io.ReadAll(req.Body)
+				d, err := provs[filepath.Base(req.URL.Path)].Parse(req.Header, body, time.Now())
+				if err != nil {
+					local.errors++
+					continue
+				}
+				t0 := time.Now()
+				out, err := in.AcceptMany(ctx, []providers.Delivery{d}) // one transaction per delivery
+				if err != nil || out[0].Err != nil {
+					local.errors++
+					continue
+				}
+				local.ok++
+				local.latencies = append(local.latencies, time.Since(t0))
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			total.ok += local.ok
+			total.errors += local.errors
+			total.latencies = append(total.latencies, local.latencies...)
+		})
+	}
+	wg.Wait()
+	total.took = time.Since(start)
+	fmt.Fprintf(env.Stdout, "ceiling: %s\n", total)
+	// Let the gateway work off the ceiling's jobs before the HTTP phase, so
+	// that both phases start from an empty queue.
+	if err := waitQueueEmpty(ctx, pool, 5*time.Minute); err != nil {
+		fmt.Fprintf(env.Stdout, "ceiling: %v; measuring anyway\n", err)
+	}
+	return total.perSecond(), nil
+}
+
+func waitQueueEmpty(ctx context.Context, pool *pgxpool.Pool, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		n, err := backlog(ctx, pool)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d jobs still queued after %s", n, within)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// backlog is how many River jobs wait or run.
+func backlog(ctx context.Context, pool *pgxpool.Pool) (int, error) {
+	var n int
+	err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state IN ('available', 'running', 'retryable', 'scheduled')`).Scan(&n)
+	return n, err
+}
+
+// findGateway returns the pid of the one running "gateway serve", or 0.
+func findGateway() int {
+	entries, _ := os.ReadDir("/proc")
+	found := 0
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if filepath.Base(args[0]) == "gateway" && (len(args) < 2 || args[1] == "serve" || args[1] == "") {
+			if found != 0 {
+				return 0 // more than one: ambiguous
+			}
+			found = pid
+		}
+	}
+	return found
+}
+
+// peakRSS reads a process's peak resident set size.
+func peakRSS(pid int) string {
+	if pid == 0 {
+		return ""
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return ""
+	}
+	for line := range strings.SplitSeq(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			return fmt.Sprintf("%.1f MB", float64(kb)/1024)
+		}
+	}
+	return ""
+}
+
+// endToEnd offers o.rate deliveries per second for o.duration to a gateway
+// that forwards to this tool's target, and reports receipt-to-target latency
+// and the queue's backlog over time.
+func endToEnd(ctx context.Context, env Env, o options) error {
+	pool, closeDB, err := env.Open(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+
+	var mu sync.Mutex
+	acked := map[string]time.Time{}
+	arrived := map[string]time.Time{}
+	ln, err := net.Listen("tcp", o.targetAddr)
+	if err != nil {
+		return fmt.Errorf("bench: target: %w", err)
+	}
+	target := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		now := time.Now()
+		mu.Lock()
+		if _, seen := arrived[r.Header.Get("X-Hookgate-Delivery")]; !seen {
+			arrived[r.Header.Get("X-Hookgate-Delivery")] = now
+		}
+		mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	})}
+	go func() { _ = target.Serve(ln) }()
+	defer target.Close()
+
+	gen := newGenerator(env.Config, o.bodyBytes)
+	transport := &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute}
+	client := &http.Client{Transport: transport, Timeout: 30 * time.Second}
+	var sent, failed atomic.Int64
+	var ackLat []time.Duration
+	var wg sync.WaitGroup
+	work := make(chan struct{}, o.rate) // a slot per offered delivery
+	for range 128 {
+		wg.Go(func() {
+			for range work {
+				req, id := gen.next(o.url)
+				t0 := time.Now()
+				res, err := client.Do(req.WithContext(ctx))
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				if res.StatusCode/100 != 2 {
+					failed.Add(1)
+					continue
+				}
+				now := time.Now()
+				mu.Lock()
+				acked[id] = now
+				ackLat = append(ackLat, now.Sub(t0))
+				mu.Unlock()
+				sent.Add(1)
+			}
+		})
+	}
+
+	var samples []string
+	sample := func(label string) {
+		n, err := backlog(ctx, pool)
+		if err == nil {
+			samples = append(samples, fmt.Sprintf("%s %d", label, n))
+		}
+	}
+	start := time.Now()
+	interval := time.Second / time.Duration(o.rate)
+	next := start
+	lastSample := start
+	dropped := 0
+	for time.Since(start) < o.duration && ctx.Err() == nil {
+		select {
+		case work <- struct{}{}:
+		default:
+			dropped++ // the senders are all busy: the gateway is not keeping up
+		}
+		if time.Since(lastSample) >= 10*time.Second {
+			lastSample = time.Now()
+			sample(fmt.Sprintf("t=%ds", int(time.Since(start).Seconds())))
+		}
+		next = next.Add(interval)
+		time.Sleep(time.Until(next))
+	}
+	close(work)
+	wg.Wait()
+	sample("end")
+	offeredFor := time.Since(start)
+
+	// Wait for the target to receive everything acknowledged.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		mu.Lock()
+		missing := 0
+		for id := range acked {
+			if _, ok := arrived[id]; !ok {
+				missing++
+			}
+		}
+		mu.Unlock()
+		if missing == 0 || time.Now().After(deadline) {
+			if missing > 0 {
+				fmt.Fprintf(env.Stdout, "e2e: %d acknowledged deliveries never reached the target within 2m\n", missing)
+			}
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	sample("drained")
+
+	mu.Lock()
+	defer mu.Unlock()
+	var lat []time.Duration
+	for id, a := range acked {
+		if t, ok := arrived[id]; ok {
+			lat = append(lat, t.Sub(a))
+		}
+	}
+	slices.Sort(lat)
+	slices.Sort(ackLat)
+	q := func(l []time.Duration, f float64) time.Duration {
+		if len(l) == 0 {
+			return 0
+		}
+		return l[min(int(f*float64(len(l))), len(l)-1)].Round(100 * time.Microsecond)
+	}
+	fmt.Fprintf(env.Stdout, "e2e: offered %d/s for %s: %d acknowledged (%.0f/s), %d failed, %d not sent (senders busy)\n",
+		o.rate, offeredFor.Round(time.Second), sent.Load(), float64(sent.Load())/offeredFor.Seconds(), failed.Load(), dropped)
+	fmt.Fprintf(env.Stdout, "e2e: ack latency p50 %s p99 %s max %s\n", q(ackLat, .5), q(ackLat, .99), q(ackLat, 1))
+	fmt.Fprintf(env.Stdout, "e2e: receipt-to-target p50 %s p90 %s p99 %s max %s (%d deliveries)\n", q(lat, .5), q(lat, .9), q(lat, .99), q(lat, 1), len(lat))
+	fmt.Fprintf(env.Stdout, "e2e: queued jobs: %s\n", strings.Join(samples, ", "))
+	if rss := peakRSS(o.pid); rss != "" {
+		fmt.Fprintf(env.Stdout, "gateway: pid %d, peak RSS %s\n", o.pid, rss)
+	}
+	return nil
+}
