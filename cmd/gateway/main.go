@@ -149,9 +149,10 @@ func openDatabase(ctx context.Context, cfg config.Config, logger *slog.Logger, s
 		// Not err itself: it may quote the URL and its password.
 		return nil, nil, errors.New("DATABASE_URL: not a valid PostgreSQL URL")
 	}
-	// A dispatch holds a connection while its target runs (its transaction
-	// commits the outcome), so every worker may need one, plus ingest's.
-	poolCfg.MaxConns = max(poolCfg.MaxConns, int32(cfg.Workers+16))
+	// A builtin dispatch holds a connection while its handler runs, and an
+	// ordered forward while its target answers, so every worker may hold one;
+	// ingest's committers, the outcome recorder and River need more.
+	poolCfg.MaxConns = max(poolCfg.MaxConns, int32(cfg.Workers+24))
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		stopEmbedded()

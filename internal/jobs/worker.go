@@ -1,0 +1,454 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/hookgate/hookgate/internal/batch"
+	"github.com/hookgate/hookgate/internal/metrics"
+	"github.com/hookgate/hookgate/internal/receipts"
+)
+
+// DispatchWorker works dispatch jobs: it runs the route's target and records
+// the outcome on the dispatch row.
+//
+// A builtin handler runs in one transaction with everything its attempt
+// decides: the dispatch row's lock and state, the entity's watermark and the
+// River job's completion (river.JobCompleteTx). Its effect happens exactly
+// once: a process that dies at any point leaves all of it or none.
+//
+// A forward cannot be undone, so it happens at least once, always with the
+// same Idempotency-Key, and it spends no transaction of its own: its outcome
+// and the entity's watermark are written in batches shared with the forwards
+// that finish at the same time (one commit for many), and River completes the
+// job in its own batches. When the delivery names an entity and a time, the
+// forward holds a session advisory lock on (route, entity) from before it
+// reads the watermark until its outcome is committed, so a target never gets
+// an older event after it accepted a newer one.
+type DispatchWorker struct {
+	river.WorkerDefaults[DispatchArgs]
+
+	// Pool is the database the dispatch rows and receipts live in.
+	Pool *pgxpool.Pool
+	// Routes is the fan-out table.
+	Routes Routes
+	// Handlers are the builtin targets.
+	Handlers Handlers
+	// Forwarder sends to http(s) targets.
+	Forwarder *Forwarder
+	// Receipts reads the event's stored body.
+	Receipts *receipts.Store
+	// Logger logs failures; never payloads.
+	Logger *slog.Logger
+	// Metrics records final states; nil records nothing.
+	Metrics *metrics.Metrics
+
+	// retryAt holds, per job id, when a target's Retry-After allows the next
+	// attempt; NextRetry takes it right after Work returns.
+	retryAt sync.Map
+
+	once     sync.Once
+	recorder *batch.Batcher[outcome, struct{}]
+}
+
+var (
+	// errGone means the dispatch's row or receipt no longer exists (retention).
+	errGone = errors.New("dispatch or receipt no longer stored")
+	// errNoTarget means the route or its builtin handler is not configured.
+	errNoTarget = errors.New("no such target")
+)
+
+// finalStates are the states after which a dispatch never runs its target again.
+var finalStates = map[string]bool{StateSucceeded: true, StateSuperseded: true, StateDiscarded: true, StateCancelled: true}
+
+// Work implements river.Worker.
+func (w *DispatchWorker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
+	err := w.work(ctx, job)
+	var snooze *river.JobSnoozeError
+	var fe *ForwardError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &snooze):
+		return err
+	case errors.Is(err, errGone):
+		return river.JobCancel(err)
+	case errors.Is(err, errNoTarget), errors.As(err, &fe) && fe.Permanent:
+		w.recordFailure(ctx, job, StateDiscarded, err)
+		w.Metrics.Dispatch(job.Args.Route, StateDiscarded, time.Time{})
+		return river.JobCancel(err)
+	}
+	if errors.As(err, &fe) && fe.RetryAfter > 0 {
+		w.retryAt.Store(job.ID, time.Now().Add(fe.RetryAfter))
+	}
+	state := StateRetrying
+	if job.Attempt >= job.MaxAttempts {
+		state = StateDiscarded
+		w.Metrics.Dispatch(job.Args.Route, state, time.Time{})
+	}
+	w.recordFailure(ctx, job, state, err)
+	return err
+}
+
+// NextRetry implements river.Worker: a target's Retry-After when it sent one,
+// else River's default backoff (1 s before the first retry, then attempt^4 s).
+func (w *DispatchWorker) NextRetry(job *river.Job[DispatchArgs]) time.Time {
+	if at, ok := w.retryAt.LoadAndDelete(job.ID); ok {
+		return at.(time.Time)
+	}
+	return time.Time{}
+}
+
+func (w *DispatchWorker) work(ctx context.Context, job *river.Job[DispatchArgs]) error {
+	route, ok := w.Routes.ByName(job.Args.Route)
+	if !ok {
+		return fmt.Errorf("%w: route %q is no longer configured", errNoTarget, job.Args.Route)
+	}
+	name, builtin := route.Builtin()
+	if !builtin {
+		return w.forward(ctx, job, route.Target)
+	}
+	handler := w.Handlers[name]
+	if handler == nil {
+		return fmt.Errorf("%w: route %q: no builtin handler %q", errNoTarget, route.Name, name)
+	}
+	return w.runBuiltin(ctx, job, handler)
+}
+
+// lockWait is how long a dispatch waits when another holds its entity's lock.
+func lockWait() time.Duration {
+	return 50*time.Millisecond + rand.N(150*time.Millisecond)
+}
+
+// entityLockKey is the advisory lock of one route's dispatches of one entity.
+const entityLockKey = "SELECT hashtextextended($1 || '|' || $2, 0)"
+
+func ordered(r receipts.Receipt) bool { return r.Entity != "" && !r.EventTime.IsZero() }
+
+func delivery(r receipts.Receipt, a DispatchArgs, attempt int) Delivery {
+	return Delivery{
+		Provider: r.Provider, DeliveryID: r.DeliveryID, Event: r.Event, Entity: r.Entity, EventTime: r.EventTime,
+		ContentType: r.ContentType, Body: r.Body, Headers: r.Headers,
+		Route: a.Route, Generation: a.Generation, Attempt: attempt,
+	}
+}
+
+// runBuiltin runs one attempt of a builtin handler in one transaction; see
+// DispatchWorker. The commit need not wait for the disk: if the database
+// crashes before the commit is durable, the handler's writes, the dispatch's
+// state, the watermark and the job's completion are all lost together, and
+// River runs the job again, so the effect still happens once.
+func (w *DispatchWorker) runBuiltin(ctx context.Context, job *river.Job[DispatchArgs], handler Handler) error {
+	a := job.Args
+	tx, err := w.Pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = off"); err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+
+	var state string
+	err = tx.QueryRow(ctx, `
+		SELECT state FROM hookgate_dispatches
+		WHERE provider = $1 AND delivery_id = $2 AND route = $3 AND generation = $4
+		FOR UPDATE`, a.Provider, a.DeliveryID, a.Route, a.Generation).Scan(&state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return errGone
+	}
+	if err != nil {
+		return fmt.Errorf("lock dispatch: %w", err)
+	}
+	if finalStates[state] {
+		// River ran the job again after its outcome was committed (a rescue
+		// after a crash): the effect already happened, only complete the job.
+		return w.complete(ctx, tx, job)
+	}
+	r, err := w.Receipts.First(ctx, tx, a.Provider, a.DeliveryID)
+	if errors.Is(err, receipts.ErrNotFound) {
+		return errGone
+	}
+	if err != nil {
+		return err
+	}
+	if ordered(r) {
+		var locked bool
+		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock(("+entityLockKey+"))", a.Route, r.Entity).Scan(&locked); err != nil {
+			return fmt.Errorf("entity lock: %w", err)
+		}
+		if !locked {
+			return river.JobSnooze(lockWait())
+		}
+		newer, err := newerAccepted(ctx, tx, a.Route, r)
+		if err != nil {
+			return err
+		}
+		if newer {
+			if err := setState(ctx, tx, a, StateSuperseded, job.Attempt, nil); err != nil {
+				return err
+			}
+			if err := w.complete(ctx, tx, job); err != nil {
+				return err
+			}
+			w.Metrics.Dispatch(a.Route, StateSuperseded, r.ReceivedAt)
+			return nil
+		}
+	}
+	if err := handler(ctx, tx, delivery(r, a, job.Attempt)); err != nil {
+		return fmt.Errorf("handler: %w", err)
+	}
+	if ordered(r) {
+		if err := moveWatermarks(ctx, tx, []watermark{{route: a.Route, entity: r.Entity, eventTime: r.EventTime, provider: r.Provider, deliveryID: r.DeliveryID}}); err != nil {
+			return err
+		}
+	}
+	if err := setState(ctx, tx, a, StateSucceeded, job.Attempt, nil); err != nil {
+		return err
+	}
+	if err := w.complete(ctx, tx, job); err != nil {
+		return err
+	}
+	w.Metrics.Dispatch(a.Route, StateSucceeded, r.ReceivedAt)
+	return nil
+}
+
+// complete marks the job completed in tx and commits.
+func (w *DispatchWorker) complete(ctx context.Context, tx pgx.Tx, job *river.Job[DispatchArgs]) error {
+	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
+		return fmt.Errorf("complete job: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit dispatch: %w", err)
+	}
+	return nil
+}
+
+// newerAccepted reports whether the route already handled a newer event of
+// r's entity. Called with the entity's lock held.
+func newerAccepted(ctx context.Context, db receipts.DBTX, route string, r receipts.Receipt) (bool, error) {
+	var mark time.Time
+	err := db.QueryRow(ctx, "SELECT event_time FROM hookgate_watermarks WHERE route = $1 AND entity = $2", route, r.Entity).Scan(&mark)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read watermark: %w", err)
+	}
+	return mark.After(r.EventTime), nil
+}
+
+// watermark is a route's newest handled event of one entity.
+type watermark struct {
+	route, entity        string
+	eventTime            time.Time
+	provider, deliveryID string
+}
+
+// moveWatermarks raises watermarks, never lowering one.
+func moveWatermarks(ctx context.Context, db receipts.DBTX, marks []watermark) error {
+	newest := map[[2]string]watermark{}
+	for _, m := range marks {
+		k := [2]string{m.route, m.entity}
+		if cur, ok := newest[k]; !ok || m.eventTime.After(cur.eventTime) {
+			newest[k] = m
+		}
+	}
+	var routes, entities, providers, ids []string
+	var times []time.Time
+	for _, m := range newest {
+		routes, entities, times, providers, ids = append(routes, m.route), append(entities, m.entity), append(times, m.eventTime),
+			append(providers, m.provider), append(ids, m.deliveryID)
+	}
+	_, err := db.Exec(ctx, `
+		INSERT INTO hookgate_watermarks AS w (route, entity, event_time, provider, delivery_id)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::text[])
+		ON CONFLICT (route, entity) DO UPDATE SET
+			event_time = excluded.event_time, provider = excluded.provider,
+			delivery_id = excluded.delivery_id, updated_at = now()
+		WHERE w.event_time < excluded.event_time`, routes, entities, times, providers, ids)
+	if err != nil {
+		return fmt.Errorf("move watermark: %w", err)
+	}
+	return nil
+}
+
+// forward runs one attempt of a forward; see DispatchWorker.
+func (w *DispatchWorker) forward(ctx context.Context, job *river.Job[DispatchArgs], target string) error {
+	a := job.Args
+	var state string
+	err := w.Pool.QueryRow(ctx, `SELECT state FROM hookgate_dispatches
+		WHERE provider = $1 AND delivery_id = $2 AND route = $3 AND generation = $4`,
+		a.Provider, a.DeliveryID, a.Route, a.Generation).Scan(&state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return errGone
+	}
+	if err != nil {
+		return fmt.Errorf("read dispatch: %w", err)
+	}
+	if finalStates[state] {
+		return nil // already decided (River ran the job again): nothing to do
+	}
+	r, err := w.Receipts.First(ctx, w.Pool, a.Provider, a.DeliveryID)
+	if errors.Is(err, receipts.ErrNotFound) {
+		return errGone
+	}
+	if err != nil {
+		return err
+	}
+
+	o := outcome{args: a, state: StateSucceeded, attempt: job.Attempt}
+	if ordered(r) {
+		conn, unlock, err := w.lockEntity(ctx, a.Route, r.Entity)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		// On the lock's own connection: a worker waiting for a second
+		// connection while holding one could starve the pool.
+		newer, err := newerAccepted(ctx, conn, a.Route, r)
+		if err != nil {
+			return err
+		}
+		if newer {
+			o.state = StateSuperseded
+		} else {
+			o.mark = &watermark{route: a.Route, entity: r.Entity, eventTime: r.EventTime, provider: r.Provider, deliveryID: r.DeliveryID}
+		}
+	}
+	if o.state == StateSucceeded {
+		if err := w.Forwarder.Forward(ctx, target, delivery(r, a, job.Attempt)); err != nil {
+			return err
+		}
+	}
+	if err := w.record(ctx, o); err != nil {
+		return err
+	}
+	w.Metrics.Dispatch(a.Route, o.state, r.ReceivedAt)
+	return nil
+}
+
+// lockEntity takes the session advisory lock of (route, entity) on a
+// connection of its own, or snoozes the job when another holds it. The lock
+// outlives no process: a dead process's connection closes and frees it.
+func (w *DispatchWorker) lockEntity(ctx context.Context, route, entity string) (*pgxpool.Conn, func(), error) {
+	conn, err := w.Pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("entity lock: %w", err)
+	}
+	var locked bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock(("+entityLockKey+"))", route, entity).Scan(&locked); err != nil {
+		conn.Release()
+		return nil, nil, fmt.Errorf("entity lock: %w", err)
+	}
+	if !locked {
+		conn.Release()
+		return nil, nil, river.JobSnooze(lockWait())
+	}
+	return conn, func() {
+		var unlocked bool
+		err := conn.QueryRow(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(("+entityLockKey+"))", route, entity).Scan(&unlocked)
+		if err != nil || !unlocked {
+			// Closing the session is the sure way to free its locks.
+			_ = conn.Hijack().Close(context.WithoutCancel(ctx))
+			return
+		}
+		conn.Release()
+	}, nil
+}
+
+// outcome is a forward's decided state, to be written with others in one commit.
+type outcome struct {
+	args    DispatchArgs
+	state   string
+	attempt int
+	mark    *watermark // the watermark to raise, for an accepted ordered forward
+}
+
+// record writes the outcome in the next batch and returns once it is committed.
+func (w *DispatchWorker) record(ctx context.Context, o outcome) error {
+	w.once.Do(func() {
+		w.recorder = &batch.Batcher[outcome, struct{}]{Do: w.recordBatch, MaxBatch: 128, Concurrency: 2}
+	})
+	_, err := w.recorder.Submit(ctx, o)
+	return err
+}
+
+// recordBatch writes outcomes and watermarks in one transaction. A row already
+// final is left as it is: a run that River repeated cannot undo an outcome.
+func (w *DispatchWorker) recordBatch(ctx context.Context, os []outcome) ([]struct{}, error) {
+	var providers, ids, routes, states []string
+	var gens, attempts []int32
+	var marks []watermark
+	for _, o := range os {
+		providers, ids, routes, states = append(providers, o.args.Provider), append(ids, o.args.DeliveryID), append(routes, o.args.Route), append(states, o.state)
+		gens, attempts = append(gens, int32(o.args.Generation)), append(attempts, int32(o.attempt))
+		if o.mark != nil {
+			marks = append(marks, *o.mark)
+		}
+	}
+	err := pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `
+			UPDATE hookgate_dispatches d SET state = t.state, attempts = t.attempts, last_error = NULL, updated_at = now()
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[])
+				AS t(provider, delivery_id, route, generation, state, attempts)
+			WHERE d.provider = t.provider AND d.delivery_id = t.delivery_id AND d.route = t.route AND d.generation = t.generation
+			AND d.state NOT IN ('succeeded', 'superseded', 'discarded', 'cancelled')`,
+			providers, ids, routes, gens, states, attempts)
+		if err != nil {
+			return fmt.Errorf("record outcomes: %w", err)
+		}
+		if len(marks) > 0 {
+			return moveWatermarks(ctx, tx, marks)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return make([]struct{}, len(os)), nil
+}
+
+func setState(ctx context.Context, db receipts.DBTX, a DispatchArgs, state string, attempt int, lastError *string) error {
+	_, err := db.Exec(ctx, `
+		UPDATE hookgate_dispatches SET state = $5, attempts = $6, last_error = $7, updated_at = now()
+		WHERE provider = $1 AND delivery_id = $2 AND route = $3 AND generation = $4`,
+		a.Provider, a.DeliveryID, a.Route, a.Generation, state, attempt, lastError)
+	if err != nil {
+		return fmt.Errorf("update dispatch: %w", err)
+	}
+	return nil
+}
+
+// recordFailure stores a failed attempt on the dispatch row. It is best effort:
+// River retries the job whether or not the row could be updated.
+func (w *DispatchWorker) recordFailure(ctx context.Context, job *river.Job[DispatchArgs], state string, cause error) {
+	msg := excerpt(cause.Error(), 500)
+	if err := setState(context.WithoutCancel(ctx), w.Pool, job.Args, state, job.Attempt, &msg); err != nil {
+		w.Logger.ErrorContext(ctx, "record dispatch failure", "error", err, "route", job.Args.Route, "delivery_id", job.Args.DeliveryID)
+	}
+	w.Logger.WarnContext(ctx, "dispatch failed", "error", msg, "state", state, "route", job.Args.Route,
+		"provider", job.Args.Provider, "delivery_id", job.Args.DeliveryID, "attempt", job.Attempt)
+}
+
+// excerpt cuts s to at most n bytes on a rune boundary.
+func excerpt(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
+}
