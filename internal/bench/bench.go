@@ -304,7 +304,7 @@ func runCeiling(ctx context.Context, env Env, o options, gen *generator) (float6
 	fmt.Fprintf(env.Stdout, "ceiling: %s\n", total)
 	// Let the gateway work off the ceiling's jobs before the HTTP phase, so
 	// that both phases start from an empty queue.
-	if err := waitQueueEmpty(ctx, pool, 5*time.Minute); err != nil {
+	if err := waitQueueEmpty(ctx, pool, time.Minute); err != nil {
 		fmt.Fprintf(env.Stdout, "ceiling: %v; measuring anyway\n", err)
 	}
 	return total.perSecond(), nil

@@ -157,4 +157,3 @@ func (e *Enqueuer) insertTx(ctx context.Context, tx pgx.Tx, want []Created) ([]C
 	}
 	return created, nil
 }
-
