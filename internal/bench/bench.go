@@ -78,7 +78,7 @@ func Run(ctx context.Context, env Env, args []string) error {
 	fs.BoolVar(&o.ceiling, "ceiling", false, "also measure the database work alone, and print the ratio")
 	fs.BoolVar(&o.e2e, "e2e", false, "measure end to end: offered rate to a forward target")
 	fs.IntVar(&o.rate, "rate", 1000, "deliveries per second offered (--e2e)")
-	fs.StringVar(&o.targetAddr, "target-addr", "127.0.0.1:9900", "where the --e2e target listens")
+	fs.StringVar(&o.targetAddr, "target-addr", "127.0.0.1:9900", "where the tool's forward target listens (it answers 200)")
 	fs.IntVar(&o.bodyBytes, "body-bytes", 6000, "approximate payload size")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("bench: %w", err)
@@ -89,8 +89,13 @@ func Run(ctx context.Context, env Env, args []string) error {
 	if o.pid == 0 {
 		o.pid = findGateway()
 	}
+	sink, err := startSink(o.targetAddr)
+	if err != nil {
+		return err
+	}
+	defer sink.close()
 	if o.e2e {
-		return endToEnd(ctx, env, o)
+		return endToEnd(ctx, env, o, sink)
 	}
 
 	gen := newGenerator(env.Config, o.bodyBytes)
@@ -376,35 +381,49 @@ func peakRSS(pid int) string {
 	return ""
 }
 
+// sink is the forward target: it answers 200 and notes when each delivery
+// first arrived.
+type sink struct {
+	srv     *http.Server
+	mu      sync.Mutex
+	arrived map[string]time.Time
+}
+
+func startSink(addr string) (*sink, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("bench: target: %w", err)
+	}
+	s := &sink{arrived: map[string]time.Time{}}
+	s.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		now := time.Now()
+		id := r.Header.Get("X-Hookgate-Delivery")
+		s.mu.Lock()
+		if _, seen := s.arrived[id]; !seen {
+			s.arrived[id] = now
+		}
+		s.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	})}
+	go func() { _ = s.srv.Serve(ln) }()
+	return s, nil
+}
+
+func (s *sink) close() { _ = s.srv.Close() }
+
 // endToEnd offers o.rate deliveries per second for o.duration to a gateway
 // that forwards to this tool's target, and reports receipt-to-target latency
 // and the queue's backlog over time.
-func endToEnd(ctx context.Context, env Env, o options) error {
+func endToEnd(ctx context.Context, env Env, o options, target *sink) error {
 	pool, closeDB, err := env.Open(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeDB()
 
-	var mu sync.Mutex
+	var mu sync.Mutex // guards acked and ackLat; target.mu guards arrivals
 	acked := map[string]time.Time{}
-	arrived := map[string]time.Time{}
-	ln, err := net.Listen("tcp", o.targetAddr)
-	if err != nil {
-		return fmt.Errorf("bench: target: %w", err)
-	}
-	target := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		now := time.Now()
-		mu.Lock()
-		if _, seen := arrived[r.Header.Get("X-Hookgate-Delivery")]; !seen {
-			arrived[r.Header.Get("X-Hookgate-Delivery")] = now
-		}
-		mu.Unlock()
-		w.WriteHeader(http.StatusOK)
-	})}
-	go func() { _ = target.Serve(ln) }()
-	defer target.Close()
 
 	gen := newGenerator(env.Config, o.bodyBytes)
 	transport := &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute}
@@ -473,12 +492,14 @@ func endToEnd(ctx context.Context, env Env, o options) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		mu.Lock()
+		target.mu.Lock()
 		missing := 0
 		for id := range acked {
-			if _, ok := arrived[id]; !ok {
+			if _, ok := target.arrived[id]; !ok {
 				missing++
 			}
 		}
+		target.mu.Unlock()
 		mu.Unlock()
 		if missing == 0 || time.Now().After(deadline) {
 			if missing > 0 {
@@ -492,9 +513,11 @@ func endToEnd(ctx context.Context, env Env, o options) error {
 
 	mu.Lock()
 	defer mu.Unlock()
+	target.mu.Lock()
+	defer target.mu.Unlock()
 	var lat []time.Duration
 	for id, a := range acked {
-		if t, ok := arrived[id]; ok {
+		if t, ok := target.arrived[id]; ok {
 			lat = append(lat, t.Sub(a))
 		}
 	}
