@@ -288,39 +288,28 @@ func moveWatermarks(ctx context.Context, db receipts.DBTX, marks []watermark) er
 func (w *DispatchWorker) forward(ctx context.Context, job *river.Job[DispatchArgs], target string) error {
 	a := job.Args
 	var state string
-	err := w.Pool.QueryRow(ctx, `SELECT state FROM hookgate_dispatches
-		WHERE provider = $1 AND delivery_id = $2 AND route = $3 AND generation = $4`,
-		a.Provider, a.DeliveryID, a.Route, a.Generation).Scan(&state)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return errGone
-	}
-	if err != nil {
-		return fmt.Errorf("read dispatch: %w", err)
-	}
-	if finalStates[state] {
-		return nil // already decided (River ran the job again): nothing to do
-	}
-	r, err := w.Receipts.First(ctx, w.Pool, a.Provider, a.DeliveryID)
+	r, err := receipts.Scan(w.Pool.QueryRow(ctx, `
+		SELECT d.state, `+receipts.Columns+`
+		FROM hookgate_dispatches d CROSS JOIN LATERAL (`+receipts.FirstSQL("d.provider", "d.delivery_id")+`) r
+		WHERE d.provider = $1 AND d.delivery_id = $2 AND d.route = $3 AND d.generation = $4`,
+		a.Provider, a.DeliveryID, a.Route, a.Generation), &state)
 	if errors.Is(err, receipts.ErrNotFound) {
 		return errGone
 	}
 	if err != nil {
 		return err
 	}
+	if finalStates[state] {
+		return nil // already decided (River ran the job again): nothing to do
+	}
 
 	o := outcome{args: a, state: StateSucceeded, attempt: job.Attempt}
 	if ordered(r) {
-		conn, unlock, err := w.lockEntity(ctx, a.Route, r.Entity)
+		newer, unlock, err := w.lockEntity(ctx, a.Route, r)
 		if err != nil {
 			return err
 		}
 		defer unlock()
-		// On the lock's own connection: a worker waiting for a second
-		// connection while holding one could starve the pool.
-		newer, err := newerAccepted(ctx, conn, a.Route, r)
-		if err != nil {
-			return err
-		}
 		if newer {
 			o.state = StateSuperseded
 		} else {
@@ -339,33 +328,54 @@ func (w *DispatchWorker) forward(ctx context.Context, job *river.Job[DispatchArg
 	return nil
 }
 
-// lockEntity takes the session advisory lock of (route, entity) on a
-// connection of its own, or snoozes the job when another holds it. The lock
-// outlives no process: a dead process's connection closes and frees it.
-func (w *DispatchWorker) lockEntity(ctx context.Context, route, entity string) (*pgxpool.Conn, func(), error) {
+// lockEntity takes the session advisory lock of (route, r's entity) on a
+// connection of its own, or snoozes the job when another holds it, and
+// reports whether the route already handled a newer event of the entity. The
+// lock and the watermark's read go in one round trip: the read runs after the
+// lock is taken, on a fresh snapshot. The lock outlives no process: a dead
+// process's connection closes and frees it.
+func (w *DispatchWorker) lockEntity(ctx context.Context, route string, r receipts.Receipt) (bool, func(), error) {
 	conn, err := w.Pool.Acquire(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("entity lock: %w", err)
+		return false, nil, fmt.Errorf("entity lock: %w", err)
 	}
+	b := &pgx.Batch{}
+	b.Queue("SELECT pg_try_advisory_lock(("+entityLockKey+"))", route, r.Entity)
+	b.Queue("SELECT event_time FROM hookgate_watermarks WHERE route = $1 AND entity = $2", route, r.Entity)
+	results := conn.SendBatch(ctx, b)
 	var locked bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock(("+entityLockKey+"))", route, entity).Scan(&locked); err != nil {
-		conn.Release()
-		return nil, nil, fmt.Errorf("entity lock: %w", err)
+	var mark *time.Time
+	err = results.QueryRow().Scan(&locked)
+	if err == nil {
+		if err = results.QueryRow().Scan(&mark); errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		}
 	}
-	if !locked {
-		conn.Release()
-		return nil, nil, river.JobSnooze(lockWait())
+	if cerr := results.Close(); err == nil {
+		err = cerr
 	}
-	return conn, func() {
+	unlock := func() {
 		var unlocked bool
-		err := conn.QueryRow(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(("+entityLockKey+"))", route, entity).Scan(&unlocked)
+		err := conn.QueryRow(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(("+entityLockKey+"))", route, r.Entity).Scan(&unlocked)
 		if err != nil || !unlocked {
 			// Closing the session is the sure way to free its locks.
 			_ = conn.Hijack().Close(context.WithoutCancel(ctx))
 			return
 		}
 		conn.Release()
-	}, nil
+	}
+	switch {
+	case err != nil && locked:
+		unlock()
+		return false, nil, fmt.Errorf("entity lock: %w", err)
+	case err != nil:
+		conn.Release()
+		return false, nil, fmt.Errorf("entity lock: %w", err)
+	case !locked:
+		conn.Release()
+		return false, nil, river.JobSnooze(lockWait())
+	}
+	return mark != nil && mark.After(r.EventTime), unlock, nil
 }
 
 // outcome is a forward's decided state, to be written with others in one commit.

@@ -214,21 +214,29 @@ type Receipt struct {
 	ExpiresAt   time.Time
 }
 
-// First returns the event's first receipt (provider, delivery id), whichever
-// hook delivered it: its body is the one dispatched.
-func (s *Store) First(ctx context.Context, db DBTX, provider, deliveryID string) (Receipt, error) {
+// Columns are the columns Scan reads, for queries that select receipts as r,
+// alone or joined with other tables.
+const Columns = `r.provider, r.scope, r.delivery_id, r.event, r.entity, r.event_time, r.content_type, r.headers,
+	r.body, r.body_sha256, r.received_at, r.expires_at`
+
+// FirstSQL selects the first receipt of the event ($provider, $delivery_id)
+// as r, for a LATERAL join or a query of its own.
+func FirstSQL(provider, deliveryID string) string {
+	return `SELECT * FROM hookgate_receipts r WHERE r.provider = ` + provider + ` AND r.delivery_id = ` + deliveryID + `
+		ORDER BY r.received_at, r.scope LIMIT 1`
+}
+
+// Scan reads a row of Columns, after the given leading columns, into a Receipt.
+func Scan(row pgx.Row, leading ...any) (Receipt, error) {
 	var r Receipt
 	var entity *string
 	var eventTime *time.Time
-	err := db.QueryRow(ctx, `
-		SELECT provider, scope, delivery_id, event, entity, event_time, content_type, headers, body, body_sha256, received_at, expires_at
-		FROM hookgate_receipts WHERE provider = $1 AND delivery_id = $2
-		ORDER BY received_at, scope LIMIT 1`, provider, deliveryID).
-		Scan(&r.Provider, &r.Scope, &r.DeliveryID, &r.Event, &entity, &eventTime, &r.ContentType, &r.Headers, &r.Body, &r.BodySHA256, &r.ReceivedAt, &r.ExpiresAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Receipt{}, ErrNotFound
-	}
-	if err != nil {
+	dest := append(leading, &r.Provider, &r.Scope, &r.DeliveryID, &r.Event, &entity, &eventTime, &r.ContentType, &r.Headers,
+		&r.Body, &r.BodySHA256, &r.ReceivedAt, &r.ExpiresAt)
+	if err := row.Scan(dest...); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return Receipt{}, ErrNotFound
+		}
 		return Receipt{}, fmt.Errorf("read receipt: %w", err)
 	}
 	if entity != nil {
@@ -238,4 +246,10 @@ func (s *Store) First(ctx context.Context, db DBTX, provider, deliveryID string)
 		r.EventTime = *eventTime
 	}
 	return r, nil
+}
+
+// First returns the event's first receipt (provider, delivery id), whichever
+// hook delivered it: its body is the one dispatched.
+func (s *Store) First(ctx context.Context, db DBTX, provider, deliveryID string) (Receipt, error) {
+	return Scan(db.QueryRow(ctx, `SELECT `+Columns+` FROM (`+FirstSQL("$1", "$2")+`) r`, provider, deliveryID))
 }
