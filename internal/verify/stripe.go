@@ -65,10 +65,8 @@ func Stripe(secrets Secrets, header string, body []byte, now time.Time, toleranc
 	if err != nil {
 		return -1, err
 	}
-	t := strconv.FormatInt(h.Timestamp.Unix(), 10)
-	msg := make([]byte, 0, len(t)+1+len(body))
-	msg = append(append(append(msg, t...), '.'), body...)
-	idx, err := secrets.Match(msg, h.V1...)
+	t := strconv.AppendInt(nil, h.Timestamp.Unix(), 10)
+	idx, err := secrets.match([][]byte{t, []byte("."), body}, h.V1)
 	if err != nil {
 		return -1, err
 	}
@@ -84,7 +82,7 @@ func Stripe(secrets Secrets, header string, body []byte, now time.Time, toleranc
 // it with Stripe's documented steps.
 func SignTimestamped(secret string, t time.Time, body []byte) string {
 	ts := strconv.FormatInt(t.Unix(), 10)
-	mac := HMACSHA256([]byte(secret), append([]byte(ts+"."), body...))
+	mac := hmacParts([]byte(secret), []byte(ts), []byte("."), body)
 	return "t=" + ts + ",v1=" + hex.EncodeToString(mac)
 }
 

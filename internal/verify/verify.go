@@ -29,8 +29,15 @@ var (
 
 // HMACSHA256 returns the HMAC-SHA256 of msg keyed by secret.
 func HMACSHA256(secret, msg []byte) []byte {
+	return hmacParts(secret, msg)
+}
+
+// hmacParts is the HMAC-SHA256 of the concatenated parts, without building it.
+func hmacParts(secret []byte, parts ...[]byte) []byte {
 	mac := hmac.New(sha256.New, secret)
-	mac.Write(msg)
+	for _, p := range parts {
+		mac.Write(p)
+	}
 	return mac.Sum(nil)
 }
 
@@ -43,12 +50,17 @@ type Secrets []string
 // one of the candidate MACs, or ErrSignatureMismatch. With no candidates it
 // returns ErrMissingSignature. All pairs are compared, in constant time each.
 func (s Secrets) Match(msg []byte, candidates ...[]byte) (int, error) {
+	return s.match([][]byte{msg}, candidates)
+}
+
+// match is Match for a message given in parts.
+func (s Secrets) match(msg [][]byte, candidates [][]byte) (int, error) {
 	if len(candidates) == 0 {
 		return -1, ErrMissingSignature
 	}
 	matched := -1
 	for i, secret := range s {
-		want := HMACSHA256([]byte(secret), msg)
+		want := hmacParts([]byte(secret), msg...)
 		for _, got := range candidates {
 			if hmac.Equal(want, got) && matched < 0 {
 				matched = i
