@@ -107,7 +107,7 @@ func Run(ctx context.Context, env Env, args []string) error {
 		}
 		ceiling = c
 	}
-	r := runHTTP(ctx, o, gen, nil)
+	r := runHTTP(ctx, o, gen)
 	fmt.Fprintf(env.Stdout, "http:    %s\n", r)
 	if rss := peakRSS(o.pid); rss != "" {
 		fmt.Fprintf(env.Stdout, "gateway: pid %d, peak RSS %s\n", o.pid, rss)
@@ -201,12 +201,19 @@ func (r result) String() string {
 		r.ok, r.took.Round(time.Millisecond), r.perSecond(), p(.50), p(.90), p(.99), p(1), r.errors, strings.Join(st, " "))
 }
 
-// runHTTP posts at o.concurrency for o.duration. onAck, when set, is told
-// each accepted delivery and when its answer came.
-func runHTTP(ctx context.Context, o options, gen *generator, onAck func(id string, at time.Time)) result {
-	transport := &http.Transport{MaxIdleConns: o.concurrency, MaxIdleConnsPerHost: o.concurrency, MaxConnsPerHost: o.concurrency, IdleConnTimeout: time.Minute}
-	client := &http.Client{Transport: transport, Timeout: 30 * time.Second}
-	defer transport.CloseIdleConnections()
+// add merges another worker's figures.
+func (r *result) add(o result) {
+	r.ok += o.ok
+	r.errors += o.errors
+	r.latencies = append(r.latencies, o.latencies...)
+	for k, v := range o.statuses {
+		r.statuses[k] += v
+	}
+}
+
+// load runs step from o.concurrency workers until o.duration has passed, and
+// returns their figures together.
+func load(ctx context.Context, o options, step func(local *result)) result {
 	deadline := time.Now().Add(o.duration)
 	var mu sync.Mutex
 	total := result{statuses: map[int]int{}}
@@ -216,38 +223,39 @@ func runHTTP(ctx context.Context, o options, gen *generator, onAck func(id strin
 		wg.Go(func() {
 			local := result{statuses: map[int]int{}}
 			for time.Now().Before(deadline) && ctx.Err() == nil {
-				req, id := gen.next(o.url)
-				t0 := time.Now()
-				res, err := client.Do(req.WithContext(ctx))
-				if err != nil {
-					local.errors++
-					continue
-				}
-				_, _ = io.Copy(io.Discard, res.Body)
-				res.Body.Close()
-				local.statuses[res.StatusCode]++
-				if res.StatusCode/100 == 2 {
-					now := time.Now()
-					local.ok++
-					local.latencies = append(local.latencies, now.Sub(t0))
-					if onAck != nil {
-						onAck(id, now)
-					}
-				}
+				step(&local)
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			total.ok += local.ok
-			total.errors += local.errors
-			total.latencies = append(total.latencies, local.latencies...)
-			for k, v := range local.statuses {
-				total.statuses[k] += v
-			}
+			total.add(local)
 		})
 	}
 	wg.Wait()
 	total.took = time.Since(start)
 	return total
+}
+
+// runHTTP posts at o.concurrency for o.duration.
+func runHTTP(ctx context.Context, o options, gen *generator) result {
+	transport := &http.Transport{MaxIdleConns: o.concurrency, MaxIdleConnsPerHost: o.concurrency, MaxConnsPerHost: o.concurrency, IdleConnTimeout: time.Minute}
+	client := &http.Client{Transport: transport, Timeout: 30 * time.Second}
+	defer transport.CloseIdleConnections()
+	return load(ctx, o, func(local *result) {
+		req, _ := gen.next(o.url)
+		t0 := time.Now()
+		res, err := client.Do(req.WithContext(ctx))
+		if err != nil {
+			local.errors++
+			return
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		local.statuses[res.StatusCode]++
+		if res.StatusCode/100 == 2 {
+			local.ok++
+			local.latencies = append(local.latencies, time.Since(t0))
+		}
+	})
 }
 
 // runCeiling does the database work of ingest without HTTP, one transaction
@@ -272,40 +280,23 @@ func runCeiling(ctx context.Context, env Env, o options, gen *generator) (float6
 		"github": providers.GitHub{Secrets: verify.Secrets(env.Config.GitHubSecrets)},
 		"stripe": providers.Stripe{Secrets: verify.Secrets(env.Config.StripeSecrets), Tolerance: env.Config.StripeTolerance},
 	}
-	deadline := time.Now().Add(o.duration)
-	var mu sync.Mutex
-	total := result{statuses: map[int]int{}}
-	var wg sync.WaitGroup
-	start := time.Now()
-	for range o.concurrency {
-		wg.Go(func() {
-			local := result{statuses: map[int]int{}}
-			for time.Now().Before(deadline) && ctx.Err() == nil {
-				req, _ := gen.next("http://ceiling")
-				body, _ := io.ReadAll(req.Body)
-				d, err := provs[filepath.Base(req.URL.Path)].Parse(req.Header, body, time.Now())
-				if err != nil {
-					local.errors++
-					continue
-				}
-				t0 := time.Now()
-				out, err := in.AcceptMany(ctx, []providers.Delivery{d}) // one transaction per delivery
-				if err != nil || out[0].Err != nil {
-					local.errors++
-					continue
-				}
-				local.ok++
-				local.latencies = append(local.latencies, time.Since(t0))
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			total.ok += local.ok
-			total.errors += local.errors
-			total.latencies = append(total.latencies, local.latencies...)
-		})
-	}
-	wg.Wait()
-	total.took = time.Since(start)
+	total := load(ctx, o, func(local *result) {
+		req, _ := gen.next("http://ceiling")
+		body, _ := io.ReadAll(req.Body)
+		d, err := provs[filepath.Base(req.URL.Path)].Parse(req.Header, body, time.Now())
+		if err != nil {
+			local.errors++
+			return
+		}
+		t0 := time.Now()
+		out, err := in.AcceptMany(ctx, []providers.Delivery{d}) // one transaction per delivery
+		if err != nil || out[0].Err != nil {
+			local.errors++
+			return
+		}
+		local.ok++
+		local.latencies = append(local.latencies, time.Since(t0))
+	})
 	fmt.Fprintf(env.Stdout, "ceiling: %s\n", total)
 	// Let the gateway work off the ceiling's jobs before the HTTP phase, so
 	// that both phases start from an empty queue.

@@ -196,14 +196,7 @@ func (w *DispatchWorker) runBuiltin(ctx context.Context, job *river.Job[Dispatch
 			return err
 		}
 		if newer {
-			if err := setState(ctx, tx, a, StateSuperseded, job.Attempt, nil); err != nil {
-				return err
-			}
-			if err := w.complete(ctx, tx, job); err != nil {
-				return err
-			}
-			w.Metrics.Dispatch(a.Route, StateSuperseded, r.ReceivedAt)
-			return nil
+			return w.finish(ctx, tx, job, StateSuperseded, r.ReceivedAt)
 		}
 	}
 	if err := handler(ctx, tx, delivery(r, a, job.Attempt)); err != nil {
@@ -214,13 +207,19 @@ func (w *DispatchWorker) runBuiltin(ctx context.Context, job *river.Job[Dispatch
 			return err
 		}
 	}
-	if err := setState(ctx, tx, a, StateSucceeded, job.Attempt, nil); err != nil {
+	return w.finish(ctx, tx, job, StateSucceeded, r.ReceivedAt)
+}
+
+// finish records a builtin dispatch's final state, completes its job and
+// commits, then counts it.
+func (w *DispatchWorker) finish(ctx context.Context, tx pgx.Tx, job *river.Job[DispatchArgs], state string, receivedAt time.Time) error {
+	if err := setState(ctx, tx, job.Args, state, job.Attempt, nil); err != nil {
 		return err
 	}
 	if err := w.complete(ctx, tx, job); err != nil {
 		return err
 	}
-	w.Metrics.Dispatch(a.Route, StateSucceeded, r.ReceivedAt)
+	w.Metrics.Dispatch(job.Args.Route, state, receivedAt)
 	return nil
 }
 
