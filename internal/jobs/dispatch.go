@@ -100,39 +100,16 @@ type Created struct {
 	State      string `json:"state"`
 }
 
-// insertTx inserts the wanted dispatch rows that do not exist yet, one River
-// job for each row it inserted (one InsertManyTx), and links each row to its
-// job.
+// insertTx inserts the wanted dispatch rows that do not exist yet, each with
+// its River job. The jobs are inserted first (one InsertManyTx) so that each
+// row is written once, with its job id; the jobs of rows that turn out to
+// exist already (another hook's copy was first) are deleted again before the
+// transaction commits, so River never sees them.
 func (e *Enqueuer) insertTx(ctx context.Context, tx pgx.Tx, want []Created) ([]Created, error) {
-	providers := make([]string, len(want))
-	ids := make([]string, len(want))
-	routes := make([]string, len(want))
-	gens := make([]int32, len(want))
+	params := make([]river.InsertManyParams, len(want))
 	for i, w := range want {
-		providers[i], ids[i], routes[i], gens[i] = w.Provider, w.DeliveryID, w.Route, int32(w.Generation)
-	}
-	rows, err := tx.Query(ctx, `
-		INSERT INTO hookgate_dispatches (provider, delivery_id, route, generation)
-		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[])
-		ON CONFLICT DO NOTHING
-		RETURNING provider, delivery_id, route, generation`, providers, ids, routes, gens)
-	if err != nil {
-		return nil, fmt.Errorf("insert dispatches: %w", err)
-	}
-	created, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Created, error) {
-		c := Created{State: StatePending}
-		return c, row.Scan(&c.Provider, &c.DeliveryID, &c.Route, &c.Generation)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("insert dispatches: %w", err)
-	}
-	if len(created) == 0 {
-		return created, nil
-	}
-	params := make([]river.InsertManyParams, len(created))
-	for i, c := range created {
 		params[i] = river.InsertManyParams{
-			Args:       DispatchArgs{Provider: c.Provider, DeliveryID: c.DeliveryID, Route: c.Route, Generation: c.Generation},
+			Args:       DispatchArgs{Provider: w.Provider, DeliveryID: w.DeliveryID, Route: w.Route, Generation: w.Generation},
 			InsertOpts: &river.InsertOpts{MaxAttempts: e.MaxAttempts},
 		}
 	}
@@ -140,20 +117,43 @@ func (e *Enqueuer) insertTx(ctx context.Context, tx pgx.Tx, want []Created) ([]C
 	if err != nil {
 		return nil, fmt.Errorf("insert dispatch jobs: %w", err)
 	}
-	providers, ids, routes, gens = providers[:0], ids[:0], routes[:0], gens[:0]
-	jobIDs := make([]int64, len(results))
-	for i, res := range results {
-		c := created[i]
-		providers, ids, routes, gens = append(providers, c.Provider), append(ids, c.DeliveryID), append(routes, c.Route), append(gens, int32(c.Generation))
-		jobIDs[i] = res.Job.ID
+	providers := make([]string, len(want))
+	ids := make([]string, len(want))
+	routes := make([]string, len(want))
+	gens := make([]int32, len(want))
+	jobIDs := make([]int64, len(want))
+	for i, w := range want {
+		providers[i], ids[i], routes[i], gens[i], jobIDs[i] = w.Provider, w.DeliveryID, w.Route, int32(w.Generation), results[i].Job.ID
 	}
-	_, err = tx.Exec(ctx, `
-		UPDATE hookgate_dispatches d SET job_id = t.job_id
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::bigint[]) AS t(provider, delivery_id, route, generation, job_id)
-		WHERE d.provider = t.provider AND d.delivery_id = t.delivery_id AND d.route = t.route AND d.generation = t.generation`,
-		providers, ids, routes, gens, jobIDs)
+	rows, err := tx.Query(ctx, `
+		INSERT INTO hookgate_dispatches (provider, delivery_id, route, generation, job_id)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::bigint[])
+		ON CONFLICT DO NOTHING
+		RETURNING provider, delivery_id, route, generation, job_id`, providers, ids, routes, gens, jobIDs)
 	if err != nil {
-		return nil, fmt.Errorf("link dispatch jobs: %w", err)
+		return nil, fmt.Errorf("insert dispatches: %w", err)
+	}
+	kept := make(map[int64]bool, len(want))
+	created, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Created, error) {
+		c := Created{State: StatePending}
+		var jobID int64
+		err := row.Scan(&c.Provider, &c.DeliveryID, &c.Route, &c.Generation, &jobID)
+		kept[jobID] = true
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("insert dispatches: %w", err)
+	}
+	if len(created) < len(want) {
+		var orphans []int64
+		for _, id := range jobIDs {
+			if !kept[id] {
+				orphans = append(orphans, id)
+			}
+		}
+		if _, err := tx.Exec(ctx, "DELETE FROM river_job WHERE id = ANY($1)", orphans); err != nil {
+			return nil, fmt.Errorf("delete unneeded dispatch jobs: %w", err)
+		}
 	}
 	return created, nil
 }

@@ -510,3 +510,28 @@ func TestDispatchSurvivesKilledProcess(t *testing.T) {
 		t.Fatalf("target got %d requests: %v", len(got), got)
 	}
 }
+
+// An operator cancels a pending dispatch's job in River UI: the dispatch shows
+// cancelled at once (its live state) and the reconcile job records it.
+func TestReconcileRecordsCancelledJobs(t *testing.T) {
+	t.Parallel()
+	b := setupDispatch(t, "ci=github:push>http://127.0.0.1:1/never", nil)
+	b.accept(t, pushDelivery("g-1"))
+	var jobID int64
+	if err := b.pool.QueryRow(context.Background(), "SELECT job_id FROM hookgate_dispatches").Scan(&jobID); err != nil || jobID == 0 {
+		t.Fatalf("job_id %d, %v", jobID, err)
+	}
+	if _, err := b.client.JobCancel(context.Background(), jobID); err != nil {
+		t.Fatal(err)
+	}
+	if row := b.row(t, "g-1", "ci"); row.state != jobs.StatePending {
+		t.Fatalf("row before reconcile: %+v", row)
+	}
+	w := &jobs.ReconcileWorker{Pool: b.pool}
+	if err := w.Work(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if row := b.row(t, "g-1", "ci"); row.state != jobs.StateCancelled || !strings.Contains(row.lastError, "cancelled") {
+		t.Fatalf("row after reconcile: %+v", row)
+	}
+}

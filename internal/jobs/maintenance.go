@@ -121,8 +121,8 @@ func (w *ReconcileWorker) Work(ctx context.Context, _ *river.Job[ReconcileArgs])
 		SET state = j.state::text, updated_at = now(),
 			last_error = coalesce(d.last_error, 'River job ' || j.state::text)
 		FROM river_job j
-		WHERE j.id = d.job_id AND d.state IN ('pending', 'running', 'retrying')
-		AND j.state IN ('cancelled', 'discarded')`)
+		WHERE j.state IN ('cancelled', 'discarded') AND j.kind = $1
+		AND d.job_id = j.id AND d.state IN ('pending', 'running', 'retrying')`, DispatchKind)
 	if err != nil {
 		return fmt.Errorf("reconcile dispatches: %w", err)
 	}
