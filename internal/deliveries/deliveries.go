@@ -19,7 +19,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/hookgate/hookgate/internal/receipts"
 )
 
 // Errors returned by this package.
@@ -31,11 +32,7 @@ var (
 )
 
 // DB is what the queries need: a pool, a connection or a transaction.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+type DB = receipts.DBTX
 
 // StateSQL is a dispatch's live state, for a query joining hookgate_dispatches
 // d with river_job j (LEFT JOIN river_job j ON j.id = d.job_id). The row's own
