@@ -144,22 +144,12 @@ func (g *generator) next(base string) (*http.Request, string) {
 		id = fmt.Sprintf("bench-%s-%d", g.run, i)
 		body := fmt.Appendf(nil, `{"action":"synchronize","number":%d,"pull_request":{"id":%d,"state":"open","title":"Bench","updated_at":%q,"body":%s},"repository":{"id":1,"full_name":"hookgate/bench"},"sender":{"login":"octocat"}}`,
 			i, i%5000, now.UTC().Format(time.RFC3339), g.pad)
-		req, _ = http.NewRequest(http.MethodPost, base+"/webhooks/github", bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-GitHub-Event", "pull_request")
-		req.Header.Set("X-GitHub-Delivery", id)
-		req.Header.Set("X-GitHub-Hook-ID", "1")
-		req.Header.Set("X-Hub-Signature-256", verify.SignGitHub(g.github, body))
+		req = g.githubRequest(base, "pull_request", id, body)
 	case 1: // a push
 		id = fmt.Sprintf("bench-%s-%d", g.run, i)
 		body := fmt.Appendf(nil, `{"ref":"refs/heads/b%d","before":"0000","after":"1111","repository":{"id":2,"full_name":"hookgate/bench","pushed_at":%d},"commits":[{"id":"c0ffee","message":%s}],"sender":{"login":"octocat"}}`,
 			i%500, now.Unix(), g.pad)
-		req, _ = http.NewRequest(http.MethodPost, base+"/webhooks/github", bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-GitHub-Event", "push")
-		req.Header.Set("X-GitHub-Delivery", id)
-		req.Header.Set("X-GitHub-Hook-ID", "1")
-		req.Header.Set("X-Hub-Signature-256", verify.SignGitHub(g.github, body))
+		req = g.githubRequest(base, "push", id, body)
 	default: // a Stripe invoice or subscription event
 		id = fmt.Sprintf("evt_bench_%s_%d", g.run, i)
 		typ, obj := "invoice.paid", fmt.Sprintf(`{"id":"in_%d","object":"invoice","amount_paid":2000,"currency":"usd","lines":%s}`, i, g.pad)
@@ -173,6 +163,17 @@ func (g *generator) next(base string) (*http.Request, string) {
 		req.Header.Set("Stripe-Signature", verify.SignTimestamped(g.stripe, now, body))
 	}
 	return req, id
+}
+
+// githubRequest is a GitHub delivery of body, signed as GitHub signs it.
+func (g *generator) githubRequest(base, event, id string, body []byte) *http.Request {
+	req, _ := http.NewRequest(http.MethodPost, base+"/webhooks/github", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-GitHub-Event", event)
+	req.Header.Set("X-GitHub-Delivery", id)
+	req.Header.Set("X-GitHub-Hook-ID", "1")
+	req.Header.Set("X-Hub-Signature-256", verify.SignGitHub(g.github, body))
+	return req
 }
 
 // result is one phase's figures.
