@@ -131,8 +131,11 @@ func lockWait() time.Duration {
 	return 50*time.Millisecond + rand.N(150*time.Millisecond)
 }
 
-// entityLockKey is the advisory lock of one route's dispatches of one entity.
-const entityLockKey = "SELECT hashtextextended($1 || '|' || $2, 0)"
+// entityLock is the key of the advisory lock of one route's dispatches of one
+// entity, as SQL over the expressions route and entity.
+func entityLock(route, entity string) string {
+	return "hashtextextended(" + route + " || '|' || " + entity + ", 0)"
+}
 
 func ordered(r receipts.Receipt) bool { return r.Entity != "" && !r.EventTime.IsZero() }
 
@@ -185,7 +188,7 @@ func (w *DispatchWorker) runBuiltin(ctx context.Context, job *river.Job[Dispatch
 	}
 	if ordered(r) {
 		var locked bool
-		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock(("+entityLockKey+"))", a.Route, r.Entity).Scan(&locked); err != nil {
+		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock("+entityLock("$1", "$2")+")", a.Route, r.Entity).Scan(&locked); err != nil {
 			return fmt.Errorf("entity lock: %w", err)
 		}
 		if !locked {
@@ -286,95 +289,134 @@ func moveWatermarks(ctx context.Context, db receipts.DBTX, marks []watermark) er
 // forward runs one attempt of a forward; see DispatchWorker.
 func (w *DispatchWorker) forward(ctx context.Context, job *river.Job[DispatchArgs], target string) error {
 	a := job.Args
-	var state string
-	r, err := receipts.Scan(w.Pool.QueryRow(ctx, `
-		SELECT d.state, `+receipts.Columns+`
-		FROM hookgate_dispatches d CROSS JOIN LATERAL (`+receipts.FirstSQL("d.provider", "d.delivery_id")+`) r
-		WHERE d.provider = $1 AND d.delivery_id = $2 AND d.route = $3 AND d.generation = $4`,
-		a.Provider, a.DeliveryID, a.Route, a.Generation), &state)
-	if errors.Is(err, receipts.ErrNotFound) {
-		return errGone
-	}
+	c, err := w.claim(ctx, a)
 	if err != nil {
 		return err
 	}
-	if finalStates[state] {
+	defer c.release(ctx)
+	if finalStates[c.state] {
 		return nil // already decided (River ran the job again): nothing to do
 	}
 
 	o := outcome{args: a, state: StateSucceeded, attempt: job.Attempt}
-	if ordered(r) {
-		newer, unlock, err := w.lockEntity(ctx, a.Route, r)
-		if err != nil {
-			return err
-		}
-		defer unlock()
-		if newer {
-			o.state = StateSuperseded
-		} else {
-			o.mark = &watermark{route: a.Route, entity: r.Entity, eventTime: r.EventTime, provider: r.Provider, deliveryID: r.DeliveryID}
-		}
+	switch {
+	case c.newer:
+		o.state = StateSuperseded
+	case c.locked != "":
+		o.mark = &watermark{route: a.Route, entity: c.r.Entity, eventTime: c.r.EventTime, provider: c.r.Provider, deliveryID: c.r.DeliveryID}
+	default:
+		c.release(ctx) // no lock to hold: the connection is not needed during the forward
 	}
 	if o.state == StateSucceeded {
-		if err := w.Forwarder.Forward(ctx, target, delivery(r, a, job.Attempt)); err != nil {
+		if err := w.Forwarder.Forward(ctx, target, delivery(c.r, a, job.Attempt)); err != nil {
 			return err
 		}
 	}
 	if err := w.record(ctx, o); err != nil {
 		return err
 	}
-	w.Metrics.Dispatch(a.Route, o.state, r.ReceivedAt)
+	w.Metrics.Dispatch(a.Route, o.state, c.r.ReceivedAt)
 	return nil
 }
 
-// lockEntity takes the session advisory lock of (route, r's entity) on a
-// connection of its own, or snoozes the job when another holds it, and
-// reports whether the route already handled a newer event of the entity. The
-// lock and the watermark's read go in one round trip: the read runs after the
-// lock is taken, on a fresh snapshot. The lock outlives no process: a dead
-// process's connection closes and frees it.
-func (w *DispatchWorker) lockEntity(ctx context.Context, route string, r receipts.Receipt) (bool, func(), error) {
+// claim is what one attempt of a forward starts from.
+type claim struct {
+	conn   *pgxpool.Conn
+	route  string
+	state  string           // the dispatch row's state
+	r      receipts.Receipt // the event's first receipt
+	locked string           // the entity whose lock conn holds for the route, or ""
+	newer  bool             // the route already handled a newer event of that entity
+}
+
+// claim starts an attempt in one round trip on a connection of its own: when
+// the event's receipt names an entity and a time, it takes the session
+// advisory lock of (route, entity) and reads the entity's watermark; then it
+// reads the dispatch's state and the receipt. The statements run in that
+// order, each on a fresh snapshot, so the watermark is read after the lock is
+// held. When another holds the lock the job is snoozed. The lock outlives no process: a dead process's
+// connection closes and frees it.
+func (w *DispatchWorker) claim(ctx context.Context, a DispatchArgs) (*claim, error) {
 	conn, err := w.Pool.Acquire(ctx)
 	if err != nil {
-		return false, nil, fmt.Errorf("entity lock: %w", err)
+		return nil, fmt.Errorf("read dispatch: %w", err)
 	}
+	first := receipts.FirstSQL("$1", "$2")
 	b := &pgx.Batch{}
-	b.Queue("SELECT pg_try_advisory_lock(("+entityLockKey+"))", route, r.Entity)
-	b.Queue("SELECT event_time FROM hookgate_watermarks WHERE route = $1 AND entity = $2", route, r.Entity)
+	b.Queue(`SELECT r.entity, pg_try_advisory_lock(`+entityLock("$3", "r.entity")+`) FROM (`+first+`) r
+		WHERE r.entity IS NOT NULL AND r.event_time IS NOT NULL`, a.Provider, a.DeliveryID, a.Route)
+	// A scalar subquery keeps the plan a lookup of one key, whatever the
+	// statistics were when the connection prepared it.
+	b.Queue(`SELECT event_time FROM hookgate_watermarks WHERE route = $3 AND entity = (SELECT entity FROM (`+first+`) r)`,
+		a.Provider, a.DeliveryID, a.Route)
+	b.Queue(`SELECT d.state, `+receipts.Columns+`
+		FROM hookgate_dispatches d CROSS JOIN LATERAL (`+receipts.FirstSQL("d.provider", "d.delivery_id")+`) r
+		WHERE d.provider = $1 AND d.delivery_id = $2 AND d.route = $3 AND d.generation = $4`,
+		a.Provider, a.DeliveryID, a.Route, a.Generation)
 	results := conn.SendBatch(ctx, b)
+	c := &claim{conn: conn, route: a.Route}
+	var entity string
 	var locked bool
 	var mark *time.Time
-	err = results.QueryRow().Scan(&locked)
+	err = results.QueryRow().Scan(&entity, &locked)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = nil
+	}
+	if locked {
+		c.locked = entity
+	}
 	if err == nil {
 		if err = results.QueryRow().Scan(&mark); errors.Is(err, pgx.ErrNoRows) {
 			err = nil
 		}
 	}
+	if err == nil {
+		c.r, err = receipts.Scan(results.QueryRow(), &c.state)
+	}
 	if cerr := results.Close(); err == nil {
 		err = cerr
 	}
-	unlock := func() {
-		var unlocked bool
-		err := conn.QueryRow(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(("+entityLockKey+"))", route, r.Entity).Scan(&unlocked)
-		if err != nil || !unlocked {
-			// Closing the session is the sure way to free its locks.
-			_ = conn.Hijack().Close(context.WithoutCancel(ctx))
-			return
-		}
-		conn.Release()
-	}
 	switch {
-	case err != nil && locked:
-		unlock()
-		return false, nil, fmt.Errorf("entity lock: %w", err)
+	case errors.Is(err, receipts.ErrNotFound):
+		c.release(ctx)
+		return nil, errGone
 	case err != nil:
-		conn.Release()
-		return false, nil, fmt.Errorf("entity lock: %w", err)
-	case !locked:
-		conn.Release()
-		return false, nil, river.JobSnooze(lockWait())
+		// The lock may be held: closing the session is the sure way to free it.
+		_ = conn.Hijack().Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("read dispatch: %w", err)
+	case entity != "" && !locked:
+		c.release(ctx)
+		return nil, river.JobSnooze(lockWait())
+	case ordered(c.r) != (c.locked != "") || c.locked != "" && c.locked != c.r.Entity:
+		// Another hook's receipt of the event came first between the statements.
+		c.release(ctx)
+		return nil, river.JobSnooze(lockWait())
 	}
-	return mark != nil && mark.After(r.EventTime), unlock, nil
+	c.newer = mark != nil && mark.After(c.r.EventTime)
+	return c, nil
+}
+
+// release frees the entity lock, if held, and the connection. It is safe to
+// call more than once.
+func (c *claim) release(ctx context.Context) {
+	if c.conn == nil {
+		return
+	}
+	conn := c.conn
+	c.conn = nil
+	if c.locked == "" {
+		conn.Release()
+		return
+	}
+	var unlocked bool
+	err := conn.QueryRow(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock("+entityLock("$1", "$2")+")",
+		c.route, c.locked).Scan(&unlocked)
+	if err != nil || !unlocked {
+		// Closing the session is the sure way to free its locks.
+		_ = conn.Hijack().Close(context.WithoutCancel(ctx))
+		return
+	}
+	conn.Release()
 }
 
 // outcome is a forward's decided state, to be written with others in one commit.
