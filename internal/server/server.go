@@ -156,12 +156,28 @@ func metricProvider(name string) string {
 	return "unknown"
 }
 
+// preallocBody is the largest declared body length read into a buffer
+// allocated before the body arrives.
+const preallocBody = 64 << 10
+
 // readBody reads the raw body, refusing it before reading when its declared
 // length is over the limit, and stopping at the limit when it is not declared.
+// A small declared length is read into one buffer of that size; a larger one
+// is read as it arrives, so that a client that declares much and sends little
+// holds little memory.
 func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	tooLarge := fmt.Errorf("%w: the body is larger than %d bytes", errBodyTooLarge, s.MaxBodyBytes)
 	if r.ContentLength > s.MaxBodyBytes {
 		return nil, tooLarge
+	}
+	if r.ContentLength >= 0 && r.ContentLength <= preallocBody {
+		// net/http ends the body after the declared length, and reports a
+		// connection that ends before it as io.ErrUnexpectedEOF.
+		body := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, body); err != nil {
+			return nil, fmt.Errorf("%w: could not read the body: %v", errBadRequest, err)
+		}
+		return body, nil
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.MaxBodyBytes))
 	var maxErr *http.MaxBytesError
