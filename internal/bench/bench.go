@@ -282,6 +282,10 @@ func runCeiling(ctx context.Context, env Env, o options, gen *generator) (float6
 		"github": providers.GitHub{Secrets: verify.Secrets(env.Config.GitHubSecrets)},
 		"stripe": providers.Stripe{Secrets: verify.Secrets(env.Config.StripeSecrets), Tolerance: env.Config.StripeTolerance},
 	}
+	if flush, err := commitLatency(ctx, pool, 200); err == nil {
+		fmt.Fprintf(env.Stdout, "ceiling: a durable commit alone takes p50 %s here (the flush that a transaction per delivery waits for)\n",
+			flush.Round(time.Microsecond))
+	}
 	total := load(ctx, o, func(local *result) {
 		req, _ := gen.next("http://ceiling")
 		body, _ := io.ReadAll(req.Body)
@@ -306,6 +310,30 @@ func runCeiling(ctx context.Context, env Env, o options, gen *generator) (float6
 		fmt.Fprintf(env.Stdout, "ceiling: %v; measuring anyway\n", err)
 	}
 	return total.perSecond(), nil
+}
+
+// commitLatency returns the median time of n durable commits, one at a time,
+// of a transaction that writes one tiny WAL record. It is mostly the disk's
+// flush time, the part of a transaction per delivery that coalescing shares:
+// the faster it is, the nearer the ceiling comes to coalesced ingest.
+func commitLatency(ctx context.Context, pool *pgxpool.Pool, n int) (time.Duration, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
+	took := make([]time.Duration, 0, n)
+	for range n {
+		t0 := time.Now()
+		// A transactional message is a WAL record of the transaction's own, so
+		// its commit waits for the flush (a transaction id alone does not).
+		if _, err := conn.Exec(ctx, "SELECT pg_logical_emit_message(true, 'hookgate-bench', '')"); err != nil {
+			return 0, err
+		}
+		took = append(took, time.Since(t0))
+	}
+	slices.Sort(took)
+	return took[n/2], nil
 }
 
 func waitQueueEmpty(ctx context.Context, pool *pgxpool.Pool, within time.Duration) error {
