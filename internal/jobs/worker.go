@@ -341,13 +341,17 @@ func (w *DispatchWorker) claim(ctx context.Context, a DispatchArgs) (*claim, err
 	if err != nil {
 		return nil, fmt.Errorf("read dispatch: %w", err)
 	}
-	first := receipts.FirstSQL("$1", "$2")
+	// The lock and the watermark need only the event's entity, which every
+	// receipt of the event names alike (the first is checked below), so they
+	// take any, without sorting.
+	const anyEntity = `SELECT entity FROM hookgate_receipts
+		WHERE provider = $1 AND delivery_id = $2 AND entity IS NOT NULL AND event_time IS NOT NULL LIMIT 1`
 	b := &pgx.Batch{}
-	b.Queue(`SELECT r.entity, pg_try_advisory_lock(`+entityLock("$3", "r.entity")+`) FROM (`+first+`) r
-		WHERE r.entity IS NOT NULL AND r.event_time IS NOT NULL`, a.Provider, a.DeliveryID, a.Route)
+	b.Queue(`SELECT r.entity, pg_try_advisory_lock(`+entityLock("$3", "r.entity")+`) FROM (`+anyEntity+`) r`,
+		a.Provider, a.DeliveryID, a.Route)
 	// A scalar subquery keeps the plan a lookup of one key, whatever the
 	// statistics were when the connection prepared it.
-	b.Queue(`SELECT event_time FROM hookgate_watermarks WHERE route = $3 AND entity = (SELECT entity FROM (`+first+`) r)`,
+	b.Queue(`SELECT event_time FROM hookgate_watermarks WHERE route = $3 AND entity = (`+anyEntity+`)`,
 		a.Provider, a.DeliveryID, a.Route)
 	b.Queue(`SELECT d.state, `+receipts.Columns+`
 		FROM hookgate_dispatches d CROSS JOIN LATERAL (`+receipts.FirstSQL("d.provider", "d.delivery_id")+`) r
