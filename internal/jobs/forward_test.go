@@ -290,6 +290,42 @@ func TestForwardOncePerRouteAcrossHooks(t *testing.T) {
 	}
 }
 
+// Two hooks may send one event id with different bodies. A forward is ordered
+// by the entity of the event's first receipt, the one it sends, even when
+// another receipt names another entity (here one whose watermark is newer).
+func TestForwardIsOrderedByTheFirstReceiptsEntity(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, nil)
+	b := setupDispatch(t, "billing=stripe:*>"+tg.URL, nil)
+	created := time.Now().Add(-time.Hour).Truncate(time.Second)
+	first := subscriptionEvent(1, created)
+	first.Scope = "z"
+	other := subscriptionEvent(1, created)
+	other.Scope, other.Entity, other.Body = "a", "stripe:sub_2", []byte(`{"id":"evt_001","other":true}`)
+	if n := b.accept(t, first); n != 1 {
+		t.Fatalf("first copy made %d dispatches", n)
+	}
+	if n := b.accept(t, other); n != 0 {
+		t.Fatalf("other hook's copy made %d dispatches", n)
+	}
+	_, err := b.pool.Exec(context.Background(), `INSERT INTO hookgate_watermarks (route, entity, event_time, provider, delivery_id)
+		VALUES ('billing', 'stripe:sub_2', now(), 'stripe', 'evt_newer')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.start(t)
+	b.waitState(t, "evt_001", "billing", jobs.StateSucceeded)
+	if got := tg.requests(); len(got) != 1 || string(got[0].body) != string(first.Body) {
+		t.Fatalf("target got %d requests, want the first receipt's body once", len(got))
+	}
+	var mark time.Time
+	err = b.pool.QueryRow(context.Background(),
+		`SELECT event_time FROM hookgate_watermarks WHERE route = 'billing' AND entity = 'stripe:sub_1'`).Scan(&mark)
+	if err != nil || !mark.Equal(created) {
+		t.Fatalf("watermark of stripe:sub_1 = %v, %v; want %v", mark, err, created)
+	}
+}
+
 func subscriptionEvent(i int, created time.Time) providers.Delivery {
 	id := fmt.Sprintf("evt_%03d", i)
 	body := fmt.Sprintf(`{"id":%q,"type":"customer.subscription.updated","created":%d,"data":{"object":{"id":"sub_1","customer":"cus_1","status":"s%02d"}}}`,

@@ -289,7 +289,7 @@ func moveWatermarks(ctx context.Context, db receipts.DBTX, marks []watermark) er
 // forward runs one attempt of a forward; see DispatchWorker.
 func (w *DispatchWorker) forward(ctx context.Context, job *river.Job[DispatchArgs], target string) error {
 	a := job.Args
-	c, err := w.claim(ctx, a)
+	c, err := w.claim(ctx, a, false)
 	if err != nil {
 		return err
 	}
@@ -334,18 +334,23 @@ type claim struct {
 // advisory lock of (route, entity) and reads the entity's watermark; then it
 // reads the dispatch's state and the receipt. The statements run in that
 // order, each on a fresh snapshot, so the watermark is read after the lock is
-// held. When another holds the lock the job is snoozed. The lock outlives no process: a dead process's
-// connection closes and frees it.
-func (w *DispatchWorker) claim(ctx context.Context, a DispatchArgs) (*claim, error) {
+// held. When another holds the lock the job is snoozed. The lock outlives no
+// process: a dead process's connection closes and frees it.
+func (w *DispatchWorker) claim(ctx context.Context, a DispatchArgs, exact bool) (*claim, error) {
 	conn, err := w.Pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read dispatch: %w", err)
 	}
-	// The lock and the watermark need only the event's entity, which every
-	// receipt of the event names alike (the first is checked below), so they
-	// take any, without sorting.
-	const anyEntity = `SELECT entity FROM hookgate_receipts
+	// The lock and the watermark need only the event's entity, which the
+	// receipts of one event name alike, so at first they take any receipt's,
+	// without sorting; when it is not the first receipt's (hooks that sent
+	// different bodies under one id), the claim is made again exactly.
+	anyEntity := `SELECT entity FROM hookgate_receipts
 		WHERE provider = $1 AND delivery_id = $2 AND entity IS NOT NULL AND event_time IS NOT NULL LIMIT 1`
+	if exact {
+		anyEntity = `SELECT entity FROM (` + receipts.FirstSQL("$1", "$2") + `) r
+		WHERE r.entity IS NOT NULL AND r.event_time IS NOT NULL`
+	}
 	b := &pgx.Batch{}
 	b.Queue(`SELECT r.entity, pg_try_advisory_lock(`+entityLock("$3", "r.entity")+`) FROM (`+anyEntity+`) r`,
 		a.Provider, a.DeliveryID, a.Route)
@@ -392,8 +397,11 @@ func (w *DispatchWorker) claim(ctx context.Context, a DispatchArgs) (*claim, err
 		c.release(ctx)
 		return nil, river.JobSnooze(lockWait())
 	case ordered(c.r) != (c.locked != "") || c.locked != "" && c.locked != c.r.Entity:
-		// Another hook's receipt of the event came first between the statements.
 		c.release(ctx)
+		if !exact {
+			return w.claim(ctx, a, true)
+		}
+		// Another hook's receipt of the event came first between the statements.
 		return nil, river.JobSnooze(lockWait())
 	}
 	c.newer = mark != nil && mark.After(c.r.EventTime)
