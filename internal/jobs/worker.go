@@ -354,17 +354,18 @@ func (w *DispatchWorker) claim(ctx context.Context, a DispatchArgs, exact bool) 
 	b := &pgx.Batch{}
 	b.Queue(`SELECT r.entity, pg_try_advisory_lock(`+entityLock("$3", "r.entity")+`) FROM (`+anyEntity+`) r`,
 		a.Provider, a.DeliveryID, a.Route)
-	// A scalar subquery keeps the plan a lookup of one key, whatever the
-	// statistics were when the connection prepared it.
-	b.Queue(`SELECT event_time FROM hookgate_watermarks WHERE route = $3 AND entity = (`+anyEntity+`)`,
-		a.Provider, a.DeliveryID, a.Route)
+	// The watermark is a correlated subquery so that its plan stays a lookup
+	// of one key, whatever the statistics were when the connection prepared
+	// it; the entity comes back too, to be checked against the locked one.
+	b.Queue(`SELECT x.entity, (SELECT event_time FROM hookgate_watermarks w WHERE w.route = $3 AND w.entity = x.entity)
+		FROM (`+anyEntity+`) x`, a.Provider, a.DeliveryID, a.Route)
 	b.Queue(`SELECT d.state, `+receipts.Columns+`
 		FROM hookgate_dispatches d CROSS JOIN LATERAL (`+receipts.FirstSQL("d.provider", "d.delivery_id")+`) r
 		WHERE d.provider = $1 AND d.delivery_id = $2 AND d.route = $3 AND d.generation = $4`,
 		a.Provider, a.DeliveryID, a.Route, a.Generation)
 	results := conn.SendBatch(ctx, b)
 	c := &claim{conn: conn, route: a.Route}
-	var entity string
+	var entity, markEntity string
 	var locked bool
 	var mark *time.Time
 	err = results.QueryRow().Scan(&entity, &locked)
@@ -375,7 +376,7 @@ func (w *DispatchWorker) claim(ctx context.Context, a DispatchArgs, exact bool) 
 		c.locked = entity
 	}
 	if err == nil {
-		if err = results.QueryRow().Scan(&mark); errors.Is(err, pgx.ErrNoRows) {
+		if err = results.QueryRow().Scan(&markEntity, &mark); errors.Is(err, pgx.ErrNoRows) {
 			err = nil
 		}
 	}
@@ -396,12 +397,12 @@ func (w *DispatchWorker) claim(ctx context.Context, a DispatchArgs, exact bool) 
 	case entity != "" && !locked:
 		c.release(ctx)
 		return nil, river.JobSnooze(lockWait())
-	case ordered(c.r) != (c.locked != "") || c.locked != "" && c.locked != c.r.Entity:
+	case ordered(c.r) != (c.locked != "") || c.locked != "" && (c.locked != c.r.Entity || markEntity != c.locked):
 		c.release(ctx)
 		if !exact {
 			return w.claim(ctx, a, true)
 		}
-		// Another hook's receipt of the event came first between the statements.
+		// Another hook's receipt of the event came between the statements.
 		return nil, river.JobSnooze(lockWait())
 	}
 	c.newer = mark != nil && mark.After(c.r.EventTime)
