@@ -20,6 +20,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -121,16 +122,42 @@ func Run(ctx context.Context, env Env, args []string) error {
 // generator makes signed deliveries, each with a fresh id.
 type generator struct {
 	github, stripe string
-	pad            string // a quoted JSON string
+	pad            string // a JSON array that brings a delivery to its size
 	n              atomic.Int64
 	run            string
 }
 
 func newGenerator(cfg config.Config, bodyBytes int) *generator {
-	b := make([]byte, 4)
+	// The padding is made once: the tool's own CPU is taken from the gateway.
+	return &generator{github: cfg.GitHubSecrets[0], stripe: cfg.StripeSecrets[0], pad: padding(max(bodyBytes-400, 0)), run: randomHex(4)}
+}
+
+// padding returns a JSON array of about n bytes of commit-like objects, which
+// compresses about as well as real payloads do (random hashes, repeated keys
+// and URLs), so that the database stores and compresses what it would in use.
+func padding(n int) string {
+	words := []string{"fix", "retry", "webhook", "order", "ledger", "invoice", "subscription", "timeout", "refactor", "docs"}
+	word := func() string { return words[mrand.IntN(len(words))] }
+	var b strings.Builder
+	b.WriteByte('[')
+	for i := 0; b.Len() < n; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		sha := randomHex(20)
+		fmt.Fprintf(&b, `{"id":%q,"tree_id":%q,"distinct":true,"message":"%s %s in %s","timestamp":"2026-11-30T12:%02d:%02d+00:00",`+
+			`"url":"https://github.com/hookgate/bench/commit/%s","author":{"name":"Octo Cat","email":"octocat@users.noreply.github.com",`+
+			`"username":"octocat"},"added":[],"removed":[],"modified":["internal/%s/%s.go"]}`,
+			sha, randomHex(20), word(), word(), word(), i%60, i*7%60, sha, word(), word())
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
 	_, _ = rand.Read(b)
-	// The padding is quoted once: the tool's own CPU is taken from the gateway.
-	return &generator{github: cfg.GitHubSecrets[0], stripe: cfg.StripeSecrets[0], pad: strconv.Quote(strings.Repeat("x", max(bodyBytes-400, 0))), run: hex.EncodeToString(b)}
+	return hex.EncodeToString(b)
 }
 
 // next returns a request for the gateway at base, and the delivery it carries.
@@ -142,12 +169,12 @@ func (g *generator) next(base string) (*http.Request, string) {
 	switch i % 4 {
 	case 0: // a pull request update
 		id = fmt.Sprintf("bench-%s-%d", g.run, i)
-		body := fmt.Appendf(nil, `{"action":"synchronize","number":%d,"pull_request":{"id":%d,"state":"open","title":"Bench","updated_at":%q,"body":%s},"repository":{"id":1,"full_name":"hookgate/bench"},"sender":{"login":"octocat"}}`,
+		body := fmt.Appendf(nil, `{"action":"synchronize","number":%d,"pull_request":{"id":%d,"state":"open","title":"Bench","updated_at":%q,"commits":%s},"repository":{"id":1,"full_name":"hookgate/bench"},"sender":{"login":"octocat"}}`,
 			i, i%5000, now.UTC().Format(time.RFC3339), g.pad)
 		req = g.githubRequest(base, "pull_request", id, body)
 	case 1: // a push
 		id = fmt.Sprintf("bench-%s-%d", g.run, i)
-		body := fmt.Appendf(nil, `{"ref":"refs/heads/b%d","before":"0000","after":"1111","repository":{"id":2,"full_name":"hookgate/bench","pushed_at":%d},"commits":[{"id":"c0ffee","message":%s}],"sender":{"login":"octocat"}}`,
+		body := fmt.Appendf(nil, `{"ref":"refs/heads/b%d","before":"0000","after":"1111","repository":{"id":2,"full_name":"hookgate/bench","pushed_at":%d},"commits":%s,"sender":{"login":"octocat"}}`,
 			i%500, now.Unix(), g.pad)
 		req = g.githubRequest(base, "push", id, body)
 	default: // a Stripe invoice or subscription event
