@@ -74,3 +74,21 @@ func TestMigrateConcurrentlyOnEmptyDatabase(t *testing.T) {
 		t.Fatalf("CheckSchema with a missing migration = %v", err)
 	}
 }
+
+// Receipt bodies are compressed with lz4 where the server has it, and the
+// migration succeeds either way.
+func TestReceiptBodiesUseLZ4WhereAvailable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.NewPool(t)
+	var method string
+	err := pool.QueryRow(ctx, `SELECT attcompression FROM pg_attribute
+		WHERE attrelid = 'hookgate_receipts'::regclass AND attname = 'body'`).Scan(&method)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, lz4Err := pool.Exec(ctx, "CREATE TEMP TABLE lz4_probe (b bytea COMPRESSION lz4)")
+	if want := map[bool]string{true: "l", false: ""}[lz4Err == nil]; method != want {
+		t.Fatalf("body compression %q, want %q (server has lz4: %v)", method, want, lz4Err == nil)
+	}
+}
