@@ -87,6 +87,11 @@ func Run(ctx context.Context, env Env, args []string) error {
 	if len(env.Config.GitHubSecrets) == 0 || len(env.Config.StripeSecrets) == 0 {
 		return fmt.Errorf("bench: set GITHUB_WEBHOOK_SECRET and STRIPE_WEBHOOK_SECRET as the gateway has them")
 	}
+	if o.ceiling && strings.TrimSpace(env.Config.Routes) == "" {
+		// Without routes the ceiling would store receipts alone, no dispatch
+		// rows or River jobs, and come out several times too high.
+		return fmt.Errorf("bench: --ceiling does the gateway's database work: set GATEWAY_ROUTES as the gateway has it")
+	}
 	if o.pid == 0 {
 		o.pid = findGateway()
 	}

@@ -1,10 +1,14 @@
 package bench
 
 import (
+	"context"
 	"io"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/providers"
@@ -42,5 +46,24 @@ func TestGeneratorMakesAcceptableDeliveries(t *testing.T) {
 	}
 	if len(events) != 4 {
 		t.Fatalf("events: %v", events)
+	}
+}
+
+// --ceiling without the gateway's routes would measure receipts alone (no
+// dispatch rows, no River jobs) and flatter the gateway's ratio: it is refused
+// before anything is sent.
+func TestCeilingNeedsTheGatewaysRoutes(t *testing.T) {
+	t.Parallel()
+	env := Env{
+		Config: config.Config{GitHubSecrets: config.SecretList{"gh"}, StripeSecrets: config.SecretList{"whsec_s"}},
+		Open: func(context.Context) (*pgxpool.Pool, func(), error) {
+			t.Fatal("the database was opened")
+			return nil, nil, nil
+		},
+		Stdout: io.Discard,
+	}
+	err := Run(context.Background(), env, []string{"--ceiling", "--url", "http://127.0.0.1:1"})
+	if err == nil || !strings.Contains(err.Error(), "GATEWAY_ROUTES") {
+		t.Fatalf("Run = %v, want an error naming GATEWAY_ROUTES", err)
 	}
 }
