@@ -1,12 +1,13 @@
 package providers
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/valyala/fastjson"
 
 	"github.com/hookgate/hookgate/internal/verify"
 )
@@ -66,10 +67,6 @@ func (g GitHub) Parse(h http.Header, body []byte, _ time.Time) (Delivery, error)
 			return Delivery{}, err
 		}
 	}
-	var p githubPayload
-	if err := decodeObject(payload, &p); err != nil {
-		return Delivery{}, err
-	}
 	d := Delivery{
 		Provider:    "github",
 		Scope:       scope,
@@ -80,10 +77,15 @@ func (g GitHub) Parse(h http.Header, body []byte, _ time.Time) (Delivery, error)
 		Body:        body,
 		SecretIndex: idx,
 	}
-	if p.Action != "" && len(p.Action) <= maxIDLen && printable(p.Action) {
-		d.Event = event + "." + p.Action
+	err = parseObject(payload, func(v *fastjson.Value) {
+		if action := text(v.Get("action")); action != "" && len(action) <= maxIDLen && printable(action) {
+			d.Event = event + "." + action
+		}
+		d.Entity, d.EventTime = githubEntity(event, v)
+	})
+	if err != nil {
+		return Delivery{}, err
 	}
-	d.Entity, d.EventTime = p.entity(event)
 	return d, nil
 }
 
@@ -101,54 +103,32 @@ func DecodeGitHubForm(body []byte) ([]byte, error) {
 	return []byte(payload[0]), nil
 }
 
-// githubPayload holds the few payload fields hookgate reads.
-type githubPayload struct {
-	Action      string        `json:"action"`
-	Ref         string        `json:"ref"`
-	PullRequest *githubObject `json:"pull_request"`
-	Issue       *githubObject `json:"issue"`
-	WorkflowRun *githubObject `json:"workflow_run"`
-	Repository  *githubRepo   `json:"repository"`
-}
-
-type githubObject struct {
-	ID        json.RawMessage `json:"id"`
-	UpdatedAt json.RawMessage `json:"updated_at"`
-}
-
-type githubRepo struct {
-	ID       json.RawMessage `json:"id"`
-	PushedAt json.RawMessage `json:"pushed_at"`
-}
-
-// entity applies the contract's Order table.
-func (p githubPayload) entity(event string) (string, time.Time) {
-	object := func(kind string, o *githubObject) (string, time.Time) {
-		if o == nil {
-			return "", time.Time{}
-		}
-		id := idText(o.ID)
+// githubEntity applies the contract's Order table to a payload.
+func githubEntity(event string, v *fastjson.Value) (string, time.Time) {
+	object := func(kind string) (string, time.Time) {
+		id := idText(v.Get(kind, "id"))
 		if id == "" {
 			return "", time.Time{}
 		}
-		return "github:" + kind + ":" + id, timeValue(o.UpdatedAt)
+		return "github:" + kind + ":" + id, timeValue(v.Get(kind, "updated_at"))
 	}
 	switch event {
 	case "pull_request", "pull_request_review", "pull_request_review_comment", "pull_request_review_thread":
-		return object("pull_request", p.PullRequest)
+		return object("pull_request")
 	case "issues", "issue_comment":
-		return object("issue", p.Issue)
+		return object("issue")
 	case "workflow_run":
-		return object("workflow_run", p.WorkflowRun)
+		return object("workflow_run")
 	case "push":
-		if p.Repository == nil || p.Ref == "" || len(p.Ref) > maxIDLen || !printable(p.Ref) {
+		ref := text(v.Get("ref"))
+		if ref == "" || len(ref) > maxIDLen || !printable(ref) {
 			return "", time.Time{}
 		}
-		id := idText(p.Repository.ID)
+		id := idText(v.Get("repository", "id"))
 		if id == "" {
 			return "", time.Time{}
 		}
-		return "github:push:" + id + ":" + p.Ref, timeValue(p.Repository.PushedAt)
+		return "github:push:" + id + ":" + ref, timeValue(v.Get("repository", "pushed_at"))
 	}
 	return "", time.Time{}
 }

@@ -60,6 +60,11 @@ func TestGitHubParse(t *testing.T) {
 		{"push by repository and ref, unix pushed_at", []byte(`{"ref":"refs/heads/main","repository":{"id":5678,"pushed_at":1767323045}}`), nil, nil, "push", "github:push:5678:refs/heads/main", "2026-01-02T03:04:05Z"},
 		{"workflow run", []byte(`{"action":"completed","workflow_run":{"id":31,"updated_at":"2026-01-02T03:04:05Z"}}`), nil, nil, "workflow_run.completed", "github:workflow_run:31", "2026-01-02T03:04:05Z"},
 		{"odd types only lose ordering", []byte(`{"action":7,"pull_request":{"id":{"n":1},"updated_at":5}}`), nil, nil, "pull_request", "", ""},
+		{"escaped keys and strings read as their text", []byte(`{"act\u0069on":"opened","pull_request":{"id":"12","updated_at":"2026-01-02T03:04:05\u005a"},` +
+			`"ref":"refs\/heads\/main"}`), nil, nil, "pull_request.opened", "github:pull_request:12", "2026-01-02T03:04:05Z"},
+		{"a null time leaves the entity unordered in time", []byte(`{"pull_request":{"id":12,"updated_at":null}}`), nil, nil, "pull_request", "github:pull_request:12", ""},
+		{"an id beyond int64 is no id", []byte(`{"pull_request":{"id":123456789012345678901234,"updated_at":"2026-01-02T03:04:05Z"}}`), nil, nil, "pull_request", "", ""},
+		{"fractional and negative times are no time", []byte(`{"ref":"refs/heads/x","repository":{"id":1,"pushed_at":1.5}}`), nil, nil, "push", "github:push:1:refs/heads/x", ""},
 
 		{"xml is refused", prBody, githubHeader(prBody, "pull_request", func(h http.Header) { h.Set("Content-Type", "application/xml") }), providers.ErrUnsupportedMediaType, "", "", ""},
 		{"no content type", prBody, githubHeader(prBody, "pull_request", func(h http.Header) { h.Del("Content-Type") }), providers.ErrUnsupportedMediaType, "", "", ""},
@@ -82,6 +87,10 @@ func TestGitHubParse(t *testing.T) {
 		{"signed but not JSON", []byte(`not json`), nil, providers.ErrBadPayload, "", "", ""},
 		{"signed JSON array", []byte(`[1,2]`), nil, providers.ErrBadPayload, "", "", ""},
 		{"signed truncated JSON", []byte(`{"action":"op`), nil, providers.ErrBadPayload, "", "", ""},
+		{"a raw newline inside a string", []byte("{\"action\":\"op\nened\"}"), nil, providers.ErrBadPayload, "", "", ""},
+		{"a bad escape in a field nobody reads", []byte(`{"action":"opened","x":"\q"}`), nil, providers.ErrBadPayload, "", "", ""},
+		{"trailing data after the object", []byte(`{"action":"opened"} {}`), nil, providers.ErrBadPayload, "", "", ""},
+		{"nested deeper than 300 levels", []byte(`{"a":` + strings.Repeat("[", 400) + strings.Repeat("]", 400) + `}`), nil, providers.ErrBadPayload, "", "", ""},
 		{"form without payload", []byte("x=1"), githubHeader([]byte("x=1"), "ping", func(h http.Header) {
 			h.Set("Content-Type", "application/x-www-form-urlencoded")
 		}), providers.ErrBadPayload, "", "", ""},

@@ -1,10 +1,11 @@
 package providers
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/valyala/fastjson"
 
 	"github.com/hookgate/hookgate/internal/verify"
 )
@@ -30,37 +31,34 @@ func (s Stripe) Parse(h http.Header, body []byte, now time.Time) (Delivery, erro
 	if err != nil {
 		return Delivery{}, fmt.Errorf("Stripe-Signature: %w", err)
 	}
-	var p struct {
-		ID      string          `json:"id"`
-		Type    string          `json:"type"`
-		Created json.RawMessage `json:"created"`
-		Data    struct {
-			Object struct {
-				ID json.RawMessage `json:"id"`
-			} `json:"object"`
-		} `json:"data"`
-	}
-	if err := decodeObject(body, &p); err != nil {
+	var id, typ, object string
+	var created time.Time
+	err = parseObject(body, func(v *fastjson.Value) {
+		id, typ = text(v.Get("id")), text(v.Get("type"))
+		if object = idText(v.Get("data", "object", "id")); object != "" {
+			created = timeValue(v.Get("created"))
+		}
+	})
+	if err != nil {
 		return Delivery{}, err
 	}
-	if p.ID == "" || len(p.ID) > maxIDLen || !printable(p.ID) {
+	if id == "" || len(id) > maxIDLen || !printable(id) {
 		return Delivery{}, fmt.Errorf("%w: the payload's id must be a non-empty printable string of at most %d bytes", ErrBadPayload, maxIDLen)
 	}
-	if p.Type == "" || len(p.Type) > maxIDLen || !printable(p.Type) {
+	if typ == "" || len(typ) > maxIDLen || !printable(typ) {
 		return Delivery{}, fmt.Errorf("%w: the payload's type must be a non-empty printable string of at most %d bytes", ErrBadPayload, maxIDLen)
 	}
 	d := Delivery{
 		Provider:    "stripe",
-		DeliveryID:  p.ID,
-		Event:       p.Type,
+		DeliveryID:  id,
+		Event:       typ,
 		ContentType: contentType,
 		Headers:     keptHeaders(h, "User-Agent"),
 		Body:        body,
 		SecretIndex: idx,
 	}
-	if obj := idText(p.Data.Object.ID); obj != "" {
-		d.Entity = "stripe:" + obj
-		d.EventTime = timeValue(p.Created)
+	if object != "" {
+		d.Entity, d.EventTime = "stripe:"+object, created
 	}
 	return d, nil
 }
