@@ -82,15 +82,7 @@ func TestEmbeddedDefaultServesAndStopsOnSIGTERM(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	tmp, err := os.MkdirTemp("", "hookgate-cmd-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(tmp) })
-	// The private server may run as another user, who must pass through tmp.
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	tmp := dbtest.SharedDir(t, "hookgate-cmd-")
 	bin := filepath.Join(tmp, "gateway")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)

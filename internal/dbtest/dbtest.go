@@ -21,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/pgembed"
@@ -99,6 +100,36 @@ func URL(t testing.TB) string {
 func EmptyURL(t testing.TB) string {
 	t.Helper()
 	return newDatabase(t, "template1")
+}
+
+// StartRiver starts client and stops it, waiting up to 10 s for its jobs, when
+// the test ends.
+func StartRiver(t testing.TB, client *river.Client[pgx.Tx]) {
+	t.Helper()
+	if err := client.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = client.Stop(ctx)
+	})
+}
+
+// SharedDir returns a new directory, removed when the test ends, that a
+// private server started from it may pass through: when the tests run as root
+// that server runs as another user, and t.TempDir's parents are private.
+func SharedDir(t testing.TB, pattern string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func newDatabase(t testing.TB, from string) string {

@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/pgembed"
 	"github.com/hookgate/hookgate/internal/verify"
 )
@@ -225,14 +226,7 @@ func TestFaults(t *testing.T) {
 	rate := 40 // deliveries per second
 	ctx := context.Background()
 
-	tmp, err := os.MkdirTemp("", "hookgate-faults-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(tmp) })
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	tmp := dbtest.SharedDir(t, "hookgate-faults-")
 	bin := filepath.Join(tmp, "gateway")
 	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/gateway").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)

@@ -86,14 +86,7 @@ func (b *dispatchBundle) accept(t testing.TB, d providers.Delivery) int {
 
 func (b *dispatchBundle) start(t testing.TB) {
 	t.Helper()
-	if err := b.client.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = b.client.Stop(ctx)
-	})
+	dbtest.StartRiver(t, b.client)
 }
 
 func (b *dispatchBundle) waitState(t *testing.T, deliveryID, route, want string) {

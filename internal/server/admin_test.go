@@ -102,14 +102,7 @@ func setupAdmin(t *testing.T, token string) *adminBundle {
 
 func (b *adminBundle) start(t *testing.T) {
 	t.Helper()
-	if err := b.client.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = b.client.Stop(ctx)
-	})
+	dbtest.StartRiver(t, b.client)
 }
 
 type adminReq struct {
