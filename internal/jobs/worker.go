@@ -345,20 +345,20 @@ func (w *DispatchWorker) claim(ctx context.Context, a DispatchArgs, exact bool) 
 	// receipts of one event name alike, so at first they take any receipt's,
 	// without sorting; when it is not the first receipt's (hooks that sent
 	// different bodies under one id), the claim is made again exactly.
-	anyEntity := `SELECT entity FROM hookgate_receipts
+	entitySQL := `SELECT entity FROM hookgate_receipts
 		WHERE provider = $1 AND delivery_id = $2 AND entity IS NOT NULL AND event_time IS NOT NULL LIMIT 1`
 	if exact {
-		anyEntity = `SELECT entity FROM (` + receipts.FirstSQL("$1", "$2") + `) r
+		entitySQL = `SELECT entity FROM (` + receipts.FirstSQL("$1", "$2") + `) r
 		WHERE r.entity IS NOT NULL AND r.event_time IS NOT NULL`
 	}
 	b := &pgx.Batch{}
-	b.Queue(`SELECT r.entity, pg_try_advisory_lock(`+entityLock("$3", "r.entity")+`) FROM (`+anyEntity+`) r`,
+	b.Queue(`SELECT r.entity, pg_try_advisory_lock(`+entityLock("$3", "r.entity")+`) FROM (`+entitySQL+`) r`,
 		a.Provider, a.DeliveryID, a.Route)
 	// The watermark is a correlated subquery so that its plan stays a lookup
 	// of one key, whatever the statistics were when the connection prepared
 	// it; the entity comes back too, to be checked against the locked one.
 	b.Queue(`SELECT x.entity, (SELECT event_time FROM hookgate_watermarks w WHERE w.route = $3 AND w.entity = x.entity)
-		FROM (`+anyEntity+`) x`, a.Provider, a.DeliveryID, a.Route)
+		FROM (`+entitySQL+`) x`, a.Provider, a.DeliveryID, a.Route)
 	b.Queue(`SELECT d.state, `+receipts.Columns+`
 		FROM hookgate_dispatches d CROSS JOIN LATERAL (`+receipts.FirstSQL("d.provider", "d.delivery_id")+`) r
 		WHERE d.provider = $1 AND d.delivery_id = $2 AND d.route = $3 AND d.generation = $4`,
