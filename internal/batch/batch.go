@@ -6,9 +6,19 @@ package batch
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
+)
+
+// Errors of Submit when an item never joined a batch.
+var (
+	// ErrQueueFull means MaxQueue items were already waiting.
+	ErrQueueFull = errors.New("batch queue full")
+	// ErrQueueTimeout means the item waited MaxWait and no batch took it.
+	ErrQueueTimeout = errors.New("waited too long for a batch")
 )
 
 // Batcher runs Do on batches of submitted items.
@@ -23,6 +33,13 @@ type Batcher[In, Out any] struct {
 	Concurrency int
 	// Timeout bounds one batch. Defaults to 30 s.
 	Timeout time.Duration
+	// MaxQueue bounds the items waiting for a batch; an item submitted past
+	// it fails at once with ErrQueueFull. Zero: no bound.
+	MaxQueue int
+	// MaxWait bounds how long an item waits for a batch to take it; then it
+	// is withdrawn and fails with ErrQueueTimeout. An item a batch has taken
+	// waits for that batch's result, bounded by Timeout. Zero: no bound.
+	MaxWait time.Duration
 
 	mu      sync.Mutex
 	waiting []*call[In, Out]
@@ -40,14 +57,20 @@ type result[Out any] struct {
 }
 
 // Submit adds item to the next batch and waits for its result. When ctx ends
-// first, Submit returns ctx's error; the item's batch may still run.
+// first, Submit returns ctx's error: an item no batch has taken yet is
+// withdrawn and never runs; one a batch has taken may still run.
 func (b *Batcher[In, Out]) Submit(ctx context.Context, item In) (Out, error) {
+	var zero Out
 	concurrency := b.Concurrency
 	if concurrency <= 0 {
 		concurrency = 4
 	}
 	c := &call[In, Out]{item: item, done: make(chan result[Out], 1)}
 	b.mu.Lock()
+	if b.MaxQueue > 0 && len(b.waiting) >= b.MaxQueue {
+		b.mu.Unlock()
+		return zero, fmt.Errorf("%w: %d items waiting", ErrQueueFull, len(b.waiting))
+	}
 	b.waiting = append(b.waiting, c)
 	start := b.active < concurrency
 	if start {
@@ -57,13 +80,52 @@ func (b *Batcher[In, Out]) Submit(ctx context.Context, item In) (Out, error) {
 	if start {
 		go b.loop()
 	}
+	var timeout <-chan time.Time
+	if b.MaxWait > 0 {
+		t := time.NewTimer(b.MaxWait)
+		defer t.Stop()
+		timeout = t.C
+	}
 	select {
 	case r := <-c.done:
 		return r.out, r.err
 	case <-ctx.Done():
-		var zero Out
+		if b.withdraw(c) {
+			return zero, ctx.Err()
+		}
+		// A batch has it and may still run it; its caller is gone.
 		return zero, ctx.Err()
+	case <-timeout:
+		if b.withdraw(c) {
+			return zero, fmt.Errorf("%w (%s)", ErrQueueTimeout, b.MaxWait)
+		}
+		// A batch has it: its result comes within the batch's Timeout.
+		select {
+		case r := <-c.done:
+			return r.out, r.err
+		case <-ctx.Done():
+			return zero, ctx.Err()
+		}
 	}
+}
+
+// Waiting returns how many items wait for a batch.
+func (b *Batcher[In, Out]) Waiting() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.waiting)
+}
+
+// withdraw removes c from the waiting items, unless a batch took it already.
+func (b *Batcher[In, Out]) withdraw(c *call[In, Out]) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	i := slices.Index(b.waiting, c)
+	if i < 0 {
+		return false
+	}
+	b.waiting = slices.Delete(b.waiting, i, i+1)
+	return true
 }
 
 // loop runs batches of waiting calls until none wait.

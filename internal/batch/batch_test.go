@@ -63,3 +63,65 @@ func TestBatcher(t *testing.T) {
 		t.Fatal("a failed batch returned no error")
 	}
 }
+
+// While every batch is stuck (a database that hangs rather than refusing),
+// callers are refused at once past MaxQueue, the waiting ones give up after
+// MaxWait, and one whose caller is gone is withdrawn: none of their items
+// ever runs. The stuck batch's own caller still gets its result.
+func TestBatcherBoundsItsQueue(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	var mu sync.Mutex
+	var ran []int
+	b := &batch.Batcher[int, int]{
+		Concurrency: 1,
+		MaxQueue:    3,
+		MaxWait:     200 * time.Millisecond,
+		Do: func(_ context.Context, items []int) ([]int, error) {
+			mu.Lock()
+			ran = append(ran, items...)
+			mu.Unlock()
+			started <- struct{}{}
+			<-release
+			return items, nil
+		},
+	}
+	first := make(chan error, 1)
+	go func() { _, err := b.Submit(context.Background(), 0); first <- err }()
+	<-started // item 0's batch is running and stuck
+
+	var wg sync.WaitGroup
+	errs := make([]error, 5)
+	for i := range 3 {
+		wg.Go(func() { _, errs[i] = b.Submit(context.Background(), i+1) })
+	}
+	for b.Waiting() < 3 {
+		time.Sleep(time.Millisecond)
+	}
+	_, errs[3] = b.Submit(context.Background(), 4) // the queue is full
+	wg.Wait()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, errs[4] = b.Submit(ctx, 5) // its caller is gone before a batch takes it
+	for i := range 3 {
+		if !errors.Is(errs[i], batch.ErrQueueTimeout) {
+			t.Errorf("waiting item %d: %v, want ErrQueueTimeout", i+1, errs[i])
+		}
+	}
+	if !errors.Is(errs[3], batch.ErrQueueFull) {
+		t.Errorf("item 4: %v, want ErrQueueFull", errs[3])
+	}
+	if !errors.Is(errs[4], context.Canceled) || b.Waiting() != 0 {
+		t.Errorf("item 5: %v, %d waiting; want context.Canceled, 0", errs[4], b.Waiting())
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatalf("the stuck batch's caller: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ran) != 1 || ran[0] != 0 {
+		t.Fatalf("items run %v; the withdrawn ones must never run", ran)
+	}
+}

@@ -321,7 +321,7 @@ func runCeiling(ctx context.Context, env Env, o options, gen *generator) (float6
 	total := load(ctx, o, func(local *result) {
 		req, _ := gen.next("http://ceiling")
 		body, _ := io.ReadAll(req.Body)
-		d, err := provs[filepath.Base(req.URL.Path)].Parse(req.Header, body, time.Now())
+		d, err := providers.Parse(provs[filepath.Base(req.URL.Path)], req.Header, body, time.Now())
 		if err != nil {
 			local.errors++
 			return

@@ -31,7 +31,7 @@ func TestGeneratorMakesAcceptableDeliveries(t *testing.T) {
 	for range 40 {
 		req, id := gen.next("http://gateway")
 		body, _ := io.ReadAll(req.Body)
-		d, err := provs[filepath.Base(req.URL.Path)].Parse(req.Header, body, time.Now())
+		d, err := providers.Parse(provs[filepath.Base(req.URL.Path)], req.Header, body, time.Now())
 		if err != nil {
 			t.Fatalf("%s: %v", req.URL.Path, err)
 		}

@@ -13,11 +13,14 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/batch"
@@ -26,9 +29,17 @@ import (
 	"github.com/hookgate/hookgate/internal/receipts"
 )
 
-// ErrUnavailable means the database could not be reached or the commit
-// failed: nothing was stored, and the sender should retry.
-var ErrUnavailable = errors.New("database unavailable")
+// Errors returned by Accept besides receipts.ErrConflict.
+var (
+	// ErrUnavailable means the database could not be reached, the commit
+	// failed, or the commit queue was full or too slow: nothing was stored,
+	// and the sender should retry. Never that another delivery was bad.
+	ErrUnavailable = errors.New("database unavailable")
+	// ErrRefused means the database refused this delivery, alone in its own
+	// transaction (a value it cannot store): a fault of the request, which
+	// the deliveries it was batched with do not share.
+	ErrRefused = errors.New("the database refused the delivery")
+)
 
 // Status says what Accept decided.
 type Status string
@@ -50,7 +61,8 @@ type Result struct {
 	Routes int
 }
 
-// Outcome is one delivery's result in a batch: a Result, or receipts.ErrConflict.
+// Outcome is one delivery's result in a batch: a Result, or an error
+// (receipts.ErrConflict, ErrRefused or ErrUnavailable).
 type Outcome struct {
 	Result Result
 	Err    error
@@ -73,6 +85,14 @@ type Ingester struct {
 	// two-core machine at concurrency 64, 2 gave the best throughput and p99
 	// (1, 4 and 8 were measured; see README, Performance).
 	Committers int
+	// MaxQueue bounds the deliveries waiting for a committer; past it a
+	// delivery is refused at once (ErrUnavailable). Defaults to 1,024.
+	MaxQueue int
+	// MaxWait bounds how long a delivery waits for its batch to start, and
+	// CommitTimeout how long that batch may take: when the database is slow,
+	// a sender gets its 503 in bounded time instead of memory growing.
+	// GitHub waits 10 s for an answer. Default to 5 s and 10 s.
+	MaxWait, CommitTimeout time.Duration
 
 	once    sync.Once
 	batcher *batch.Batcher[providers.Delivery, Outcome]
@@ -80,36 +100,125 @@ type Ingester struct {
 
 // Accept records a verified delivery, in a batch with the deliveries that
 // arrive while other batches commit. Errors are receipts.ErrConflict (the key
-// is taken by another body; nothing changed) or wrap ErrUnavailable.
+// is taken by another body; nothing changed), wrap ErrRefused (the database
+// refused this delivery alone) or wrap ErrUnavailable.
 func (in *Ingester) Accept(ctx context.Context, d providers.Delivery) (Result, error) {
 	in.once.Do(func() {
 		committers := in.Committers
 		if committers <= 0 {
 			committers = DefaultCommitters
 		}
-		in.batcher = &batch.Batcher[providers.Delivery, Outcome]{Do: in.AcceptMany, MaxBatch: in.MaxBatch, Concurrency: committers}
+		in.batcher = &batch.Batcher[providers.Delivery, Outcome]{
+			Do: func(ctx context.Context, ds []providers.Delivery) ([]Outcome, error) { return in.CommitMany(ctx, ds), nil },
+			MaxBatch: in.MaxBatch, Concurrency: committers,
+			MaxQueue: cmp.Or(in.MaxQueue, 1024), MaxWait: cmp.Or(in.MaxWait, 5*time.Second),
+			Timeout: cmp.Or(in.CommitTimeout, 10*time.Second),
+		}
 	})
 	o, err := in.batcher.Submit(ctx, d)
 	if err != nil {
-		// A failed batch wraps ErrUnavailable already; a sender that is gone
-		// may still have its delivery committed, and its retry is a duplicate.
-		if errors.Is(err, ErrUnavailable) {
-			return Result{}, err
-		}
+		// The queue was full or slow, or the sender is gone: a delivery whose
+		// batch had started may still be committed, and its retry is then a
+		// duplicate.
 		return Result{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return o.Result, o.Err
+}
+
+// conflictRetries is how often a delivery alone is committed again after a
+// deadlock or serialization failure before it is answered unavailable.
+const conflictRetries = 3
+
+// CommitMany records a batch and gives every delivery its own outcome: one
+// member's fault never becomes its batch-mates'. When the batch's
+// transaction fails because the database refused something in it, or on a
+// deadlock, the batch is split in halves, each committed on its own, until
+// the delivery at fault is alone: that one is ErrRefused, the rest are
+// committed. Only when the database itself is unavailable does every member
+// get ErrUnavailable.
+func (in *Ingester) CommitMany(ctx context.Context, ds []providers.Delivery) []Outcome {
+	return in.commitSplitting(ctx, ds, conflictRetries)
+}
+
+func (in *Ingester) commitSplitting(ctx context.Context, ds []providers.Delivery, retries int) []Outcome {
+	outs, err := in.AcceptMany(ctx, ds)
+	if err == nil {
+		return outs
+	}
+	blame := classify(err)
+	switch {
+	case blame == unavailable || ctx.Err() != nil:
+		return failAll(len(ds), fmt.Errorf("%w: %w", ErrUnavailable, err))
+	case len(ds) > 1:
+		half := len(ds) / 2
+		return append(in.commitSplitting(ctx, ds[:half], retries), in.commitSplitting(ctx, ds[half:], retries)...)
+	case blame == refused:
+		// The SQLSTATE tells an operator what; the database's own message
+		// (which may quote the value) is not for the sender.
+		return []Outcome{{Err: fmt.Errorf("%w: a value it holds cannot be stored (SQLSTATE %s)", ErrRefused, sqlState(err))}}
+	case retries > 0: // a deadlock or serialization failure: the same work may pass now
+		return in.commitSplitting(ctx, ds, retries-1)
+	}
+	return failAll(len(ds), fmt.Errorf("%w: %w", ErrUnavailable, err))
+}
+
+func failAll(n int, err error) []Outcome {
+	outs := make([]Outcome, n)
+	for i := range outs {
+		outs[i].Err = err
+	}
+	return outs
+}
+
+// fault is what a failed transaction says about its batch.
+type fault int
+
+const (
+	// unavailable: the database could not do the work at all (a lost
+	// connection, a timeout, a shutdown, a full disk); every member fails.
+	unavailable fault = iota
+	// refused: the database refused a value or row of the batch (a data
+	// exception, an integrity or size limit); some member is at fault.
+	refused
+	// conflicted: a deadlock or serialization failure; the work may pass again.
+	conflicted
+)
+
+// sqlState returns the SQLSTATE of a database error, or "".
+func sqlState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}
+
+// classify reads a failed transaction's error by its SQLSTATE class.
+func classify(err error) fault {
+	code := sqlState(err)
+	if len(code) < 2 {
+		return unavailable
+	}
+	switch code[:2] {
+	case "22", "23", "54": // data exception, integrity constraint, program limit
+		return refused
+	case "40": // transaction rollback: deadlock, serialization failure
+		return conflicted
+	}
+	return unavailable
 }
 
 // AcceptMany is the delivery decision for a batch, in one transaction: insert
 // the receipts (the primary key decides new, duplicate or conflict for each),
 // create the dispatches and River jobs of the new ones, commit. A duplicate or
 // a conflict is that delivery's outcome and never fails the others; an error
-// (wrapping ErrUnavailable) means nothing of the batch was stored.
+// means nothing of the batch was stored. Rows are inserted in key order
+// (receipts, then dispatches), so that concurrent batches holding the same
+// keys wait for one another in one order and never deadlock.
 func (in *Ingester) AcceptMany(ctx context.Context, ds []providers.Delivery) ([]Outcome, error) {
 	tx, err := in.Pool.Begin(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%w: begin: %w", ErrUnavailable, err)
+		return nil, fmt.Errorf("begin: %w", err)
 	}
 	// After any error the transaction is rolled back: River does not use
 	// savepoints, and nothing of a failed decision may remain.
@@ -117,7 +226,7 @@ func (in *Ingester) AcceptMany(ctx context.Context, ds []providers.Delivery) ([]
 
 	kinds, err := in.Receipts.InsertManyTx(ctx, tx, ds)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return nil, err
 	}
 	outcomes := make([]Outcome, len(ds))
 	var events []jobs.Event
@@ -137,14 +246,14 @@ func (in *Ingester) AcceptMany(ctx context.Context, ds []providers.Delivery) ([]
 	if len(events) > 0 {
 		counts, err := in.Enqueuer.EnqueueManyTx(ctx, tx, events)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			return nil, err
 		}
 		for j, i := range newIdx {
 			outcomes[i].Result.Routes = counts[j]
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("%w: commit: %w", ErrUnavailable, err)
+		return nil, fmt.Errorf("commit: %w", err)
 	}
 	return outcomes, nil
 }

@@ -163,3 +163,96 @@ func TestAcceptConcurrentBatches(t *testing.T) {
 		t.Fatalf("receipts %d, jobs %d", r, j)
 	}
 }
+
+// A delivery that the database refuses fails alone: the batch it came in is
+// split until it is alone, its batch-mates are committed, and it is
+// ErrRefused (the request's own 400), never ErrUnavailable.
+func TestCommitManyRefusesOnlyTheFaultyDelivery(t *testing.T) {
+	t.Parallel()
+	in, pool := setup(t)
+	ctx := context.Background()
+	// Stands for any value the database refuses that validation missed.
+	if _, err := pool.Exec(ctx, `ALTER TABLE hookgate_receipts ADD CONSTRAINT no_poison CHECK (delivery_id <> 'poison')`); err != nil {
+		t.Fatal(err)
+	}
+	var batch []providers.Delivery
+	for i := range 64 {
+		id := fmt.Sprint("d-", i)
+		if i == 37 {
+			id = "poison"
+		}
+		batch = append(batch, push(id, "1", `{}`))
+	}
+	out := in.CommitMany(ctx, batch)
+	for i, o := range out {
+		switch {
+		case i == 37 && !errors.Is(o.Err, ingest.ErrRefused):
+			t.Errorf("the faulty delivery: %s, want ErrRefused", describe(o))
+		case i == 37 && errors.Is(o.Err, ingest.ErrUnavailable):
+			t.Errorf("the faulty delivery is also ErrUnavailable: %v", o.Err)
+		case i != 37 && describe(o) != "accepted/2":
+			t.Errorf("delivery %d: %s, want accepted/2", i, describe(o))
+		}
+	}
+	if r, d, j := count(t, pool, "hookgate_receipts"), count(t, pool, "hookgate_dispatches"), count(t, pool, "river_job"); r != 63 || d != 126 || j != 126 {
+		t.Fatalf("receipts %d, dispatches %d, jobs %d; want 63, 126, 126", r, d, j)
+	}
+}
+
+// When the database itself fails, every delivery of the batch is
+// ErrUnavailable at once: it is not split into 64 more failing transactions.
+func TestCommitManyUnavailableFailsAllWithoutSplitting(t *testing.T) {
+	t.Parallel()
+	in, pool := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the transaction cannot even begin
+	var batch []providers.Delivery
+	for i := range 8 {
+		batch = append(batch, push(fmt.Sprint("d-", i), "1", `{}`))
+	}
+	for i, o := range in.CommitMany(ctx, batch) {
+		if !errors.Is(o.Err, ingest.ErrUnavailable) || errors.Is(o.Err, ingest.ErrRefused) {
+			t.Errorf("delivery %d: %v, want ErrUnavailable", i, o.Err)
+		}
+	}
+	if r := count(t, pool, "hookgate_receipts"); r != 0 {
+		t.Fatalf("%d receipts stored", r)
+	}
+}
+
+// The same events reaching two hooks at once, in opposite orders, commit in
+// two concurrent transactions that create the same dispatches: rows are
+// inserted in key order, so they wait for one another and never deadlock,
+// and each event is dispatched once per route.
+func TestConcurrentBatchesOfTheSameEventsNeverDeadlock(t *testing.T) {
+	t.Parallel()
+	in, pool := setup(t)
+	ctx := context.Background()
+	const rounds, events = 20, 64
+	for round := range rounds {
+		var forward, backward []providers.Delivery
+		for i := range events {
+			id := fmt.Sprintf("r%d-e%d", round, i)
+			forward = append(forward, push(id, "hook-1", `{}`))
+			backward = append([]providers.Delivery{push(id, "hook-2", `{}`)}, backward...)
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for k, batch := range [][]providers.Delivery{forward, backward} {
+			wg.Go(func() { _, errs[k] = in.AcceptMany(ctx, batch) })
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+	}
+	var dispatches, distinct, jobs int
+	err := pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT (delivery_id, route)), (SELECT count(*) FROM river_job)
+		FROM hookgate_dispatches`).Scan(&dispatches, &distinct, &jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := rounds * events * 2; dispatches != want || distinct != want || jobs != want {
+		t.Fatalf("dispatches %d (%d distinct), jobs %d; want %d each", dispatches, distinct, jobs, want)
+	}
+}

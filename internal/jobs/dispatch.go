@@ -1,8 +1,11 @@
 package jobs
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -105,7 +108,16 @@ type Created struct {
 // row is written once, with its job id; the jobs of rows that turn out to
 // exist already (another hook's copy was first) are deleted again before the
 // transaction commits, so River never sees them.
+//
+// Rows go in in key order, so that concurrent transactions creating the same
+// dispatches (two hooks delivering the same events) wait for one another in
+// one order and never deadlock.
 func (e *Enqueuer) insertTx(ctx context.Context, tx pgx.Tx, want []Created) ([]Created, error) {
+	want = slices.Clone(want)
+	slices.SortFunc(want, func(a, b Created) int {
+		return cmp.Or(strings.Compare(a.Provider, b.Provider), strings.Compare(a.DeliveryID, b.DeliveryID),
+			strings.Compare(a.Route, b.Route), cmp.Compare(a.Generation, b.Generation))
+	})
 	params := make([]river.InsertManyParams, len(want))
 	for i, w := range want {
 		params[i] = river.InsertManyParams{

@@ -23,7 +23,7 @@ func BenchmarkParseGitHub(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := gh.Parse(h, body, time.Now()); err != nil {
+		if _, err := providers.Parse(gh, h, body, time.Now()); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -40,7 +40,7 @@ func BenchmarkParseStripe(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := st.Parse(h, body, now); err != nil {
+		if _, err := providers.Parse(st, h, body, now); err != nil {
 			b.Fatal(err)
 		}
 	}

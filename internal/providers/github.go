@@ -31,57 +31,73 @@ var githubKeptHeaders = []string{
 // Name returns "github".
 func (GitHub) Name() string { return "github" }
 
-// Parse implements Provider. The signature (X-Hub-Signature-256 only; the SHA-1
-// header is not accepted) covers the raw body, form-encoded or not.
-func (g GitHub) Parse(h http.Header, body []byte, _ time.Time) (Delivery, error) {
-	contentType := h.Get("Content-Type")
-	mt := mediaType(contentType)
-	if mt != "application/json" && mt != "application/x-www-form-urlencoded" {
-		return Delivery{}, fmt.Errorf("%w: GitHub deliveries must be application/json or application/x-www-form-urlencoded, got %q", ErrUnsupportedMediaType, truncate(contentType))
+// Check implements Provider: the content type (JSON or form), the delivery
+// and event headers, the hook id, and an X-Hub-Signature-256 that is
+// "sha256=" and 64 hex digits (the SHA-1 header is not accepted).
+func (g GitHub) Check(h http.Header, _ time.Time) (Request, error) {
+	contentType, mt, err := checkContentType(h, "GitHub", "application/json", "application/x-www-form-urlencoded")
+	if err != nil {
+		return Request{}, err
 	}
 	id, err := requireHeader(h, "X-GitHub-Delivery")
 	if err != nil {
-		return Delivery{}, err
+		return Request{}, err
 	}
 	event, err := requireHeader(h, "X-GitHub-Event")
 	if err != nil {
-		return Delivery{}, err
+		return Request{}, err
 	}
 	scope := strings.TrimSpace(h.Get("X-GitHub-Hook-ID"))
 	if len(scope) > maxIDLen || !printable(scope) {
-		return Delivery{}, fmt.Errorf("%w: X-GitHub-Hook-ID must be printable text of at most %d bytes", ErrMissingHeader, maxIDLen)
+		return Request{}, fmt.Errorf("%w: X-GitHub-Hook-ID must be printable text of at most %d bytes", ErrMissingHeader, maxIDLen)
 	}
-
 	sig, ok := strings.CutPrefix(h.Get("X-Hub-Signature-256"), "sha256=")
 	if !ok {
-		return Delivery{}, fmt.Errorf("%w: X-Hub-Signature-256 is required", verify.ErrMissingSignature)
+		return Request{}, fmt.Errorf("%w: X-Hub-Signature-256 is required", verify.ErrMissingSignature)
 	}
-	idx, err := g.Secrets.MatchHex(body, sig)
+	mac, err := verify.ParseHexSHA256(sig)
+	if err != nil {
+		return Request{}, fmt.Errorf("X-Hub-Signature-256: %w", err)
+	}
+	return Request{
+		ContentType: contentType,
+		Form:        mt == "application/x-www-form-urlencoded",
+		Scope:       scope,
+		DeliveryID:  id,
+		Event:       event,
+		Headers:     keptHeaders(h, githubKeptHeaders...),
+		signatures:  [][]byte{mac},
+	}, nil
+}
+
+// Verify implements Provider. The signature covers the raw body, form-encoded
+// or not.
+func (g GitHub) Verify(req Request, body []byte) (Delivery, error) {
+	idx, err := g.Secrets.MatchParts([][]byte{body}, req.signatures)
 	if err != nil {
 		return Delivery{}, fmt.Errorf("X-Hub-Signature-256: %w", err)
 	}
-
 	payload := body
-	if mt == "application/x-www-form-urlencoded" {
+	if req.Form {
 		if payload, err = DecodeGitHubForm(body); err != nil {
 			return Delivery{}, err
 		}
 	}
 	d := Delivery{
 		Provider:    "github",
-		Scope:       scope,
-		DeliveryID:  id,
-		Event:       event,
-		ContentType: contentType,
-		Headers:     keptHeaders(h, githubKeptHeaders...),
+		Scope:       req.Scope,
+		DeliveryID:  req.DeliveryID,
+		Event:       req.Event,
+		ContentType: req.ContentType,
+		Headers:     req.Headers,
 		Body:        body,
 		SecretIndex: idx,
 	}
 	err = parseObject(payload, func(v *fastjson.Value) {
 		if action := text(v.Get("action")); action != "" && len(action) <= maxIDLen && printable(action) {
-			d.Event = event + "." + action
+			d.Event = req.Event + "." + action
 		}
-		d.Entity, d.EventTime = githubEntity(event, v)
+		d.Entity, d.EventTime = githubEntity(req.Event, v)
 	})
 	if err != nil {
 		return Delivery{}, err
@@ -131,11 +147,4 @@ func githubEntity(event string, v *fastjson.Value) (string, time.Time) {
 		return "github:push:" + id + ":" + ref, timeValue(v.Get("repository", "pushed_at"))
 	}
 	return "", time.Time{}
-}
-
-func truncate(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "..."
-	}
-	return s
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -61,13 +62,47 @@ type Delivery struct {
 	SecretIndex int
 }
 
-// Provider is a webhook source's adapter.
+// Provider is a webhook source's adapter. A request is checked in two steps,
+// so that whatever the headers alone can refuse is refused before the body is
+// read: Check, then Verify with the raw body.
 type Provider interface {
 	// Name is the provider's name in URLs, routes and receipts.
 	Name() string
-	// Parse verifies a request's headers and raw body and returns the
-	// delivery. now is the clock to check timestamps against.
-	Parse(h http.Header, body []byte, now time.Time) (Delivery, error)
+	// Check reads the headers, in the contract's order: the content type, the
+	// required headers, a signature header that parses, and the signature's
+	// timestamp against now. Every value it keeps is one the database stores
+	// as it is (printable UTF-8 of bounded length).
+	Check(h http.Header, now time.Time) (Request, error)
+	// Verify checks the signature over the raw body and reads the payload's
+	// fields into the delivery.
+	Verify(req Request, body []byte) (Delivery, error)
+}
+
+// Request is what a provider's Check read from a request's headers: all that
+// its Verify needs besides the body.
+type Request struct {
+	// ContentType is the Content-Type header as received (printable, bounded).
+	ContentType string
+	// Form is set when the body is application/x-www-form-urlencoded.
+	Form bool
+	// Scope, DeliveryID and Event are what the headers name, when they do.
+	Scope, DeliveryID, Event string
+	// Headers are the kept headers, never a signature.
+	Headers map[string]string
+	// signedPrefix is what the sender signed before the body; signatures are
+	// the candidate MACs the header carried.
+	signedPrefix [][]byte
+	signatures   [][]byte
+}
+
+// Parse is Check followed by Verify: the whole verdict on a request whose
+// body is already read.
+func Parse(p Provider, h http.Header, body []byte, now time.Time) (Delivery, error) {
+	req, err := p.Check(h, now)
+	if err != nil {
+		return Delivery{}, err
+	}
+	return p.Verify(req, body)
 }
 
 // mediaType returns the lower-cased media type of a Content-Type header, without parameters.
@@ -79,11 +114,34 @@ func mediaType(contentType string) string {
 	return mt
 }
 
-// keptHeaders copies the named headers that are present and printable.
+// maxHeaderLen bounds the header values that are stored (the content type and
+// kept headers): real ones are far shorter.
+const maxHeaderLen = 1024
+
+// checkContentType returns the Content-Type when its media type is one of
+// accepted, else ErrUnsupportedMediaType. A value the database would refuse
+// (not UTF-8, a control character, or too long; only parameters can hold
+// such bytes once the media type was accepted) is ErrMissingHeader: it must
+// fail its own request, never the batch of deliveries committed with it.
+func checkContentType(h http.Header, provider string, accepted ...string) (string, string, error) {
+	contentType := h.Get("Content-Type")
+	mt := mediaType(contentType)
+	if !slices.Contains(accepted, mt) {
+		return "", "", fmt.Errorf("%w: %s deliveries must be %s, got %q", ErrUnsupportedMediaType, provider,
+			strings.Join(accepted, " or "), truncate(strings.ToValidUTF8(contentType, "?")))
+	}
+	if len(contentType) > maxHeaderLen || !printable(contentType) {
+		return "", "", fmt.Errorf("%w: Content-Type must be printable UTF-8 text of at most %d bytes", ErrMissingHeader, maxHeaderLen)
+	}
+	return contentType, mt, nil
+}
+
+// keptHeaders copies the named headers that are present, printable and of
+// bounded length; others are left out, since they only inform operators.
 func keptHeaders(h http.Header, names ...string) map[string]string {
 	kept := make(map[string]string, len(names))
 	for _, name := range names {
-		if v := h.Get(name); v != "" && printable(v) {
+		if v := h.Get(name); v != "" && len(v) <= maxHeaderLen && printable(v) {
 			kept[name] = v
 		}
 	}
@@ -196,4 +254,11 @@ func timeValue(v *fastjson.Value) time.Time {
 		return time.Time{}
 	}
 	return time.Unix(sec, 0).UTC()
+}
+
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
 }

@@ -68,6 +68,15 @@ func TestGitHubParse(t *testing.T) {
 
 		{"xml is refused", prBody, githubHeader(prBody, "pull_request", func(h http.Header) { h.Set("Content-Type", "application/xml") }), providers.ErrUnsupportedMediaType, "", "", ""},
 		{"no content type", prBody, githubHeader(prBody, "pull_request", func(h http.Header) { h.Del("Content-Type") }), providers.ErrUnsupportedMediaType, "", "", ""},
+		{"a content type parameter that is not UTF-8 is the request's own 400", prBody, githubHeader(prBody, "pull_request", func(h http.Header) {
+			h.Set("Content-Type", "application/json; charset=\"\xff\"")
+		}), providers.ErrMissingHeader, "", "", ""},
+		{"a content type with a NUL in a parameter", prBody, githubHeader(prBody, "pull_request", func(h http.Header) {
+			h.Set("Content-Type", "application/json; x=\"a\x00b\"")
+		}), providers.ErrMissingHeader, "", "", ""},
+		{"an overlong content type", prBody, githubHeader(prBody, "pull_request", func(h http.Header) {
+			h.Set("Content-Type", "application/json; x="+strings.Repeat("a", 2000))
+		}), providers.ErrMissingHeader, "", "", ""},
 		{"no delivery id", prBody, githubHeader(prBody, "pull_request", func(h http.Header) { h.Del("X-GitHub-Delivery") }), providers.ErrMissingHeader, "", "", ""},
 		{"no event", prBody, githubHeader(prBody, "pull_request", func(h http.Header) { h.Del("X-GitHub-Event") }), providers.ErrMissingHeader, "", "", ""},
 		{"delivery id not UTF-8", prBody, githubHeader(prBody, "pull_request", func(h http.Header) { h.Set("X-GitHub-Delivery", "\xba") }), providers.ErrMissingHeader, "", "", ""},
@@ -80,6 +89,9 @@ func TestGitHubParse(t *testing.T) {
 		{"signature without prefix", prBody, githubHeader(prBody, "pull_request", func(h http.Header) {
 			h.Set("X-Hub-Signature-256", verify.SignGitHub(ghSecret, prBody)[len("sha256="):])
 		}), verify.ErrMissingSignature, "", "", ""},
+		{"a signature that is not 64 hex digits", prBody, githubHeader(prBody, "pull_request", func(h http.Header) {
+			h.Set("X-Hub-Signature-256", "sha256=abcd")
+		}), verify.ErrSignatureMismatch, "", "", ""},
 		{"wrong secret", prBody, githubHeader(prBody, "pull_request", func(h http.Header) {
 			h.Set("X-Hub-Signature-256", verify.SignGitHub("nope", prBody))
 		}), verify.ErrSignatureMismatch, "", "", ""},
@@ -102,7 +114,7 @@ func TestGitHubParse(t *testing.T) {
 			if h == nil {
 				h = githubHeader(tt.body, eventOf(tt.wantEvent), nil)
 			}
-			d, err := gh.Parse(h, tt.body, time.Now())
+			d, err := providers.Parse(gh, h, tt.body, time.Now())
 			if tt.wantErr != nil {
 				if !errors.Is(err, tt.wantErr) {
 					t.Fatalf("err = %v, want %v", err, tt.wantErr)
@@ -169,7 +181,7 @@ func TestStripeParse(t *testing.T) {
 
 	t.Run("subscription event", func(t *testing.T) {
 		t.Parallel()
-		d, err := st.Parse(header(body, nil), body, now)
+		d, err := providers.Parse(st, header(body, nil), body, now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,6 +203,10 @@ func TestStripeParse(t *testing.T) {
 		{"form is refused", body, header(body, func(h http.Header) { h.Set("Content-Type", "application/x-www-form-urlencoded") }), providers.ErrUnsupportedMediaType},
 		{"no signature", body, header(body, func(h http.Header) { h.Del("Stripe-Signature") }), verify.ErrMissingSignature},
 		{"unparseable signature", body, header(body, func(h http.Header) { h.Set("Stripe-Signature", "garbage") }), verify.ErrSignatureMismatch},
+		{"a charset that is not UTF-8 text", body, header(body, func(h http.Header) { h.Set("Content-Type", "application/json; charset=\"\xfe\"") }), providers.ErrMissingHeader},
+		{"too old, whatever the signature", body, header(body, func(h http.Header) {
+			h.Set("Stripe-Signature", "t=1,v1=00")
+		}), verify.ErrTimestampOutOfTolerance},
 		{"too old", body, header(body, func(h http.Header) {
 			h.Set("Stripe-Signature", verify.SignTimestamped(stripeSecret, now.Add(-time.Hour), body))
 		}), verify.ErrTimestampOutOfTolerance},
@@ -207,7 +223,7 @@ func TestStripeParse(t *testing.T) {
 	for _, tt := range errCases {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if _, err := st.Parse(tt.header, tt.body, now); !errors.Is(err, tt.wantErr) {
+			if _, err := providers.Parse(st, tt.header, tt.body, now); !errors.Is(err, tt.wantErr) {
 				t.Fatalf("err = %v, want %v", err, tt.wantErr)
 			}
 		})
@@ -216,7 +232,7 @@ func TestStripeParse(t *testing.T) {
 	t.Run("no object id means no entity", func(t *testing.T) {
 		t.Parallel()
 		b, h := signed(`{"id":"evt_4","type":"balance.available","created":1}`)
-		d, err := st.Parse(h, b, now)
+		d, err := providers.Parse(st, h, b, now)
 		if err != nil || d.Entity != "" || !d.EventTime.IsZero() {
 			t.Fatalf("d = %+v, err = %v", d, err)
 		}

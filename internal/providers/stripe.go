@@ -3,6 +3,8 @@ package providers
 import (
 	"fmt"
 	"net/http"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/valyala/fastjson"
@@ -21,13 +23,32 @@ type Stripe struct {
 // Name returns "stripe".
 func (Stripe) Name() string { return "stripe" }
 
-// Parse implements Provider.
-func (s Stripe) Parse(h http.Header, body []byte, now time.Time) (Delivery, error) {
-	contentType := h.Get("Content-Type")
-	if mediaType(contentType) != "application/json" {
-		return Delivery{}, fmt.Errorf("%w: Stripe deliveries must be application/json, got %q", ErrUnsupportedMediaType, truncate(contentType))
+// Check implements Provider: the content type, and a Stripe-Signature that
+// parses and whose t is within the tolerance of now.
+func (s Stripe) Check(h http.Header, now time.Time) (Request, error) {
+	contentType, _, err := checkContentType(h, "Stripe", "application/json")
+	if err != nil {
+		return Request{}, err
 	}
-	idx, err := verify.Stripe(s.Secrets, h.Get("Stripe-Signature"), body, now, s.Tolerance)
+	sig, err := verify.ParseStripeHeader(h.Get("Stripe-Signature"))
+	if err != nil {
+		return Request{}, fmt.Errorf("Stripe-Signature: %w", err)
+	}
+	if err := sig.Fresh(now, s.Tolerance); err != nil {
+		return Request{}, fmt.Errorf("Stripe-Signature: %w", err)
+	}
+	return Request{
+		ContentType:  contentType,
+		Headers:      keptHeaders(h, "User-Agent"),
+		signedPrefix: [][]byte{strconv.AppendInt(nil, sig.Timestamp.Unix(), 10), []byte(".")},
+		signatures:   sig.V1,
+	}, nil
+}
+
+// Verify implements Provider: HMAC-SHA256 of "<t>.<body>", then the payload's
+// id, type, object and time.
+func (s Stripe) Verify(req Request, body []byte) (Delivery, error) {
+	idx, err := s.Secrets.MatchParts(append(slices.Clip(req.signedPrefix), body), req.signatures)
 	if err != nil {
 		return Delivery{}, fmt.Errorf("Stripe-Signature: %w", err)
 	}
@@ -52,8 +73,8 @@ func (s Stripe) Parse(h http.Header, body []byte, now time.Time) (Delivery, erro
 		Provider:    "stripe",
 		DeliveryID:  id,
 		Event:       typ,
-		ContentType: contentType,
-		Headers:     keptHeaders(h, "User-Agent"),
+		ContentType: req.ContentType,
+		Headers:     req.Headers,
 		Body:        body,
 		SecretIndex: idx,
 	}

@@ -9,12 +9,15 @@
 package receipts
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -91,6 +94,11 @@ func (s *Store) InsertManyTx(ctx context.Context, tx pgx.Tx, ds []providers.Deli
 	for i, d := range ds {
 		sum := sha256.Sum256(d.Body)
 		sums[i] = sum[:]
+	}
+	// Rows go in in key order, so that concurrent batches holding the same
+	// keys wait for one another in one order and never deadlock.
+	for _, i := range keyOrder(ds) {
+		d := ds[i]
 		k := key{d.Provider, d.Scope, d.DeliveryID}
 		if _, seen := first[k]; seen {
 			continue
@@ -196,6 +204,20 @@ func (s *Store) InsertManyTx(ctx context.Context, tx pgx.Tx, ds []providers.Deli
 		}
 	}
 	return out, nil
+}
+
+// keyOrder returns the indexes of ds sorted by receipt key, and by index
+// among equal keys (so each key's first delivery in ds comes first).
+func keyOrder(ds []providers.Delivery) []int {
+	order := make([]int, len(ds))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		return cmp.Or(strings.Compare(ds[a].Provider, ds[b].Provider), strings.Compare(ds[a].Scope, ds[b].Scope),
+			strings.Compare(ds[a].DeliveryID, ds[b].DeliveryID))
+	})
+	return order
 }
 
 // Receipt is one stored receipt.

@@ -23,6 +23,7 @@ var (
 	errNotFound         = errors.New("not found")
 	errMethodNotAllowed = errors.New("method not allowed")
 	errUnauthorized     = errors.New("unauthorized")
+	errOverloaded       = errors.New("overloaded")
 )
 
 // errorCodes is the one table that turns errors into the contract's status
@@ -45,6 +46,8 @@ var errorCodes = []struct {
 	{providers.ErrBadPayload, http.StatusBadRequest, "bad_request"},
 	{errBadRequest, http.StatusBadRequest, "bad_request"},
 	{receipts.ErrConflict, http.StatusConflict, "delivery_conflict"},
+	{ingest.ErrRefused, http.StatusBadRequest, "bad_request"},
+	{errOverloaded, http.StatusServiceUnavailable, "overloaded"},
 	{ingest.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
 	{errUnauthorized, http.StatusUnauthorized, "unauthorized"},
 	{deliveries.ErrNotFound, http.StatusNotFound, "not_found"},
@@ -82,10 +85,17 @@ func writeError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err
 	status, code := classify(err)
 	msg := err.Error()
 	if status >= 500 {
-		logger.ErrorContext(r.Context(), "request failed", "error", err, "method", r.Method, "path", r.URL.Path, "status", status)
+		if code != "overloaded" { // counted in metrics; one line each would flood the log
+			logger.ErrorContext(r.Context(), "request failed", "error", err, "method", r.Method, "path", r.URL.Path, "status", status)
+		}
 		msg = "the server could not complete the request; retry later"
-		if status == http.StatusServiceUnavailable {
+		switch {
+		case code == "overloaded":
+			msg = "the gateway holds as many request bodies as it may; nothing was stored, retry later"
+		case status == http.StatusServiceUnavailable:
 			msg = "the database is unavailable; nothing was stored, retry later"
+		}
+		if status == http.StatusServiceUnavailable {
 			w.Header().Set("Retry-After", retryAfterSeconds)
 		}
 	}

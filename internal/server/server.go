@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/metrics"
@@ -33,6 +34,10 @@ type Config struct {
 	Ready func(context.Context) error
 	// MaxBodyBytes is the largest accepted body. Defaults to 25 MiB.
 	MaxBodyBytes int64
+	// MaxInflightBytes bounds the request bodies held in memory at once, all
+	// ingest requests together; past it a request answers 503 overloaded.
+	// Defaults to 256 MiB.
+	MaxInflightBytes int64
 	// Now is the clock for signature timestamps. Defaults to time.Now.
 	Now func() time.Time
 	// Metrics records ingest outcomes and serves /metrics; nil: no /metrics.
@@ -46,6 +51,8 @@ type Config struct {
 type server struct {
 	Config
 	providers map[string]providers.Provider
+	inflight  *semaphore.Weighted
+	ready     *cached
 }
 
 // New returns the gateway's HTTP handler with its whole route table.
@@ -53,10 +60,14 @@ func New(cfg Config) http.Handler {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 25 << 20
 	}
+	if cfg.MaxInflightBytes <= 0 {
+		cfg.MaxInflightBytes = 256 << 20
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &server{Config: cfg, providers: map[string]providers.Provider{}}
+	s := &server{Config: cfg, providers: map[string]providers.Provider{},
+		inflight: semaphore.NewWeighted(cfg.MaxInflightBytes), ready: &cached{check: cfg.Ready, every: time.Second}}
 	for _, p := range cfg.Providers {
 		s.providers[p.Name()] = p
 	}
@@ -84,12 +95,17 @@ func (s *server) handleHealthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
+// handleReadyz answers from the readiness check's cached result: a flood of
+// probes costs the database one check a second, and a caller never sees the
+// database's own error (it names users, hosts and databases); it is logged.
 func (s *server) handleReadyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	if err := s.Ready(ctx); err != nil {
+	if fresh, err := s.ready.get(r.Context()); err != nil {
+		if fresh {
+			s.Logger.WarnContext(r.Context(), "not ready", "error", err)
+		}
 		w.Header().Set("Retry-After", retryAfterSeconds)
-		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "unavailable", Message: err.Error()})
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "unavailable",
+			Message: "the database does not answer or its schema is not current; see the gateway's log"})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
@@ -104,9 +120,10 @@ type ingestResponse struct {
 	Routes     int           `json:"routes"`
 }
 
-// handleIngest checks a delivery in the contract's order (provider, size,
-// then the adapter's content type, headers, signature and payload), records it,
-// and answers only after the commit.
+// handleIngest checks a delivery in the contract's order: the provider, the
+// declared size, and the adapter's header checks answer before the body is
+// read; then the body is read within the in-flight budget, verified, recorded,
+// and answered only after the commit.
 func (s *server) handleIngest(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	name := chi.URLParam(r, "provider")
@@ -121,12 +138,22 @@ func (s *server) handleIngest(w http.ResponseWriter, r *http.Request) {
 		fail(fmt.Errorf("%w: %q has no webhook secret set", errNotConfigured, name))
 		return
 	}
-	body, err := s.readBody(w, r)
+	if r.ContentLength > s.MaxBodyBytes {
+		fail(fmt.Errorf("%w: the body is larger than %d bytes", errBodyTooLarge, s.MaxBodyBytes))
+		return
+	}
+	req, err := p.Check(r.Header, s.Now())
 	if err != nil {
 		fail(err)
 		return
 	}
-	d, err := p.Parse(r.Header, body, s.Now())
+	body, release, err := s.readBody(w, r)
+	defer release()
+	if err != nil {
+		fail(err)
+		return
+	}
+	d, err := p.Verify(req, body)
 	if err != nil {
 		fail(err)
 		return
@@ -156,36 +183,64 @@ func metricProvider(name string) string {
 	return "unknown"
 }
 
-// preallocBody is the largest declared body length read into a buffer
-// allocated before the body arrives.
-const preallocBody = 64 << 10
+// readChunk is how much of a body of undeclared length is read, and taken
+// from the in-flight budget, at a time.
+const readChunk = 64 << 10
 
-// readBody reads the raw body, refusing it before reading when its declared
-// length is over the limit, and stopping at the limit when it is not declared.
-// A small declared length is read into one buffer of that size; a larger one
-// is read as it arrives, so that a client that declares much and sends little
-// holds little memory.
-func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	tooLarge := fmt.Errorf("%w: the body is larger than %d bytes", errBodyTooLarge, s.MaxBodyBytes)
-	if r.ContentLength > s.MaxBodyBytes {
-		return nil, tooLarge
+// readBody reads the raw body within the in-flight budget, and returns a func
+// that gives its bytes back to the budget (call it once the answer is sent).
+// A declared length is taken from the budget whole, before any byte is read,
+// and read into one buffer of that size; a body of undeclared length takes
+// the budget as its buffer grows, and stops at the size limit. When the
+// budget is spent the request is refused as overloaded: the memory held by
+// bodies never passes MaxInflightBytes, however many arrive at once.
+func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, func(), error) {
+	var held int64
+	release := func() {
+		if held > 0 {
+			s.inflight.Release(held)
+			held = 0
+		}
 	}
-	if r.ContentLength >= 0 && r.ContentLength <= preallocBody {
+	take := func(n int64) error {
+		if !s.inflight.TryAcquire(n) {
+			return fmt.Errorf("%w: %d bytes of request bodies are held already", errOverloaded, s.MaxInflightBytes)
+		}
+		held += n
+		return nil
+	}
+	if r.ContentLength >= 0 {
+		if err := take(r.ContentLength); err != nil {
+			return nil, release, err
+		}
 		// net/http ends the body after the declared length, and reports a
 		// connection that ends before it as io.ErrUnexpectedEOF.
 		body := make([]byte, r.ContentLength)
 		if _, err := io.ReadFull(r.Body, body); err != nil {
-			return nil, fmt.Errorf("%w: could not read the body: %v", errBadRequest, err)
+			return nil, release, fmt.Errorf("%w: could not read the body: %v", errBadRequest, err)
 		}
-		return body, nil
+		return body, release, nil
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.MaxBodyBytes))
-	var maxErr *http.MaxBytesError
-	if errors.As(err, &maxErr) {
-		return nil, tooLarge
+	rd := http.MaxBytesReader(w, r.Body, s.MaxBodyBytes)
+	var body []byte
+	for {
+		if len(body) == cap(body) {
+			grown := int(min(max(2*int64(cap(body)), readChunk), s.MaxBodyBytes+1))
+			if err := take(int64(grown - cap(body))); err != nil {
+				return nil, release, err
+			}
+			body = append(make([]byte, 0, grown), body...)
+		}
+		n, err := rd.Read(body[len(body):cap(body)])
+		body = body[:len(body)+n]
+		var maxErr *http.MaxBytesError
+		switch {
+		case err == io.EOF:
+			return body, release, nil
+		case errors.As(err, &maxErr):
+			return nil, release, fmt.Errorf("%w: the body is larger than %d bytes", errBodyTooLarge, s.MaxBodyBytes)
+		case err != nil:
+			return nil, release, fmt.Errorf("%w: could not read the body: %v", errBadRequest, err)
+		}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: could not read the body: %v", errBadRequest, err)
-	}
-	return body, nil
 }

@@ -65,15 +65,28 @@ func Stripe(secrets Secrets, header string, body []byte, now time.Time, toleranc
 	if err != nil {
 		return -1, err
 	}
-	t := strconv.AppendInt(nil, h.Timestamp.Unix(), 10)
-	idx, err := secrets.match([][]byte{t, []byte("."), body}, h.V1)
+	idx, err := h.Match(secrets, body)
 	if err != nil {
 		return -1, err
 	}
+	return idx, h.Fresh(now, tolerance)
+}
+
+// Match returns the index of the first secret whose HMAC-SHA256 of
+// "<t>.<body>" is one of the header's v1 signatures, or ErrSignatureMismatch.
+func (h StripeHeader) Match(secrets Secrets, body []byte) (int, error) {
+	t := strconv.AppendInt(nil, h.Timestamp.Unix(), 10)
+	return secrets.MatchParts([][]byte{t, []byte("."), body}, h.V1)
+}
+
+// Fresh returns ErrTimestampOutOfTolerance when the header's t is further
+// than tolerance from now, in either direction. It needs no body, so a stale
+// delivery can be refused before its body is read.
+func (h StripeHeader) Fresh(now time.Time, tolerance time.Duration) error {
 	if skew := now.Sub(h.Timestamp).Abs(); skew > tolerance {
-		return idx, fmt.Errorf("%w: signed %s from now, tolerance %s", ErrTimestampOutOfTolerance, skew.Round(time.Second), tolerance)
+		return fmt.Errorf("%w: signed %s from now, tolerance %s", ErrTimestampOutOfTolerance, skew.Round(time.Second), tolerance)
 	}
-	return idx, nil
+	return nil
 }
 
 // SignTimestamped returns "t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">" keyed

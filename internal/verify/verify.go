@@ -50,11 +50,12 @@ type Secrets []string
 // one of the candidate MACs, or ErrSignatureMismatch. With no candidates it
 // returns ErrMissingSignature. All pairs are compared, in constant time each.
 func (s Secrets) Match(msg []byte, candidates ...[]byte) (int, error) {
-	return s.match([][]byte{msg}, candidates)
+	return s.MatchParts([][]byte{msg}, candidates)
 }
 
-// match is Match for a message given in parts.
-func (s Secrets) match(msg [][]byte, candidates [][]byte) (int, error) {
+// MatchParts is Match for a message given in parts (such as a timestamp, a
+// separator and the body), which it never copies into one buffer.
+func (s Secrets) MatchParts(msg [][]byte, candidates [][]byte) (int, error) {
 	if len(candidates) == 0 {
 		return -1, ErrMissingSignature
 	}
@@ -71,6 +72,21 @@ func (s Secrets) match(msg [][]byte, candidates [][]byte) (int, error) {
 		return -1, ErrSignatureMismatch
 	}
 	return matched, nil
+}
+
+// ParseHexSHA256 decodes a hex-encoded HMAC-SHA256: 64 hex digits. Anything
+// else is ErrSignatureMismatch, since it can match no secret; empty is
+// ErrMissingSignature. A signature header can so be refused before the body it
+// covers is read.
+func ParseHexSHA256(macHex string) ([]byte, error) {
+	if macHex == "" {
+		return nil, ErrMissingSignature
+	}
+	mac, err := hex.DecodeString(macHex)
+	if err != nil || len(mac) != sha256.Size {
+		return nil, ErrSignatureMismatch
+	}
+	return mac, nil
 }
 
 // MatchHex is Match for one hex-encoded MAC. A MAC that is not valid hex is a
