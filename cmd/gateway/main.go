@@ -161,6 +161,24 @@ func openDatabase(ctx context.Context, cfg config.Config, logger *slog.Logger, s
 	return pool, func() { pool.Close(); stopEmbedded() }, nil
 }
 
+// serveMetrics serves /metrics alone on addr, an internal port, when addr is
+// set; nil otherwise.
+func serveMetrics(addr string, m *metrics.Metrics, logger *slog.Logger) (*http.Server, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("GATEWAY_METRICS_ADDR: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	go func() { _ = srv.Serve(ln) }()
+	logger.Info("metrics listening", "addr", ln.Addr().String())
+	return srv, nil
+}
+
 // serve runs the HTTP server and the River client until ctx is cancelled, then
 // stops accepting, finishes requests in flight, and stops River softly.
 func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger) error {
@@ -233,10 +251,12 @@ func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logger *s
 			}
 			return jobs.CheckSchema(ctx, pool)
 		},
-		MaxBodyBytes: cfg.MaxBodyBytes,
-		Metrics:      m,
-		Rejections:   recorder,
-		Admin:        server.AdminConfig{Token: cfg.AdminToken.Value(), Pool: pool, Enqueuer: enqueuer, RiverUI: riverUI},
+		MaxBodyBytes:     cfg.MaxBodyBytes,
+		MaxInflightBytes: cfg.MaxInflightBytes,
+		Metrics:          m,
+		MetricsElsewhere: cfg.MetricsAddr != "",
+		Rejections:       recorder,
+		Admin:            server.AdminConfig{Token: cfg.AdminToken.Value(), Pool: pool, Enqueuer: enqueuer, RiverUI: riverUI},
 	})
 	srv := &http.Server{
 		Handler:           handler,
@@ -250,6 +270,11 @@ func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logger *s
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("GATEWAY_ADDR: %w", err)
+	}
+	metricsSrv, err := serveMetrics(cfg.MetricsAddr, m, logger)
+	if err != nil {
+		ln.Close()
+		return err
 	}
 
 	// River runs on a context that outlives ctx: it is stopped softly below.
@@ -272,6 +297,9 @@ func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logger *s
 	defer cancel()
 	if serr := srv.Shutdown(sctx); serr != nil {
 		logger.Error("http shutdown", "error", serr)
+	}
+	if metricsSrv != nil {
+		_ = metricsSrv.Shutdown(sctx)
 	}
 	rctx, rcancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer rcancel()

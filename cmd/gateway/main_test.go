@@ -151,6 +151,8 @@ func TestRunDispatchesAndStops(t *testing.T) {
 	t.Setenv("GATEWAY_ADDR", addr)
 	t.Setenv("GITHUB_WEBHOOK_SECRET", "old-secret,"+secret)
 	t.Setenv("GATEWAY_ROUTES", "audit=github:*>builtin:log")
+	metricsAddr := freeAddr(t)
+	t.Setenv("GATEWAY_METRICS_ADDR", metricsAddr)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -160,6 +162,17 @@ func TestRunDispatchesAndStops(t *testing.T) {
 
 	if status, _ := sendPing(t, addr, "run-1"); status != 202 {
 		t.Fatalf("ping: %d", status)
+	}
+	// With GATEWAY_METRICS_ADDR, /metrics is served there only.
+	waitFor(t, "http://"+addr+"/metrics", http.StatusNotFound, time.Second)
+	res, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scraped, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || !strings.Contains(string(scraped), `hookgate_ingest_requests_total{outcome="accepted",provider="github"} 1`) {
+		t.Fatalf("metrics address: %d %.300s", res.StatusCode, scraped)
 	}
 	pool, err := pgxpool.New(context.Background(), url)
 	if err != nil {

@@ -37,6 +37,13 @@ type Config struct {
 	AdminToken Secret `envconfig:"GATEWAY_ADMIN_TOKEN"`
 	// MaxBodyBytes is the largest accepted body. Defaults to 25 MiB, GitHub's cap.
 	MaxBodyBytes int64 `envconfig:"GATEWAY_MAX_BODY_BYTES" default:"26214400"`
+	// MaxInflightBytes bounds the request bodies held in memory at once, all
+	// ingest requests together; past it a request answers 503 overloaded.
+	// At least MaxBodyBytes. Defaults to 256 MiB.
+	MaxInflightBytes int64 `envconfig:"GATEWAY_MAX_INFLIGHT_BYTES" default:"268435456"`
+	// MetricsAddr, when set, is the only address /metrics is served on (an
+	// internal port), instead of beside the webhooks on Addr.
+	MetricsAddr string `envconfig:"GATEWAY_METRICS_ADDR"`
 	// Retention is how long receipts are kept; at least 72h. Defaults to 720h.
 	Retention time.Duration `envconfig:"GATEWAY_RETENTION" default:"720h"`
 	// Routes is the fan-out table (see jobs.ParseRoutes). Empty: deliveries
@@ -97,6 +104,13 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBodyBytes <= 0 {
 		bad("GATEWAY_MAX_BODY_BYTES", "must be positive, got %d", c.MaxBodyBytes)
+	}
+	if c.MaxInflightBytes < c.MaxBodyBytes {
+		bad("GATEWAY_MAX_INFLIGHT_BYTES", "must be at least GATEWAY_MAX_BODY_BYTES (%d), or a body of the largest size could never be taken, got %d",
+			c.MaxBodyBytes, c.MaxInflightBytes)
+	}
+	if c.MetricsAddr != "" && c.MetricsAddr == c.Addr {
+		bad("GATEWAY_METRICS_ADDR", "must differ from GATEWAY_ADDR (%s)", c.Addr)
 	}
 	if c.Retention < MinRetention {
 		bad("GATEWAY_RETENTION", "must be at least %s (providers retry for 3 days), got %s", MinRetention, c.Retention)

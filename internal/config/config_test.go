@@ -16,7 +16,8 @@ import (
 func TestLoadDefaults(t *testing.T) {
 	for _, name := range []string{"DATABASE_URL", "GATEWAY_DATA_DIR", "GATEWAY_ADDR", "GITHUB_WEBHOOK_SECRET", "STRIPE_WEBHOOK_SECRET",
 		"STRIPE_TOLERANCE", "GATEWAY_ADMIN_TOKEN", "GATEWAY_MAX_BODY_BYTES", "GATEWAY_RETENTION", "GATEWAY_ROUTES",
-		"GATEWAY_FORWARD_SECRET", "GATEWAY_FORWARD_TIMEOUT", "GATEWAY_MAX_ATTEMPTS", "GATEWAY_WORKERS"} {
+		"GATEWAY_FORWARD_SECRET", "GATEWAY_FORWARD_TIMEOUT", "GATEWAY_MAX_ATTEMPTS", "GATEWAY_WORKERS",
+		"GATEWAY_MAX_INFLIGHT_BYTES", "GATEWAY_METRICS_ADDR"} {
 		t.Setenv(name, "")
 		os.Unsetenv(name)
 	}
@@ -26,7 +27,7 @@ func TestLoadDefaults(t *testing.T) {
 	}
 	if c.DataDir != "./.data" || c.Addr != ":8080" || c.StripeTolerance != 5*time.Minute || c.MaxBodyBytes != 26214400 ||
 		c.Retention != 720*time.Hour || c.ForwardTimeout != 10*time.Second || c.MaxAttempts != 25 || c.Workers != 50 ||
-		c.DatabaseURL != "" || len(c.GitHubSecrets) != 0 || c.Routes != "" {
+		c.DatabaseURL != "" || len(c.GitHubSecrets) != 0 || c.Routes != "" || c.MaxInflightBytes != 256<<20 || c.MetricsAddr != "" {
 		t.Fatalf("defaults = %+v", c)
 	}
 }
@@ -39,6 +40,9 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		{"GATEWAY_RETENTION", "soon", "GATEWAY_RETENTION"},
 		{"STRIPE_TOLERANCE", "0s", "STRIPE_TOLERANCE: must be positive"},
 		{"GATEWAY_MAX_BODY_BYTES", "-1", "GATEWAY_MAX_BODY_BYTES: must be positive"},
+		{"GATEWAY_MAX_INFLIGHT_BYTES", "1048576", "GATEWAY_MAX_INFLIGHT_BYTES: must be at least GATEWAY_MAX_BODY_BYTES"},
+		{"GATEWAY_MAX_INFLIGHT_BYTES", "lots", "GATEWAY_MAX_INFLIGHT_BYTES"},
+		{"GATEWAY_METRICS_ADDR", ":8080", "GATEWAY_METRICS_ADDR: must differ from GATEWAY_ADDR"},
 		{"GATEWAY_MAX_ATTEMPTS", "0", "GATEWAY_MAX_ATTEMPTS: must be at least 1"},
 		{"GATEWAY_WORKERS", "many", "GATEWAY_WORKERS"},
 		{"STRIPE_WEBHOOK_SECRET", "sk_live_oops", "STRIPE_WEBHOOK_SECRET: each secret must be a whsec_"},

@@ -8,7 +8,9 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -64,9 +66,11 @@ func New(pool *pgxpool.Pool) *Metrics {
 	return m
 }
 
-// Handler serves the registry in Prometheus text format.
+// Handler serves the registry in Prometheus text format. A metric that
+// cannot be read (the queue depth while the database is down) is left out;
+// the others are still served.
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 
 // Ingest records an answered ingest request. secretIndex is the matched
@@ -97,35 +101,61 @@ func (m *Metrics) Dispatch(route, state string, receivedAt time.Time) {
 	}
 }
 
-// queueCollector reads River's queue depth at scrape time.
+// queueCollector reads River's queue depth, at most once a second however
+// often /metrics is scraped: the endpoint needs no token, and a flood of
+// scrapes must not become a flood of queries.
 type queueCollector struct {
 	pool *pgxpool.Pool
 	desc *prometheus.Desc
+
+	mu     sync.Mutex
+	at     time.Time
+	counts map[string]float64
+	err    error
 }
+
+// queueEvery is how old the queue depth may be.
+const queueEvery = time.Second
 
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	if c.at.IsZero() || time.Since(c.at) >= queueEvery {
+		c.counts, c.err = c.read()
+		c.at = time.Now()
+	}
+	counts, err := c.counts, c.err
+	c.mu.Unlock()
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.desc, err)
+		return
+	}
+	for state, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, n, state)
+	}
+}
+
+func (c *queueCollector) read() (map[string]float64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	counts := map[string]float64{"available": 0, "scheduled": 0, "retryable": 0, "running": 0}
 	rows, err := c.pool.Query(ctx, `SELECT state::text, count(*) FROM river_job
 		WHERE state IN ('available', 'scheduled', 'retryable', 'running') GROUP BY state`)
 	if err != nil {
-		ch <- prometheus.NewInvalidMetric(c.desc, err)
-		return
+		return nil, errors.New("queue depth: the database did not answer")
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var state string
 		var n int64
 		if err := rows.Scan(&state, &n); err != nil {
-			ch <- prometheus.NewInvalidMetric(c.desc, err)
-			return
+			return nil, errors.New("queue depth: the database did not answer")
 		}
 		counts[state] = float64(n)
 	}
-	for state, n := range counts {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, n, state)
+	if rows.Err() != nil {
+		return nil, errors.New("queue depth: the database did not answer")
 	}
+	return counts, nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/jobs"
+	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
 	"github.com/hookgate/hookgate/internal/server"
@@ -42,8 +43,12 @@ type testBundle struct {
 }
 
 type setupOpts struct {
-	noStripe bool
-	pool     *pgxpool.Pool // the ingester's pool, when not the test database's
+	noStripe    bool
+	pool        *pgxpool.Pool // the ingester's pool, when not the test database's
+	maxInflight int64         // the in-flight budget; 0: the default
+	committers  int           // 0: the default
+	ready       func(context.Context) error
+	metrics     *metrics.Metrics
 }
 
 func setup(t testing.TB, opts setupOpts) *testBundle {
@@ -62,6 +67,10 @@ func setup(t testing.TB, opts setupOpts) *testBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ready := opts.ready
+	if ready == nil {
+		ready = func(ctx context.Context) error { return jobs.CheckSchema(ctx, ingestPool) }
+	}
 	provs := []providers.Provider{providers.GitHub{Secrets: verify.Secrets{"gh-old", ghSecret}}}
 	if !opts.noStripe {
 		provs = append(provs, providers.Stripe{Secrets: verify.Secrets{stripeSecret}, Tolerance: 5 * time.Minute})
@@ -70,13 +79,16 @@ func setup(t testing.TB, opts setupOpts) *testBundle {
 		Logger:    logger,
 		Providers: provs,
 		Ingester: &ingest.Ingester{
-			Pool:     ingestPool,
-			Receipts: &receipts.Store{Retention: 72 * time.Hour},
-			Enqueuer: &jobs.Enqueuer{Client: client, Routes: routes, MaxAttempts: 5},
+			Pool:       ingestPool,
+			Receipts:   &receipts.Store{Retention: 72 * time.Hour},
+			Enqueuer:   &jobs.Enqueuer{Client: client, Routes: routes, MaxAttempts: 5},
+			Committers: opts.committers,
 		},
-		Ready:        func(ctx context.Context) error { return jobs.CheckSchema(ctx, ingestPool) },
-		MaxBodyBytes: maxBody,
-		Now:          func() time.Time { return now },
+		Ready:            ready,
+		MaxBodyBytes:     maxBody,
+		MaxInflightBytes: opts.maxInflight,
+		Metrics:          opts.metrics,
+		Now:              func() time.Time { return now },
 	})
 	return &testBundle{pool: pool, handler: h}
 }
@@ -448,14 +460,20 @@ func TestHealthAndReadiness(t *testing.T) {
 			t.Fatalf("%s = %d %s", path, rec.Code, rec.Body)
 		}
 	}
-	// A schema that is behind is not ready.
+	// A schema that is behind is not ready, once the answer cached for a
+	// second has expired.
 	if _, err := b.pool.Exec(context.Background(), "DELETE FROM hookgate_migrations"); err != nil {
 		t.Fatal(err)
 	}
-	rec := httptest.NewRecorder()
-	b.handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
-	if rec.Code != http.StatusServiceUnavailable {
-		t.Fatalf("readyz with a schema behind = %d", rec.Code)
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		rec := httptest.NewRecorder()
+		b.handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		if rec.Code == http.StatusServiceUnavailable {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("readyz with a schema behind = %d after 3 s", rec.Code)
+		}
 	}
 	res := b.do(t, httptest.NewRequest(http.MethodGet, "/webhooks/github", nil))
 	wantError(t, res, http.StatusMethodNotAllowed, "method_not_allowed")

@@ -42,6 +42,9 @@ type Config struct {
 	Now func() time.Time
 	// Metrics records ingest outcomes and serves /metrics; nil: no /metrics.
 	Metrics *metrics.Metrics
+	// MetricsElsewhere keeps /metrics off this handler: it is served on an
+	// address of its own (GATEWAY_METRICS_ADDR).
+	MetricsElsewhere bool
 	// Rejections records rejected ingest requests; nil: not recorded.
 	Rejections *rejections.Recorder
 	// Admin configures the operator endpoints.
@@ -83,7 +86,7 @@ func New(cfg Config) http.Handler {
 
 	r.Get("/healthz", s.handleHealthz)
 	r.Get("/readyz", s.handleReadyz)
-	if s.Metrics != nil {
+	if s.Metrics != nil && !s.MetricsElsewhere {
 		r.Method(http.MethodGet, "/metrics", s.Metrics.Handler())
 	}
 	r.Post("/webhooks/{provider}", s.handleIngest)
