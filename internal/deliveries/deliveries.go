@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -105,15 +106,59 @@ func (f Filter) Validate() error {
 }
 
 // ParseTime reads an RFC 3339 time, or a Go duration meaning that long ago
-// ("24h"), relative to now.
+// ("24h"), relative to now. Times outside the years 1 to 9999 are refused:
+// a filter holding one could be neither logged as JSON nor encoded in a cursor.
 func ParseTime(s string, now time.Time) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t, nil
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		d, derr := time.ParseDuration(s)
+		if derr != nil || d < 0 {
+			return time.Time{}, fmt.Errorf("%w: %q is neither an RFC 3339 time nor a duration such as 24h", ErrBadFilter, s)
+		}
+		t = now.Add(-d)
 	}
-	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
-		return now.Add(-d), nil
+	if !usableTime(t) {
+		return time.Time{}, fmt.Errorf("%w: %q is outside the years 1 to 9999", ErrBadFilter, s)
 	}
-	return time.Time{}, fmt.Errorf("%w: %q is neither an RFC 3339 time nor a duration such as 24h", ErrBadFilter, s)
+	return t, nil
+}
+
+// usableTime reports whether t, in UTC, falls in the years JSON and
+// PostgreSQL both take: 1 to 9999.
+func usableTime(t time.Time) bool {
+	y := t.UTC().Year()
+	return y >= 1 && y <= 9999
+}
+
+// maxKeyText bounds a provider name or delivery id read from a cursor: ingest
+// stores none longer (the providers' id limit is 255 bytes).
+const maxKeyText = 255
+
+// storable reports whether s could be a stored provider name or delivery id:
+// valid UTF-8 without C0 control characters or DEL, the rule ingest applies
+// (providers' printable). PostgreSQL refuses NUL and invalid UTF-8 in text, so
+// anything else must be turned away before a query, as a client's mistake
+// rather than a server error.
+func storable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// CheckKey returns ErrNotFound when provider and deliveryID could not name a
+// stored delivery, so that callers answer "not found" without a query that
+// PostgreSQL would refuse.
+func CheckKey(provider, deliveryID string) error {
+	if !storable(provider) || !storable(deliveryID) {
+		return fmt.Errorf("%w: no delivery has a provider or id that is not printable UTF-8 text", ErrNotFound)
+	}
+	return nil
 }
 
 // FilterFromQuery reads the list filters from URL query values.
@@ -185,14 +230,23 @@ func (c Cursor) Encode() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// DecodeCursor reads a cursor made by Encode.
+// DecodeCursor reads a cursor made by Encode. A cursor is opaque but not
+// trusted: one holding what no stored delivery could (NUL, control
+// characters, overlong text, a time out of range) is ErrBadFilter.
 func DecodeCursor(s string) (Cursor, error) {
 	var c Cursor
 	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || json.Unmarshal(b, &c) != nil || c.ReceivedAt.IsZero() {
+	if err != nil || json.Unmarshal(b, &c) != nil || !c.valid() {
 		return Cursor{}, fmt.Errorf("%w: cursor is not one this server returned", ErrBadFilter)
 	}
 	return c, nil
+}
+
+// valid reports whether every field of c could come from a stored delivery.
+func (c Cursor) valid() bool {
+	return !c.ReceivedAt.IsZero() && usableTime(c.ReceivedAt) &&
+		len(c.Provider) <= maxKeyText && storable(c.Provider) &&
+		len(c.DeliveryID) <= maxKeyText && storable(c.DeliveryID)
 }
 
 // Item is one delivery in a list.
@@ -306,8 +360,11 @@ type Detail struct {
 }
 
 // Show returns a delivery with its receipts (oldest first) and every dispatch
-// of every route and generation.
+// of every route and generation; ErrNotFound when there is none.
 func Show(ctx context.Context, db DB, provider, deliveryID string) (Detail, error) {
+	if err := CheckKey(provider, deliveryID); err != nil {
+		return Detail{}, err
+	}
 	d := Detail{Provider: provider, DeliveryID: deliveryID, Receipts: []Receipt{}, Dispatches: []Dispatch{}}
 	rows, err := db.Query(ctx, `
 		SELECT event, entity, event_time, scope, received_at, content_type, body_sha256, headers
@@ -358,8 +415,11 @@ func Show(ctx context.Context, db DB, provider, deliveryID string) (Detail, erro
 }
 
 // Body returns the first stored body of a delivery, byte for byte, and its
-// content type.
+// content type; ErrNotFound when there is none.
 func Body(ctx context.Context, db DB, provider, deliveryID string) ([]byte, string, error) {
+	if err := CheckKey(provider, deliveryID); err != nil {
+		return nil, "", err
+	}
 	var body []byte
 	var contentType string
 	err := db.QueryRow(ctx, `

@@ -1,8 +1,10 @@
 package deliveries_test
 
 import (
+	"encoding/base64"
 	"errors"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,5 +51,61 @@ func TestFilterFromQuery(t *testing.T) {
 	}
 	if _, err := deliveries.DecodeCursor("bm9wZQ"); !errors.Is(err, deliveries.ErrBadFilter) {
 		t.Fatalf("garbage cursor: %v", err)
+	}
+}
+
+// A cursor is opaque but comes back from the client: one holding what no
+// stored delivery could (text PostgreSQL refuses, overlong text, a time JSON
+// cannot write) is a bad filter, never a query that fails.
+func TestDecodeCursorRefusesWhatNoDeliveryHolds(t *testing.T) {
+	t.Parallel()
+	forge := func(fields string) string {
+		return base64.RawURLEncoding.EncodeToString([]byte(`{"t":"2026-11-30T12:00:00Z",` + fields + `}`))
+	}
+	if _, err := deliveries.DecodeCursor(forge(`"p":"github","d":"é-1"`)); err != nil {
+		t.Fatalf("a cursor of printable UTF-8: %v", err)
+	}
+	for name, cursor := range map[string]string{
+		"NUL in the provider":    forge(`"p":"git\u0000hub","d":"x"`),
+		"NUL in the delivery id": forge(`"p":"github","d":"\u0000"`),
+		"a control character":    forge(`"p":"github","d":"a\nb"`),
+		"an overlong id":         forge(`"p":"github","d":"` + strings.Repeat("x", 256) + `"`),
+		"no time":                base64.RawURLEncoding.EncodeToString([]byte(`{"p":"github","d":"x"}`)),
+		"a time before year 1":   base64.RawURLEncoding.EncodeToString([]byte(`{"t":"0000-12-31T23:00:00Z","p":"github","d":"x"}`)),
+	} {
+		if _, err := deliveries.DecodeCursor(cursor); !errors.Is(err, deliveries.ErrBadFilter) {
+			t.Errorf("%s: err = %v, want ErrBadFilter", name, err)
+		}
+	}
+}
+
+// Filter times must be ones the replay log can write as JSON.
+func TestParseTimeRefusesYearsOutOfRange(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	for _, s := range []string{"0000-01-01T00:00:00+01:00", "0000-06-01T00:00:00Z"} {
+		if _, err := deliveries.ParseTime(s, now); !errors.Is(err, deliveries.ErrBadFilter) {
+			t.Errorf("%s: err = %v, want ErrBadFilter", s, err)
+		}
+	}
+	if _, err := deliveries.ParseTime("0001-01-01T00:00:00Z", now); err != nil {
+		t.Errorf("year 1: %v", err)
+	}
+}
+
+// Ingest stores only printable UTF-8 provider names and ids, so anything else
+// names no delivery, and is not found without asking PostgreSQL, which would
+// refuse it.
+func TestCheckKey(t *testing.T) {
+	t.Parallel()
+	for _, k := range [][2]string{{"github", "\x00"}, {"github", "\xff"}, {"git\xffhub", "d-1"}, {"github", "a\tb"}} {
+		if err := deliveries.CheckKey(k[0], k[1]); !errors.Is(err, deliveries.ErrNotFound) {
+			t.Errorf("%q: err = %v, want ErrNotFound", k, err)
+		}
+	}
+	for _, k := range [][2]string{{"github", "d-1"}, {"github", "a%41"}, {"github", "x/y é"}} {
+		if err := deliveries.CheckKey(k[0], k[1]); err != nil {
+			t.Errorf("%q: %v", k, err)
+		}
 	}
 }

@@ -18,7 +18,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -32,6 +35,8 @@ var (
 	ErrInFlight = errors.New("a request with this idempotency key is in flight")
 	// ErrBadBody means the body is not JSON, so it cannot be compared.
 	ErrBadBody = errors.New("request body is not valid JSON")
+	// ErrBadKey means the key is too long or not printable text.
+	ErrBadKey = errors.New("bad idempotency key")
 )
 
 // TTL is how long a key is kept from its first use.
@@ -39,6 +44,20 @@ const TTL = 24 * time.Hour
 
 // MaxKeyLen bounds a key.
 const MaxKeyLen = 255
+
+// CheckKey returns ErrBadKey unless key is at most MaxKeyLen bytes of valid
+// UTF-8 without control characters. A key is stored and locked on as text,
+// which PostgreSQL refuses to hold NUL or invalid UTF-8; a header can carry
+// both, and that is the client's mistake, not the server's.
+func CheckKey(key string) error {
+	if len(key) > MaxKeyLen {
+		return fmt.Errorf("%w: Idempotency-Key is longer than %d bytes", ErrBadKey, MaxKeyLen)
+	}
+	if !utf8.ValidString(key) || strings.ContainsFunc(key, unicode.IsControl) {
+		return fmt.Errorf("%w: Idempotency-Key must be printable UTF-8 text", ErrBadKey)
+	}
+	return nil
+}
 
 // Key identifies a record.
 type Key struct {
@@ -90,14 +109,18 @@ func Canonical(body []byte) ([]byte, error) {
 	return out, nil
 }
 
-// Do runs work in one transaction. Without a key it just commits work's
-// result. With a key: a key in use by another request in flight is
-// ErrInFlight; a kept record with another hash is ErrKeyReused; a kept record
-// with the same hash is returned (replayed true) and work does not run;
-// otherwise work runs, and a 2xx answer is stored with the work's writes.
+// Do runs work in one transaction. A key CheckKey refuses is ErrBadKey.
+// Without a key it just commits work's result. With a key: a key in use by
+// another request in flight is ErrInFlight; a kept record with another hash
+// is ErrKeyReused; a kept record with the same hash is returned (replayed
+// true) and work does not run; otherwise work runs, and a 2xx answer is
+// stored with the work's writes.
 func Do(ctx context.Context, pool *pgxpool.Pool, k Key, hash []byte,
 	work func(ctx context.Context, tx pgx.Tx) (Response, error),
 ) (resp Response, replayed bool, err error) {
+	if err := CheckKey(k.Key); err != nil {
+		return Response{}, false, err
+	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return Response{}, false, fmt.Errorf("begin: %w", err)

@@ -3,6 +3,7 @@ package idempotency_test
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/hookgate/hookgate/internal/idempotency"
@@ -46,6 +47,22 @@ func TestRequestHash(t *testing.T) {
 	for _, bad := range []string{`{`, `{"a":1}{"b":2}`, `nope`} {
 		if _, err := idempotency.RequestHash("/p", []byte(bad)); !errors.Is(err, idempotency.ErrBadBody) {
 			t.Errorf("%q: err = %v", bad, err)
+		}
+	}
+}
+
+// A key is text PostgreSQL must store and lock on; a header can carry bytes
+// it refuses, and those are the client's mistake.
+func TestCheckKey(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"", "k-1", "clé-2", strings.Repeat("k", idempotency.MaxKeyLen)} {
+		if err := idempotency.CheckKey(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"k\xff", "\x80", "k\x00", "k\x7f", strings.Repeat("k", idempotency.MaxKeyLen+1)} {
+		if err := idempotency.CheckKey(bad); !errors.Is(err, idempotency.ErrBadKey) {
+			t.Errorf("%q: err = %v, want ErrBadKey", bad, err)
 		}
 	}
 }

@@ -10,14 +10,19 @@ package rejections
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -34,6 +39,16 @@ type Rejection struct {
 	HeaderNames []string  `json:"header_names"`
 }
 
+// Bounds on what one rejection keeps, in bytes and names. A rejected request
+// is anyone's, so nothing it carries is kept unbounded.
+const (
+	maxProvider   = 32
+	maxReason     = 64
+	maxRemoteAddr = 64
+	maxHeaderName = 64
+	maxHeaders    = 100
+)
+
 // FromRequest describes a rejected request: its header names only.
 func FromRequest(r *http.Request, provider string, status int, reason string, at time.Time) Rejection {
 	names := make([]string, 0, len(r.Header))
@@ -41,10 +56,42 @@ func FromRequest(r *http.Request, provider string, status int, reason string, at
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	if len(provider) > 32 {
-		provider = provider[:32]
+	return Rejection{At: at, Provider: provider, Status: status, Reason: reason, RemoteAddr: r.RemoteAddr, HeaderNames: names}.clean()
+}
+
+// clean returns the rejection with every string valid, printable and bounded
+// UTF-8. The text comes from the request (the URL's provider, header names)
+// and PostgreSQL refuses NUL and invalid UTF-8: one such string would
+// otherwise fail the write of every rejection buffered with it.
+func (rej Rejection) clean() Rejection {
+	rej.Provider = cleanText(rej.Provider, maxProvider)
+	rej.Reason = cleanText(rej.Reason, maxReason)
+	rej.RemoteAddr = cleanText(rej.RemoteAddr, maxRemoteAddr)
+	names := rej.HeaderNames[:min(len(rej.HeaderNames), maxHeaders)]
+	rej.HeaderNames = make([]string, len(names))
+	for i, name := range names {
+		rej.HeaderNames[i] = cleanText(name, maxHeaderName)
 	}
-	return Rejection{At: at, Provider: provider, Status: status, Reason: reason, RemoteAddr: r.RemoteAddr, HeaderNames: names}
+	return rej
+}
+
+// cleanText returns s as valid UTF-8 with each invalid sequence and control
+// character replaced by U+FFFD, cut to at most limit bytes at a rune boundary.
+func cleanText(s string, limit int) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return utf8.RuneError
+		}
+		return r
+	}, strings.ToValidUTF8(s, string(utf8.RuneError)))
+	if len(s) <= limit {
+		return s
+	}
+	cut := limit
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
 }
 
 // Recorder buffers rejections and writes them to the ring.
@@ -58,12 +105,13 @@ type Recorder struct {
 	pending []Rejection
 }
 
-// Record buffers a rejection; only the newest Keep are buffered. It never blocks
-// on the database.
+// Record buffers a rejection, its text made valid and bounded; only the newest
+// Keep are buffered. It never blocks on the database.
 func (r *Recorder) Record(rej Rejection) {
 	if r == nil {
 		return
 	}
+	rej = rej.clean()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.pending) >= Keep {
@@ -95,8 +143,11 @@ func (r *Recorder) flushLogged(ctx context.Context) {
 	}
 }
 
-// Flush writes the buffered rejections into the ring. On failure they are
-// dropped: this is a diagnostic log, not a record anyone relies on.
+// Flush writes the buffered rejections into the ring, in one statement. When
+// that fails it writes them one at a time, so that a rejection that cannot be
+// stored costs only itself; those are dropped and counted in the error. A
+// write that cannot start drops them all: this is a diagnostic log, not a
+// record anyone relies on.
 func (r *Recorder) Flush(ctx context.Context) error {
 	r.mu.Lock()
 	batch := r.pending
@@ -105,6 +156,56 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	if len(batch) == 0 {
 		return nil
 	}
+	batchErr := insert(ctx, r.Pool, batch)
+	if batchErr == nil {
+		return nil
+	}
+	dropped, err := r.insertEach(ctx, batch)
+	if err != nil {
+		return fmt.Errorf("write rejections: dropped all %d: %w", len(batch), errors.Join(batchErr, err))
+	}
+	if dropped > 0 {
+		return fmt.Errorf("write rejections: dropped %d of %d: %w", dropped, len(batch), batchErr)
+	}
+	return nil
+}
+
+// insertEach writes the rejections one at a time, each under its own
+// savepoint of one transaction, and returns how many could not be written.
+func (r *Recorder) insertEach(ctx context.Context, batch []Rejection) (dropped int, err error) {
+	tx, err := r.Pool.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	for _, rej := range batch {
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("savepoint: %w", err)
+		}
+		if insert(ctx, sp, []Rejection{rej}) != nil {
+			dropped++
+			if err := sp.Rollback(ctx); err != nil {
+				return 0, fmt.Errorf("roll back to savepoint: %w", err)
+			}
+			continue
+		}
+		if err := sp.Commit(ctx); err != nil {
+			return 0, fmt.Errorf("release savepoint: %w", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("commit: %w", err)
+	}
+	return dropped, nil
+}
+
+// insert writes rejections into the ring in one statement, oldest first, each
+// taking the next slot.
+func insert(ctx context.Context, db interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, batch []Rejection,
+) error {
 	at := make([]time.Time, len(batch))
 	provider := make([]string, len(batch))
 	status := make([]int32, len(batch))
@@ -115,7 +216,7 @@ func (r *Recorder) Flush(ctx context.Context) error {
 		at[i], provider[i], status[i], reason[i], remote[i] = b.At, b.Provider, int32(b.Status), b.Reason, b.RemoteAddr
 		headers[i] = jsonArray(b.HeaderNames)
 	}
-	_, err := r.Pool.Exec(ctx, `
+	_, err := db.Exec(ctx, `
 		INSERT INTO hookgate_rejections AS x (slot, seq, at, provider, status, reason, remote_addr, header_names)
 		SELECT s.seq % $7, s.seq, s.at, s.provider, s.status, s.reason, s.remote_addr,
 			ARRAY(SELECT jsonb_array_elements_text(s.headers::jsonb))
@@ -129,10 +230,7 @@ func (r *Recorder) Flush(ctx context.Context) error {
 			status = excluded.status, reason = excluded.reason, remote_addr = excluded.remote_addr,
 			header_names = excluded.header_names`,
 		at, provider, status, reason, remote, headers, Keep)
-	if err != nil {
-		return fmt.Errorf("write rejections: %w", err)
-	}
-	return nil
+	return err
 }
 
 func jsonArray(ss []string) string {

@@ -11,8 +11,11 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
@@ -56,9 +59,39 @@ func (s *server) adminRoutes(r chi.Router) {
 	r.Get("/replays", s.handleListReplays)
 	r.Get("/rejections", s.handleRejections)
 	if s.Admin.RiverUI != nil {
-		r.Handle("/river", s.Admin.RiverUI)
-		r.Handle("/river/*", s.Admin.RiverUI)
+		ui := s.printableOnly(s.Admin.RiverUI)
+		r.Handle("/river", ui)
+		r.Handle("/river/*", ui)
 	}
+}
+
+// printableOnly answers 400 for a request whose decoded path or query holds
+// anything but printable UTF-8 text. River UI passes queue names and filters
+// from both to its queries as text, which PostgreSQL refuses to hold NUL or
+// invalid UTF-8, and River UI then answers 500.
+func (s *server) printableOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !printableURL(r.URL) {
+			writeError(w, r, s.Logger, fmt.Errorf("%w: the path and query must be printable UTF-8 text", errBadRequest))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// printableURL reports whether u's decoded path and every query name and
+// value are printable.
+func printableURL(u *url.URL) bool {
+	if !printable(u.Path) {
+		return false
+	}
+	query, _ := url.ParseQuery(u.RawQuery) // pairs that do not parse are read by no one
+	for name, values := range query {
+		if !printable(name) || slices.ContainsFunc(values, func(v string) bool { return !printable(v) }) {
+			return false
+		}
+	}
+	return true
 }
 
 // adminAuth answers 404 for everything under /admin when no token is set, and
@@ -82,14 +115,27 @@ func (s *server) adminAuth(next http.Handler) http.Handler {
 	})
 }
 
-// pathParams returns the provider and delivery id of a delivery path.
-func pathParams(r *http.Request) (string, string) {
-	provider := chi.URLParam(r, "provider")
-	id := chi.URLParam(r, "id")
-	if u, err := url.PathUnescape(id); err == nil {
-		id = u
+// pathParams returns the provider and delivery id of a delivery path, each
+// decoded exactly once, or deliveries.ErrNotFound when they could name no
+// stored delivery. chi matches on r.URL.RawPath when it is set, and its
+// parameters are then still escaped (so that an id may hold %2F); otherwise
+// it matches on the already decoded r.URL.Path, and decoding again would turn
+// a%2541 into aA.
+func pathParams(r *http.Request) (string, string, error) {
+	params := []string{chi.URLParam(r, "provider"), chi.URLParam(r, "id")}
+	if r.URL.RawPath != "" {
+		for i, p := range params {
+			u, err := url.PathUnescape(p)
+			if err != nil {
+				return "", "", fmt.Errorf("%w: the path is not validly escaped", deliveries.ErrNotFound)
+			}
+			params[i] = u
+		}
 	}
-	return provider, id
+	if err := deliveries.CheckKey(params[0], params[1]); err != nil {
+		return "", "", err
+	}
+	return params[0], params[1], nil
 }
 
 type listResponse struct {
@@ -136,7 +182,11 @@ func (s *server) handleListDeliveries(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) handleShowDelivery(w http.ResponseWriter, r *http.Request) {
-	provider, id := pathParams(r)
+	provider, id, err := pathParams(r)
+	if err != nil {
+		writeError(w, r, s.Logger, err)
+		return
+	}
 	d, err := deliveries.Show(r.Context(), s.Admin.Pool, provider, id)
 	if err != nil {
 		writeError(w, r, s.Logger, err)
@@ -146,7 +196,11 @@ func (s *server) handleShowDelivery(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) handleDeliveryBody(w http.ResponseWriter, r *http.Request) {
-	provider, id := pathParams(r)
+	provider, id, err := pathParams(r)
+	if err != nil {
+		writeError(w, r, s.Logger, err)
+		return
+	}
 	body, contentType, err := deliveries.Body(r.Context(), s.Admin.Pool, provider, id)
 	if err != nil {
 		writeError(w, r, s.Logger, err)
@@ -166,13 +220,27 @@ type replayOneRequest struct {
 	Reason string   `json:"reason"`
 }
 
+// validate refuses text the replay log could not store or show.
+func (req *replayOneRequest) validate() error {
+	for _, route := range req.Routes {
+		if !printable(route) {
+			return fmt.Errorf("%w: routes must be route names", errBadRequest)
+		}
+	}
+	return validReason(req.Reason)
+}
+
 type replayOneResponse struct {
 	ReplayID   string         `json:"replay_id"`
 	Dispatches []jobs.Created `json:"dispatches"`
 }
 
 func (s *server) handleReplayOne(w http.ResponseWriter, r *http.Request) {
-	provider, id := pathParams(r)
+	provider, id, err := pathParams(r)
+	if err != nil {
+		writeError(w, r, s.Logger, err)
+		return
+	}
 	var req replayOneRequest
 	s.idempotent(w, r, "replay", &req, func(ctx context.Context, tx pgx.Tx) (any, error) {
 		replayID, created, err := s.Admin.Enqueuer.ReplayOneTx(ctx, tx, Actor(s.Admin.Token), provider, id,
@@ -193,6 +261,26 @@ type bulkReplayRequest struct {
 	Until    string `json:"until"`
 	Force    bool   `json:"force"`
 	Reason   string `json:"reason"`
+}
+
+// validate refuses a reason the replay log could not store or show; the
+// filter's fields are checked by deliveries.FilterFromQuery.
+func (req *bulkReplayRequest) validate() error {
+	return validReason(req.Reason)
+}
+
+// validReason refuses a reason that is not printable text: PostgreSQL refuses
+// NUL in text, and the replay log is read in terminals.
+func validReason(reason string) error {
+	if !printable(reason) {
+		return fmt.Errorf("%w: reason must be printable text, without control characters or line breaks", errBadRequest)
+	}
+	return nil
+}
+
+// printable reports whether s is valid UTF-8 without control characters.
+func printable(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl)
 }
 
 type bulkReplayResponse struct {
@@ -216,28 +304,25 @@ func (s *server) handleBulkReplay(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// idempotent reads a JSON body into req (empty is {}; unknown fields are
-// refused) and runs work under the request's Idempotency-Key, answering 202
-// with work's result, or the first answer again.
-func (s *server) idempotent(w http.ResponseWriter, r *http.Request, operation string, req any,
+// adminRequest is an operator request's body, which checks its own fields.
+type adminRequest interface {
+	validate() error
+}
+
+// idempotent reads the request's body into req and runs work under the
+// request's Idempotency-Key, answering 202 with work's result, or the first
+// answer again.
+func (s *server) idempotent(w http.ResponseWriter, r *http.Request, operation string, req adminRequest,
 	work func(ctx context.Context, tx pgx.Tx) (any, error),
 ) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAdminBody))
+	body, err := readAdminBody(w, r, req)
 	if err != nil {
-		writeError(w, r, s.Logger, fmt.Errorf("%w: the body is larger than %d bytes", errBodyTooLarge, maxAdminBody))
+		writeError(w, r, s.Logger, err)
 		return
 	}
-	if len(bytes.TrimSpace(body)) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(req); err != nil {
-			writeError(w, r, s.Logger, fmt.Errorf("%w: the body must be a JSON object of the documented fields: %v", errBadRequest, err))
-			return
-		}
-	}
 	key := r.Header.Get("Idempotency-Key")
-	if len(key) > idempotency.MaxKeyLen {
-		writeError(w, r, s.Logger, fmt.Errorf("%w: Idempotency-Key is longer than %d bytes", errBadRequest, idempotency.MaxKeyLen))
+	if err := idempotency.CheckKey(key); err != nil {
+		writeError(w, r, s.Logger, fmt.Errorf("%w: %w", errBadRequest, err))
 		return
 	}
 	hash, err := idempotency.RequestHash(r.URL.Path, body)
@@ -267,6 +352,24 @@ func (s *server) idempotent(w http.ResponseWriter, r *http.Request, operation st
 	}
 	w.WriteHeader(resp.Status)
 	_, _ = w.Write(append(resp.Body, '\n'))
+}
+
+// readAdminBody reads a JSON body into req (empty is {}; unknown fields are
+// refused) and validates it. It returns the body as received, which the
+// idempotency hash covers.
+func readAdminBody(w http.ResponseWriter, r *http.Request, req adminRequest) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAdminBody))
+	if err != nil {
+		return nil, fmt.Errorf("%w: the body is larger than %d bytes", errBodyTooLarge, maxAdminBody)
+	}
+	if len(bytes.TrimSpace(body)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(req); err != nil {
+			return nil, fmt.Errorf("%w: the body must be a JSON object of the documented fields: %v", errBadRequest, err)
+		}
+	}
+	return body, req.validate()
 }
 
 func (s *server) handleListReplays(w http.ResponseWriter, r *http.Request) {

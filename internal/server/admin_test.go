@@ -3,6 +3,7 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -714,6 +715,131 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	} {
 		if !bytes.Contains(text, []byte(want)) {
 			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+// A delivery's path carries its id escaped once, and is decoded exactly once:
+// %25 is a literal %, %2F a slash within the id, and a%2541 is the delivery
+// a%41, not aA.
+func TestAdminDeliveryPathDecodedOnce(t *testing.T) {
+	t.Parallel()
+	b := setupAdmin(t, adminToken)
+	for _, id := range []string{"aA", "a%41", "x/y"} {
+		b.ingest(t, githubRequest(ghReq{id: id}))
+	}
+	for path, want := range map[string]string{
+		"/admin/deliveries/github/aA":       "aA",
+		"/admin/deliveries/github/a%41":     "aA",
+		"/admin/deliveries/github/a%2541":   "a%41",
+		"/admin/deliveries/github/x%2Fy":    "x/y",
+		"/admin/deliveries/git%68ub/a%2541": "a%41",
+	} {
+		var s shown
+		b.adminJSON(t, adminReq{path: path}, 200, &s)
+		if len(s.Receipts) != 1 || s.Receipts[0].Headers["X-GitHub-Delivery"] != want || s.DeliveryID != want {
+			t.Errorf("%s shows %q with receipts %+v, want %q", path, s.DeliveryID, s.Receipts, want)
+		}
+		if status, _, _ := b.admin(t, adminReq{path: path + "/body"}); status != 200 {
+			t.Errorf("%s/body = %d", path, status)
+		}
+	}
+
+	// A replay names the delivery it was asked for.
+	b.adminJSON(t, adminReq{method: "POST", path: "/admin/deliveries/github/a%2541/replay", body: `{"force":true}`}, 202, nil)
+	var log struct {
+		Replays []struct {
+			Filter struct {
+				DeliveryID string `json:"delivery_id"`
+			} `json:"filter"`
+		} `json:"replays"`
+	}
+	b.adminJSON(t, adminReq{path: "/admin/replays"}, 200, &log)
+	if len(log.Replays) != 1 || log.Replays[0].Filter.DeliveryID != "a%41" {
+		t.Fatalf("replay log = %+v", log.Replays)
+	}
+}
+
+// storedState is everything an operator request could change.
+func (b *adminBundle) storedState(t *testing.T) [6]int {
+	t.Helper()
+	var n [6]int
+	err := b.pool.QueryRow(context.Background(), `SELECT
+		(SELECT count(*) FROM hookgate_receipts), (SELECT count(*) FROM hookgate_dispatches),
+		(SELECT count(*) FROM river_job), (SELECT count(*) FROM hookgate_replays),
+		(SELECT count(*) FROM hookgate_idempotency), (SELECT count(*) FROM hookgate_rejections)`).
+		Scan(&n[0], &n[1], &n[2], &n[3], &n[4], &n[5])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Operator input that PostgreSQL cannot hold as text (NUL, invalid UTF-8) is
+// the operator's mistake, never the server's: a 4xx with the contract's error
+// body, and nothing stored changes. A path naming such a delivery is not
+// found, since ingest stores only printable UTF-8 ids.
+func TestAdminRefusesTextTheDatabaseCannotHold(t *testing.T) {
+	t.Parallel()
+	b := setupAdmin(t, adminToken)
+	b.ingest(t, githubRequest(ghReq{id: "g-1"}))
+	cursor := func(p, d string) string {
+		j, _ := json.Marshal(map[string]string{"t": "2026-11-30T12:00:00Z", "p": p, "d": d})
+		return base64.RawURLEncoding.EncodeToString(j)
+	}
+	const replay = "/admin/deliveries/github/g-1/replay"
+	for _, tt := range []struct {
+		name   string
+		req    adminReq
+		status int
+		code   string
+	}{
+		{"cursor with NUL in the provider", adminReq{path: "/admin/deliveries?cursor=" + cursor("github\x00", "g-1")}, 400, "bad_request"},
+		{"cursor with NUL in the id", adminReq{path: "/admin/deliveries?cursor=" + cursor("github", "\x00")}, 400, "bad_request"},
+		{"cursor with an overlong id", adminReq{path: "/admin/deliveries?cursor=" + cursor("github", strings.Repeat("x", 256))}, 400, "bad_request"},
+		{"provider filter with NUL", adminReq{path: "/admin/deliveries?provider=%00"}, 400, "bad_request"},
+		{"event filter with invalid UTF-8", adminReq{path: "/admin/deliveries?event=%FF"}, 400, "bad_request"},
+		{"state filter with NUL", adminReq{path: "/admin/deliveries?state=%00"}, 400, "bad_request"},
+		{"since with invalid UTF-8", adminReq{path: "/admin/deliveries?since=%FF"}, 400, "bad_request"},
+		{"since before year 1", adminReq{path: "/admin/deliveries?since=0000-01-01T00:00:00%2B01:00"}, 400, "bad_request"},
+		{"show of id NUL", adminReq{path: "/admin/deliveries/github/%00"}, 404, "not_found"},
+		{"show of id 0xFF", adminReq{path: "/admin/deliveries/github/%FF"}, 404, "not_found"},
+		{"show of provider 0xFF", adminReq{path: "/admin/deliveries/%FF/g-1"}, 404, "not_found"},
+		{"show of an escaped NUL", adminReq{path: "/admin/deliveries/github/a%2Fb%00"}, 404, "not_found"},
+		{"body of id NUL", adminReq{path: "/admin/deliveries/github/%00/body"}, 404, "not_found"},
+		{"body of id 0xFF", adminReq{path: "/admin/deliveries/github/%FF/body"}, 404, "not_found"},
+		{"replay of id NUL", adminReq{method: "POST", path: "/admin/deliveries/github/%00/replay"}, 404, "not_found"},
+		{"replay of id 0xFF", adminReq{method: "POST", path: "/admin/deliveries/github/%FF/replay", body: `{"force":true}`}, 404, "not_found"},
+		{"replay reason with NUL", adminReq{method: "POST", path: replay, body: `{"force":true,"reason":"a\u0000b"}`}, 400, "bad_request"},
+		{"replay route with NUL", adminReq{method: "POST", path: replay, body: `{"force":true,"routes":["fwd\u0000"]}`}, 400, "bad_request"},
+		{"replay key of invalid UTF-8", adminReq{method: "POST", path: replay, body: `{"force":true}`, key: "k\xff"}, 400, "bad_request"},
+		{"replay key with NUL", adminReq{method: "POST", path: replay, body: `{"force":true}`, key: "k\x00"}, 400, "bad_request"},
+		{"bulk reason with NUL", adminReq{method: "POST", path: "/admin/replays", body: `{"force":true,"reason":"\u0000"}`}, 400, "bad_request"},
+		{"bulk provider with NUL", adminReq{method: "POST", path: "/admin/replays", body: `{"provider":"github\u0000"}`}, 400, "bad_request"},
+		{"bulk event with NUL", adminReq{method: "POST", path: "/admin/replays", body: `{"event":"push\u0000"}`}, 400, "bad_request"},
+		{"bulk state with NUL", adminReq{method: "POST", path: "/admin/replays", body: `{"state":"\u0000"}`}, 400, "bad_request"},
+		{"bulk until with NUL", adminReq{method: "POST", path: "/admin/replays", body: `{"until":"1h\u0000"}`}, 400, "bad_request"},
+		{"bulk since before year 1", adminReq{method: "POST", path: "/admin/replays", body: `{"force":true,"since":"0000-01-01T00:00:00+01:00"}`}, 400, "bad_request"},
+		{"bulk key of invalid UTF-8", adminReq{method: "POST", path: "/admin/replays", body: `{"force":true}`, key: "\x80\xff"}, 400, "bad_request"},
+		{"replay log limit with NUL", adminReq{path: "/admin/replays?limit=%00"}, 400, "bad_request"},
+		{"River UI queue of NUL", adminReq{path: "/admin/river/api/queues/%00"}, 400, "bad_request"},
+		{"River UI queue of 0xFF", adminReq{path: "/admin/river/api/queues/%FF"}, 400, "bad_request"},
+		{"River UI jobs of kind NUL", adminReq{path: "/admin/river/api/jobs?kinds=%00"}, 400, "bad_request"},
+		{"River UI jobs of queue 0xFF", adminReq{path: "/admin/river/api/jobs?queues=%FF"}, 400, "bad_request"},
+		{"River UI pause of queue NUL", adminReq{method: "PUT", path: "/admin/river/api/queues/%00/pause"}, 400, "bad_request"},
+	} {
+		before := b.storedState(t)
+		status, header, body := b.admin(t, tt.req)
+		var e struct {
+			Error   string `json:"error"`
+			Message string `json:"message"`
+		}
+		if status != tt.status || header.Get("Content-Type") != "application/json" || json.Unmarshal(body, &e) != nil ||
+			e.Error != tt.code || e.Message == "" {
+			t.Errorf("%s: %d %s, want %d with error %q", tt.name, status, body, tt.status, tt.code)
+		}
+		if after := b.storedState(t); after != before {
+			t.Errorf("%s: stored counts went from %v to %v", tt.name, before, after)
 		}
 	}
 }

@@ -1,0 +1,110 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hookgate/hookgate/internal/dbtest"
+	"github.com/hookgate/hookgate/internal/ingest"
+	"github.com/hookgate/hookgate/internal/jobs"
+	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/receipts"
+	"github.com/hookgate/hookgate/internal/rejections"
+	"github.com/hookgate/hookgate/internal/server"
+	"github.com/hookgate/hookgate/internal/verify"
+)
+
+// rejectionsBundle is a gateway whose rejections are recorded, and the
+// recorder, which a test flushes when it chooses.
+type rejectionsBundle struct {
+	handler  http.Handler
+	recorder *rejections.Recorder
+}
+
+func setupRejections(t *testing.T) *rejectionsBundle {
+	t.Helper()
+	pool := dbtest.NewPool(t)
+	logger := slog.New(slog.DiscardHandler)
+	client, err := jobs.NewInsertClient(pool, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes, err := jobs.ParseRoutes("audit=*:*>builtin:log", jobs.DefaultHandlers(logger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorder := &rejections.Recorder{Pool: pool, Logger: logger}
+	h := server.New(server.Config{
+		Logger:    logger,
+		Providers: []providers.Provider{providers.GitHub{Secrets: verify.Secrets{ghSecret}}},
+		Ingester: &ingest.Ingester{
+			Pool:     pool,
+			Receipts: &receipts.Store{Retention: 72 * time.Hour},
+			Enqueuer: &jobs.Enqueuer{Client: client, Routes: routes, MaxAttempts: 5},
+		},
+		Ready:      func(ctx context.Context) error { return jobs.CheckSchema(ctx, pool) },
+		Now:        func() time.Time { return now },
+		Rejections: recorder,
+		Admin:      server.AdminConfig{Token: adminToken, Pool: pool},
+	})
+	return &rejectionsBundle{handler: h, recorder: recorder}
+}
+
+func (b *rejectionsBundle) serve(req *http.Request) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	b.handler.ServeHTTP(rec, req)
+	return rec
+}
+
+// A rejected request is recorded whatever bytes its URL and headers hold:
+// neither POST /webhooks/%FF (provider "\xff") nor a GitHub delivery id holding
+// \xff keeps itself, or any rejection written with it, out of the log.
+func TestRejectionsOfRequestsHoldingInvalidUTF8(t *testing.T) {
+	t.Parallel()
+	b := setupRejections(t)
+
+	unknown := httptest.NewRequest(http.MethodPost, "/webhooks/%FF", strings.NewReader("{}"))
+	if rec := b.serve(unknown); rec.Code != http.StatusNotFound {
+		t.Fatalf("POST /webhooks/%%FF = %d %s", rec.Code, rec.Body)
+	}
+	body := []byte(`{"ref":"refs/heads/main","repository":{"id":5678}}`)
+	github := httptest.NewRequest(http.MethodPost, "/webhooks/github", strings.NewReader(string(body)))
+	github.Header.Set("Content-Type", "application/json")
+	github.Header.Set("X-GitHub-Event", "push")
+	github.Header.Set("X-GitHub-Delivery", "d-\xff")
+	github.Header.Set("X-Hub-Signature-256", verify.SignGitHub(ghSecret, body))
+	refused := b.serve(github)
+	if refused.Code < 400 || refused.Code >= 500 {
+		t.Fatalf("GitHub delivery id holding 0xFF = %d %s, want a 4xx", refused.Code, refused.Body)
+	}
+
+	if err := b.recorder.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest(http.MethodGet, "/admin/rejections", nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	rec := b.serve(req)
+	var res struct {
+		Rejections []rejections.Rejection `json:"rejections"`
+	}
+	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &res) != nil {
+		t.Fatalf("GET /admin/rejections = %d %s", rec.Code, rec.Body)
+	}
+	if len(res.Rejections) != 2 {
+		t.Fatalf("rejections = %+v, want both", res.Rejections)
+	}
+	newest, first := res.Rejections[0], res.Rejections[1]
+	if first.Provider != "\uFFFD" || first.Reason != "provider_not_configured" {
+		t.Errorf("the /webhooks/%%FF rejection = %+v", first)
+	}
+	if newest.Provider != "github" || newest.Status != refused.Code ||
+		!strings.Contains(strings.Join(newest.HeaderNames, ","), "X-Github-Delivery") {
+		t.Errorf("the GitHub rejection = %+v", newest)
+	}
+}
