@@ -109,7 +109,9 @@ func (in *Ingester) Accept(ctx context.Context, d providers.Delivery) (Result, e
 			committers = DefaultCommitters
 		}
 		in.batcher = &batch.Batcher[providers.Delivery, Outcome]{
-			Do: func(ctx context.Context, ds []providers.Delivery) ([]Outcome, error) { return in.CommitMany(ctx, ds), nil },
+			Do: func(ctx context.Context, ds []providers.Delivery) ([]Outcome, error) {
+				return in.CommitMany(ctx, ds), nil
+			},
 			MaxBatch: in.MaxBatch, Concurrency: committers,
 			MaxQueue: cmp.Or(in.MaxQueue, 1024), MaxWait: cmp.Or(in.MaxWait, 5*time.Second),
 			Timeout: cmp.Or(in.CommitTimeout, 10*time.Second),

@@ -3,8 +3,11 @@ package server_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/hookgate/hookgate/internal/verify"
@@ -13,9 +16,12 @@ import (
 // FuzzIngest throws random headers and bodies at the whole ingest handler, on
 // a real database: it never panics, never answers 5xx while the database is
 // up, always answers the contract's JSON, and never stores a receipt for a
-// request without a valid signature. The seeds run in every go test.
+// request without a valid signature. Each fuzzed request is sent together
+// with valid deliveries, so that they share commits: whatever the fuzzed one
+// holds, every valid one is accepted. The seeds run in every go test.
 func FuzzIngest(f *testing.F) {
-	b := setup(f, setupOpts{})
+	b := setup(f, setupOpts{committers: 1})
+	var companions atomic.Int64
 	f.Add(uint8(0), "application/json", "push", "d-1", uint8(0), "", []byte(`{"ref":"refs/heads/main","repository":{"id":1,"pushed_at":1}}`))
 	f.Add(uint8(0), "application/x-www-form-urlencoded", "ping", "d-2", uint8(0), "", []byte(`payload=%7B%22zen%22%3A1%7D`))
 	f.Add(uint8(0), "application/json", "pull_request", "d-3", uint8(1), "sha256=00", []byte(`{"action":"opened"}`))
@@ -28,6 +34,9 @@ func FuzzIngest(f *testing.F) {
 	f.Add(uint8(1), "application/json", "", "", uint8(0), "", []byte(`{"id":5,"type":["x"]}`))
 	f.Add(uint8(2), "application/json", "push", "d-7", uint8(0), "", []byte(`{}`))
 	f.Add(uint8(0), "application/json", "push", "d-8", uint8(0), "", bytes.Repeat([]byte("a"), maxBody+1))
+	f.Add(uint8(0), "application/json; charset=\"\xff\"", "push", "d-9", uint8(0), "", []byte(`{"ref":"refs/heads/main"}`))
+	f.Add(uint8(1), "application/json; x=\"\x00\"", "", "", uint8(0), "", []byte(`{"id":"evt_9","type":"invoice.paid"}`))
+	f.Add(uint8(0), "application/json", "push\xfe", "d-\xff", uint8(0), "", []byte(`{}`))
 
 	f.Fuzz(func(t *testing.T, provider uint8, contentType, event, id string, signMode uint8, sig string, body []byte) {
 		path := []string{"/webhooks/github", "/webhooks/stripe", "/webhooks/other"}[provider%3]
@@ -45,10 +54,23 @@ func FuzzIngest(f *testing.F) {
 			req.Header.Set("X-Hub-Signature-256", sig)
 			req.Header.Set("Stripe-Signature", sig)
 		}
-		before := b.count(t, "SELECT count(*) FROM hookgate_receipts")
+		const fuzzed = "SELECT count(*) FROM hookgate_receipts WHERE scope <> 'companion'"
+		before := b.count(t, fuzzed)
 		rec := httptest.NewRecorder()
-		b.handler.ServeHTTP(rec, req)
-		after := b.count(t, "SELECT count(*) FROM hookgate_receipts")
+		var wg sync.WaitGroup
+		wg.Go(func() { b.handler.ServeHTTP(rec, req) })
+		for range 3 {
+			id := fmt.Sprint("companion-", companions.Add(1))
+			wg.Go(func() {
+				companion := httptest.NewRecorder()
+				b.handler.ServeHTTP(companion, githubRequest(ghReq{id: id, hook: "companion"}))
+				if companion.Code != http.StatusAccepted {
+					t.Errorf("a valid delivery committed beside the fuzzed one: %d %s", companion.Code, companion.Body)
+				}
+			})
+		}
+		wg.Wait()
+		after := b.count(t, fuzzed)
 
 		if rec.Code >= 500 {
 			t.Fatalf("%d while the database is up: %s", rec.Code, rec.Body)
