@@ -29,6 +29,12 @@ type Batcher[In, Out any] struct {
 	Do func(ctx context.Context, items []In) ([]Out, error)
 	// MaxBatch bounds a batch. Defaults to 64.
 	MaxBatch int
+	// Weight, when set, is an item's weight, and MaxWeight bounds a batch's
+	// total weight: a batch takes items while they fit, and always at least
+	// one. Large items so commit in small batches, and a slow large item
+	// delays few others.
+	Weight    func(In) int64
+	MaxWeight int64
 	// Concurrency bounds how many batches run at once. Defaults to 4.
 	Concurrency int
 	// Timeout bounds one batch. Defaults to 30 s.
@@ -69,7 +75,7 @@ func (b *Batcher[In, Out]) Submit(ctx context.Context, item In) (Out, error) {
 	b.mu.Lock()
 	if b.MaxQueue > 0 && len(b.waiting) >= b.MaxQueue {
 		b.mu.Unlock()
-		return zero, fmt.Errorf("%w: %d items waiting", ErrQueueFull, len(b.waiting))
+		return zero, fmt.Errorf("%w: %d items waiting", ErrQueueFull, b.MaxQueue)
 	}
 	b.waiting = append(b.waiting, c)
 	start := b.active < concurrency
@@ -109,6 +115,23 @@ func (b *Batcher[In, Out]) Submit(ctx context.Context, item In) (Out, error) {
 	}
 }
 
+// fits returns how many of the waiting items the next batch takes: at most
+// limit, within MaxWeight, and at least one. b.mu is held.
+func (b *Batcher[In, Out]) fits(limit int) int {
+	n := min(len(b.waiting), limit)
+	if b.Weight == nil || b.MaxWeight <= 0 {
+		return n
+	}
+	var total int64
+	for i, c := range b.waiting[:n] {
+		total += b.Weight(c.item)
+		if total > b.MaxWeight && i > 0 {
+			return i
+		}
+	}
+	return n
+}
+
 // Waiting returns how many items wait for a batch.
 func (b *Batcher[In, Out]) Waiting() int {
 	b.mu.Lock()
@@ -145,7 +168,7 @@ func (b *Batcher[In, Out]) loop() {
 			b.mu.Unlock()
 			return
 		}
-		n := min(len(b.waiting), limit)
+		n := b.fits(limit)
 		calls := b.waiting[:n:n]
 		b.waiting = b.waiting[n:]
 		b.mu.Unlock()

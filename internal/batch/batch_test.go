@@ -3,6 +3,7 @@ package batch_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -123,5 +124,47 @@ func TestBatcherBoundsItsQueue(t *testing.T) {
 	defer mu.Unlock()
 	if len(ran) != 1 || ran[0] != 0 {
 		t.Fatalf("items run %v; the withdrawn ones must never run", ran)
+	}
+}
+
+// A batch takes items while their weight fits MaxWeight, and always at least
+// one: a heavy item commits alone.
+func TestBatcherBoundsABatchsWeight(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	var mu sync.Mutex
+	var batches [][]int
+	b := &batch.Batcher[int, int]{
+		Concurrency: 1,
+		Weight:      func(v int) int64 { return int64(v) },
+		MaxWeight:   10,
+		Do: func(_ context.Context, items []int) ([]int, error) {
+			mu.Lock()
+			batches = append(batches, items)
+			first := len(batches) == 1
+			mu.Unlock()
+			if first {
+				started <- struct{}{}
+				<-release
+			}
+			return items, nil
+		},
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { _, _ = b.Submit(context.Background(), 1) })
+	<-started
+	for i, v := range []int{4, 5, 2, 30, 3} { // queued in this order
+		wg.Go(func() { _, _ = b.Submit(context.Background(), v) })
+		for b.Waiting() < i+1 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	close(release)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if got := fmt.Sprint(batches); got != "[[1] [4 5] [2] [30] [3]]" {
+		t.Fatalf("batches %s, want [[1] [4 5] [2] [30] [3]]", got)
 	}
 }

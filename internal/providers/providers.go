@@ -180,7 +180,12 @@ func requireHeader(h http.Header, name string) (string, error) {
 }
 
 // parsers are reused between deliveries, so that parsing allocates little.
+// A parser keeps a copy of the last payload it read, so one that read a
+// payload over pooledParse is not kept: the pool would hold that memory on.
 var parsers fastjson.ParserPool
+
+// pooledParse is the largest payload whose parser goes back to the pool.
+const pooledParse = 1 << 20
 
 // parseObject checks that body is a well-formed JSON object and calls read with
 // it; what read gets is valid only during the call. hookgate reads few fields,
@@ -197,7 +202,9 @@ func parseObject(body []byte, read func(v *fastjson.Value)) error {
 		return fmt.Errorf("%w: the payload is not valid JSON", ErrBadPayload)
 	}
 	p := parsers.Get()
-	defer parsers.Put(p)
+	if len(body) <= pooledParse {
+		defer parsers.Put(p)
+	}
 	v, err := p.ParseBytes(body)
 	if err != nil {
 		// Well formed, but nested deeper than the parser goes (300 levels).
