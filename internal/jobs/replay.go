@@ -40,6 +40,10 @@ var inProgress = map[string]bool{StatePending: true, StateRunning: true, StateRe
 // the request selects, with its River job. Routes are those that match the
 // event under the current route table.
 func (e *Enqueuer) RedispatchTx(ctx context.Context, tx pgx.Tx, provider, deliveryID string, req ReplayRequest) ([]Created, error) {
+	// The CLI passes ids as typed: one the database cannot hold names nothing.
+	if err := deliveries.CheckKey(provider, deliveryID); err != nil {
+		return nil, err
+	}
 	var event string
 	err := tx.QueryRow(ctx, `SELECT event FROM hookgate_receipts WHERE provider = $1 AND delivery_id = $2
 		ORDER BY received_at, scope LIMIT 1`, provider, deliveryID).Scan(&event)
