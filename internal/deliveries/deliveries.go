@@ -17,10 +17,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
 )
 
@@ -130,32 +130,11 @@ func usableTime(t time.Time) bool {
 	return y >= 1 && y <= 9999
 }
 
-// maxKeyText bounds a provider name or delivery id read from a cursor: ingest
-// stores none longer (the providers' id limit is 255 bytes).
-const maxKeyText = 255
-
-// storable reports whether s could be a stored provider name or delivery id:
-// valid UTF-8 without C0 control characters or DEL, the rule ingest applies
-// (providers' printable). PostgreSQL refuses NUL and invalid UTF-8 in text, so
-// anything else must be turned away before a query, as a client's mistake
-// rather than a server error.
-func storable(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
 // CheckKey returns ErrNotFound when provider and deliveryID could not name a
 // stored delivery, so that callers answer "not found" without a query that
 // PostgreSQL would refuse.
 func CheckKey(provider, deliveryID string) error {
-	if !storable(provider) || !storable(deliveryID) {
+	if !providers.Printable(provider) || !providers.Printable(deliveryID) {
 		return fmt.Errorf("%w: no delivery has a provider or id that is not printable UTF-8 text", ErrNotFound)
 	}
 	return nil
@@ -245,8 +224,8 @@ func DecodeCursor(s string) (Cursor, error) {
 // valid reports whether every field of c could come from a stored delivery.
 func (c Cursor) valid() bool {
 	return !c.ReceivedAt.IsZero() && usableTime(c.ReceivedAt) &&
-		len(c.Provider) <= maxKeyText && storable(c.Provider) &&
-		len(c.DeliveryID) <= maxKeyText && storable(c.DeliveryID)
+		len(c.Provider) <= providers.MaxIDLen && providers.Printable(c.Provider) &&
+		len(c.DeliveryID) <= providers.MaxIDLen && providers.Printable(c.DeliveryID)
 }
 
 // Item is one delivery in a list.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/pgembed"
 )
 
@@ -28,7 +29,7 @@ import (
 // stops cleanly; Running finds it while it runs and not after. The space in
 // its directory must survive PostgreSQL's settings and pgx's URL.
 func TestStartStopKeepsData(t *testing.T) {
-	dir := filepath.Join(sharedDir(t), "data dir")
+	dir := filepath.Join(dbtest.SharedDir(t, "hookgate-pgembed-"), "data dir")
 	ctx := context.Background()
 
 	query := func(setup, sql string) string {
@@ -78,7 +79,7 @@ func TestStartStopKeepsData(t *testing.T) {
 // A data directory too deep for a socket path gets a private socket directory
 // under os.TempDir instead, which Stop removes.
 func TestLongDirUsesTempSocketDir(t *testing.T) {
-	dir := filepath.Join(sharedDir(t), strings.Repeat("d", 100))
+	dir := filepath.Join(dbtest.SharedDir(t, "hookgate-pgembed-"), strings.Repeat("d", 100))
 	ctx := context.Background()
 	srv, err := pgembed.Start(ctx, pgembed.Options{Dir: dir})
 	if err != nil {
@@ -128,7 +129,7 @@ func TestOtherUserCannotConnect(t *testing.T) {
 		t.Skip("needs root to run a probe as another user (CI runs as root)")
 	}
 	ctx := context.Background()
-	dir := filepath.Join(sharedDir(t), "pg")
+	dir := filepath.Join(dbtest.SharedDir(t, "hookgate-pgembed-"), "pg")
 	// A port nothing listens on, so that a TCP login by the probe could only
 	// reach this server, had it a TCP listener.
 	port := freeTCPPort(t)
@@ -235,7 +236,7 @@ func runProbe(t *testing.T, uid, gid uint32, socketDir string, port int) (string
 	if err != nil {
 		t.Fatalf("probe could not start: %v", err)
 	}
-	probeDir := sharedDir(t)
+	probeDir := dbtest.SharedDir(t, "hookgate-pgembed-")
 	bin := filepath.Join(probeDir, "probe.test")
 	if err := copyFile(bin, self, 0o755); err != nil {
 		t.Fatalf("probe could not start: copy test binary: %v", err)
@@ -313,22 +314,6 @@ func assertPrivate(t *testing.T, path string, uid int) {
 	if owner := int(fi.Sys().(*syscall.Stat_t).Uid); owner != uid {
 		t.Errorf("%s: owned by uid %d, want the server's uid %d", path, owner, uid)
 	}
-}
-
-// sharedDir returns a new directory, removed when the test ends, that other
-// users may pass through (as internal/dbtest's SharedDir): the server's user
-// when the tests run as root, and the probe.
-func sharedDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "hookgate-pgembed-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
 }
 
 func freeTCPPort(t *testing.T) int {

@@ -48,8 +48,8 @@ func (g GitHub) Check(h http.Header, _ time.Time) (Request, error) {
 		return Request{}, err
 	}
 	scope := strings.TrimSpace(h.Get("X-GitHub-Hook-ID"))
-	if len(scope) > maxIDLen || !printable(scope) {
-		return Request{}, fmt.Errorf("%w: X-GitHub-Hook-ID must be printable text of at most %d bytes", ErrMissingHeader, maxIDLen)
+	if len(scope) > MaxIDLen || !Printable(scope) {
+		return Request{}, fmt.Errorf("%w: X-GitHub-Hook-ID must be printable text of at most %d bytes", ErrMissingHeader, MaxIDLen)
 	}
 	sig, ok := strings.CutPrefix(h.Get("X-Hub-Signature-256"), "sha256=")
 	if !ok {
@@ -94,7 +94,7 @@ func (g GitHub) Verify(req Request, body []byte) (Delivery, error) {
 		SecretIndex: idx,
 	}
 	err = parseObject(payload, func(v *fastjson.Value) {
-		if action := text(v.Get("action")); action != "" && len(action) <= maxIDLen && printable(action) {
+		if action := text(v.Get("action")); action != "" && len(action) <= MaxIDLen && Printable(action) {
 			d.Event = req.Event + "." + action
 		}
 		d.Entity, d.EventTime = githubEntity(req.Event, v)
@@ -137,7 +137,7 @@ func githubEntity(event string, v *fastjson.Value) (string, time.Time) {
 		return object("workflow_run")
 	case "push":
 		ref := text(v.Get("ref"))
-		if ref == "" || len(ref) > maxIDLen || !printable(ref) {
+		if ref == "" || len(ref) > MaxIDLen || !Printable(ref) {
 			return "", time.Time{}
 		}
 		id := idText(v.Get("repository", "id"))

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/valyala/fastjson"
@@ -30,9 +31,9 @@ var (
 	ErrBadPayload = errors.New("bad payload")
 )
 
-// maxIDLen bounds delivery ids, scopes and event names: real ones are far
+// MaxIDLen bounds delivery ids, scopes and event names: real ones are far
 // shorter, and they end up in keys, URLs and logs.
-const maxIDLen = 255
+const MaxIDLen = 255
 
 // Delivery is one verified webhook delivery.
 type Delivery struct {
@@ -130,7 +131,7 @@ func checkContentType(h http.Header, provider string, accepted ...string) (strin
 		return "", "", fmt.Errorf("%w: %s deliveries must be %s, got %q", ErrUnsupportedMediaType, provider,
 			strings.Join(accepted, " or "), truncate(strings.ToValidUTF8(contentType, "?")))
 	}
-	if len(contentType) > maxHeaderLen || !printable(contentType) {
+	if len(contentType) > maxHeaderLen || !Printable(contentType) {
 		return "", "", fmt.Errorf("%w: Content-Type must be printable UTF-8 text of at most %d bytes", ErrMissingHeader, maxHeaderLen)
 	}
 	return contentType, mt, nil
@@ -141,26 +142,19 @@ func checkContentType(h http.Header, provider string, accepted ...string) (strin
 func keptHeaders(h http.Header, names ...string) map[string]string {
 	kept := make(map[string]string, len(names))
 	for _, name := range names {
-		if v := h.Get(name); v != "" && len(v) <= maxHeaderLen && printable(v) {
+		if v := h.Get(name); v != "" && len(v) <= maxHeaderLen && Printable(v) {
 			kept[name] = v
 		}
 	}
 	return kept
 }
 
-// printable reports whether s is valid UTF-8 without control characters: what
+// Printable reports whether s is valid UTF-8 without control characters: what
 // ids, names and kept headers must be to be stored as text (PostgreSQL refuses
-// invalid UTF-8 and NUL) and shown to operators.
-func printable(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
-			return false
-		}
-	}
-	return true
+// invalid UTF-8 and NUL) and shown to operators. Whatever names a stored
+// delivery passed it, so a value that fails it names none.
+func Printable(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl)
 }
 
 // requireHeader returns a header's value, or ErrMissingHeader when it is
@@ -170,10 +164,10 @@ func requireHeader(h http.Header, name string) (string, error) {
 	if v == "" {
 		return "", fmt.Errorf("%w: %s is required", ErrMissingHeader, name)
 	}
-	if len(v) > maxIDLen {
-		return "", fmt.Errorf("%w: %s is longer than %d bytes", ErrMissingHeader, name, maxIDLen)
+	if len(v) > MaxIDLen {
+		return "", fmt.Errorf("%w: %s is longer than %d bytes", ErrMissingHeader, name, MaxIDLen)
 	}
-	if !printable(v) {
+	if !Printable(v) {
 		return "", fmt.Errorf("%w: %s must be printable UTF-8 text", ErrMissingHeader, name)
 	}
 	return v, nil
@@ -241,7 +235,7 @@ func idText(v *fastjson.Value) string {
 		}
 		s = n
 	}
-	if s == "" || len(s) > maxIDLen || !printable(s) {
+	if s == "" || len(s) > MaxIDLen || !Printable(s) {
 		return ""
 	}
 	return s

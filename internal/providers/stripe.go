@@ -63,11 +63,11 @@ func (s Stripe) Verify(req Request, body []byte) (Delivery, error) {
 	if err != nil {
 		return Delivery{}, err
 	}
-	if id == "" || len(id) > maxIDLen || !printable(id) {
-		return Delivery{}, fmt.Errorf("%w: the payload's id must be a non-empty printable string of at most %d bytes", ErrBadPayload, maxIDLen)
+	if id == "" || len(id) > MaxIDLen || !Printable(id) {
+		return Delivery{}, fmt.Errorf("%w: the payload's id must be a non-empty printable string of at most %d bytes", ErrBadPayload, MaxIDLen)
 	}
-	if typ == "" || len(typ) > maxIDLen || !printable(typ) {
-		return Delivery{}, fmt.Errorf("%w: the payload's type must be a non-empty printable string of at most %d bytes", ErrBadPayload, maxIDLen)
+	if typ == "" || len(typ) > MaxIDLen || !Printable(typ) {
+		return Delivery{}, fmt.Errorf("%w: the payload's type must be a non-empty printable string of at most %d bytes", ErrBadPayload, MaxIDLen)
 	}
 	d := Delivery{
 		Provider:    "stripe",

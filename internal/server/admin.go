@@ -14,8 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
@@ -24,6 +22,7 @@ import (
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/jobs"
+	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/rejections"
 )
 
@@ -82,12 +81,12 @@ func (s *server) printableOnly(next http.Handler) http.Handler {
 // printableURL reports whether u's decoded path and every query name and
 // value are printable.
 func printableURL(u *url.URL) bool {
-	if !printable(u.Path) {
+	if !providers.Printable(u.Path) {
 		return false
 	}
 	query, _ := url.ParseQuery(u.RawQuery) // pairs that do not parse are read by no one
 	for name, values := range query {
-		if !printable(name) || slices.ContainsFunc(values, func(v string) bool { return !printable(v) }) {
+		if !providers.Printable(name) || slices.ContainsFunc(values, func(v string) bool { return !providers.Printable(v) }) {
 			return false
 		}
 	}
@@ -223,7 +222,7 @@ type replayOneRequest struct {
 // validate refuses text the replay log could not store or show.
 func (req *replayOneRequest) validate() error {
 	for _, route := range req.Routes {
-		if !printable(route) {
+		if !providers.Printable(route) {
 			return fmt.Errorf("%w: routes must be route names", errBadRequest)
 		}
 	}
@@ -272,15 +271,10 @@ func (req *bulkReplayRequest) validate() error {
 // validReason refuses a reason that is not printable text: PostgreSQL refuses
 // NUL in text, and the replay log is read in terminals.
 func validReason(reason string) error {
-	if !printable(reason) {
+	if !providers.Printable(reason) {
 		return fmt.Errorf("%w: reason must be printable text, without control characters or line breaks", errBadRequest)
 	}
 	return nil
-}
-
-// printable reports whether s is valid UTF-8 without control characters.
-func printable(s string) bool {
-	return utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl)
 }
 
 type bulkReplayResponse struct {

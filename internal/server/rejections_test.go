@@ -3,60 +3,17 @@ package server_test
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/hookgate/hookgate/internal/dbtest"
-	"github.com/hookgate/hookgate/internal/ingest"
-	"github.com/hookgate/hookgate/internal/jobs"
-	"github.com/hookgate/hookgate/internal/providers"
-	"github.com/hookgate/hookgate/internal/receipts"
 	"github.com/hookgate/hookgate/internal/rejections"
-	"github.com/hookgate/hookgate/internal/server"
 	"github.com/hookgate/hookgate/internal/verify"
 )
 
-// rejectionsBundle is a gateway whose rejections are recorded, and the
-// recorder, which a test flushes when it chooses.
-type rejectionsBundle struct {
-	handler  http.Handler
-	recorder *rejections.Recorder
-}
-
-func setupRejections(t *testing.T) *rejectionsBundle {
-	t.Helper()
-	pool := dbtest.NewPool(t)
-	logger := slog.New(slog.DiscardHandler)
-	client, err := jobs.NewInsertClient(pool, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	routes, err := jobs.ParseRoutes("audit=*:*>builtin:log", jobs.DefaultHandlers(logger))
-	if err != nil {
-		t.Fatal(err)
-	}
-	recorder := &rejections.Recorder{Pool: pool, Logger: logger}
-	h := server.New(server.Config{
-		Logger:    logger,
-		Providers: []providers.Provider{providers.GitHub{Secrets: verify.Secrets{ghSecret}}},
-		Ingester: &ingest.Ingester{
-			Pool:     pool,
-			Receipts: &receipts.Store{Retention: 72 * time.Hour},
-			Enqueuer: &jobs.Enqueuer{Client: client, Routes: routes, MaxAttempts: 5},
-		},
-		Ready:      func(ctx context.Context) error { return jobs.CheckSchema(ctx, pool) },
-		Now:        func() time.Time { return now },
-		Rejections: recorder,
-		Admin:      server.AdminConfig{Token: adminToken, Pool: pool},
-	})
-	return &rejectionsBundle{handler: h, recorder: recorder}
-}
-
-func (b *rejectionsBundle) serve(req *http.Request) *httptest.ResponseRecorder {
+// serve answers req with the bundle's handler.
+func (b *adminBundle) serve(req *http.Request) *httptest.ResponseRecorder {
 	rec := httptest.NewRecorder()
 	b.handler.ServeHTTP(rec, req)
 	return rec
@@ -67,7 +24,7 @@ func (b *rejectionsBundle) serve(req *http.Request) *httptest.ResponseRecorder {
 // \xff keeps itself, or any rejection written with it, out of the log.
 func TestRejectionsOfRequestsHoldingInvalidUTF8(t *testing.T) {
 	t.Parallel()
-	b := setupRejections(t)
+	b := setupAdmin(t, adminToken)
 
 	unknown := httptest.NewRequest(http.MethodPost, "/webhooks/%FF", strings.NewReader("{}"))
 	if rec := b.serve(unknown); rec.Code != http.StatusNotFound {
