@@ -30,7 +30,8 @@ type Config struct {
 	Providers []providers.Provider
 	// Ingester records verified deliveries.
 	Ingester *ingest.Ingester
-	// Ready reports whether the database answers and its schema is current.
+	// Ready reports whether the database answers and its schema is current;
+	// /readyz runs it at most once a second. Nil: always ready.
 	Ready func(context.Context) error
 	// MaxBodyBytes is the largest accepted body. Defaults to 25 MiB.
 	MaxBodyBytes int64
@@ -62,6 +63,9 @@ type server struct {
 func New(cfg Config) http.Handler {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 25 << 20
+	}
+	if cfg.Ready == nil {
+		cfg.Ready = func(context.Context) error { return nil }
 	}
 	if cfg.MaxInflightBytes <= 0 {
 		cfg.MaxInflightBytes = 256 << 20
