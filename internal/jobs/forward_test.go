@@ -456,6 +456,46 @@ func TestOrderPerEntity(t *testing.T) {
 	}
 }
 
+// When the commit of a forward's outcome fails after its target accepted
+// the event (here a trigger fails the first watermark write), the entity's
+// lock is not freed before the outcome and watermark are committed: an older
+// event that comes next is superseded, never forwarded after the newer one.
+func TestOrderHoldsWhenAnOutcomeCommitFails(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, nil)
+	b := setupDispatch(t, "fwd=stripe:customer.subscription.*>"+tg.URL, jobs.DefaultHandlers(discard()), dispatchOpts{workers: 2})
+	_, err := b.pool.Exec(context.Background(), `
+		CREATE SEQUENCE watermark_writes;
+		CREATE FUNCTION fail_first_watermark() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF nextval('watermark_writes') = 1 THEN RAISE EXCEPTION 'injected outcome commit failure'; END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER fail_first_watermark BEFORE INSERT OR UPDATE ON hookgate_watermarks
+		FOR EACH ROW EXECUTE FUNCTION fail_first_watermark();`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := time.Unix(1_767_000_000, 0)
+	b.accept(t, subscriptionEvent(2, base.Add(2*time.Second))) // the newer event, first
+	b.start(t)
+	for len(tg.requests()) == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	b.accept(t, subscriptionEvent(1, base.Add(time.Second))) // then an older one
+	b.waitFinal(t, 2)
+
+	if got := tg.requests(); len(got) != 1 || !bytes.Contains(got[0].body, []byte(`"evt_002"`)) {
+		t.Fatalf("the target received %d requests; want only evt_002", len(got))
+	}
+	if s := b.row(t, "evt_002", "fwd").state; s != jobs.StateSucceeded {
+		t.Fatalf("evt_002: %s", s)
+	}
+	if s := b.row(t, "evt_001", "fwd").state; s != jobs.StateSuperseded {
+		t.Fatalf("evt_001: %s, want superseded", s)
+	}
+}
+
 func (b *dispatchBundle) waitJobs(t *testing.T, state string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)

@@ -313,10 +313,41 @@ func (w *DispatchWorker) forward(ctx context.Context, job *river.Job[DispatchArg
 		}
 	}
 	if err := w.record(ctx, o); err != nil {
-		return err
+		if c.locked == "" {
+			return err
+		}
+		// The outcome's batch failed, or this job's context ended before it
+		// committed. The entity's lock may not be freed before the outcome
+		// and watermark are committed: an older event would then go out
+		// after this one. They are written on the locked session itself.
+		if err := c.record(ctx, o); err != nil {
+			return err
+		}
 	}
 	w.Metrics.Dispatch(a.Route, o.state, c.r.ReceivedAt)
 	return nil
+}
+
+// heldTries bounds how often an outcome is written on a locked session before
+// the lock is given up (and, with the session, freed).
+const heldTries = 5
+
+// record writes an outcome on the claim's own session, which holds the
+// entity's lock, retrying with a growing pause. Writing it twice (the batch
+// may commit after all) changes nothing: a final state is never overwritten
+// and a watermark never lowered. Only when the database stays unreachable
+// through every try is the lock freed with its outcome unwritten.
+func (c *claim) record(ctx context.Context, o outcome) error {
+	ctx = context.WithoutCancel(ctx)
+	var err error
+	for try := range heldTries {
+		time.Sleep(time.Duration(try) * 200 * time.Millisecond)
+		err = pgx.BeginFunc(ctx, c.conn, func(tx pgx.Tx) error { return writeOutcomes(ctx, tx, []outcome{o}) })
+		if err == nil {
+			return nil
+		}
+	}
+	return err
 }
 
 // claim is what one attempt of a forward starts from.
@@ -449,9 +480,18 @@ func (w *DispatchWorker) record(ctx context.Context, o outcome) error {
 	return err
 }
 
-// recordBatch writes outcomes and watermarks in one transaction. A row already
-// final is left as it is: a run that River repeated cannot undo an outcome.
+// recordBatch writes outcomes and watermarks in one transaction.
 func (w *DispatchWorker) recordBatch(ctx context.Context, os []outcome) ([]struct{}, error) {
+	err := pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error { return writeOutcomes(ctx, tx, os) })
+	if err != nil {
+		return nil, err
+	}
+	return make([]struct{}, len(os)), nil
+}
+
+// writeOutcomes writes outcomes and their watermarks in tx. A row already
+// final is left as it is: a run that River repeated cannot undo an outcome.
+func writeOutcomes(ctx context.Context, tx pgx.Tx, os []outcome) error {
 	var providers, ids, routes, states []string
 	var gens, attempts []int32
 	var marks []watermark
@@ -462,26 +502,20 @@ func (w *DispatchWorker) recordBatch(ctx context.Context, os []outcome) ([]struc
 			marks = append(marks, *o.mark)
 		}
 	}
-	err := pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `
-			UPDATE hookgate_dispatches d SET state = t.state, attempts = t.attempts, last_error = NULL, updated_at = now()
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[])
-				AS t(provider, delivery_id, route, generation, state, attempts)
-			WHERE d.provider = t.provider AND d.delivery_id = t.delivery_id AND d.route = t.route AND d.generation = t.generation
-			AND d.state NOT IN ('succeeded', 'superseded', 'discarded', 'cancelled')`,
-			providers, ids, routes, gens, states, attempts)
-		if err != nil {
-			return fmt.Errorf("record outcomes: %w", err)
-		}
-		if len(marks) > 0 {
-			return moveWatermarks(ctx, tx, marks)
-		}
-		return nil
-	})
+	_, err := tx.Exec(ctx, `
+		UPDATE hookgate_dispatches d SET state = t.state, attempts = t.attempts, last_error = NULL, updated_at = now()
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[])
+			AS t(provider, delivery_id, route, generation, state, attempts)
+		WHERE d.provider = t.provider AND d.delivery_id = t.delivery_id AND d.route = t.route AND d.generation = t.generation
+		AND d.state NOT IN ('succeeded', 'superseded', 'discarded', 'cancelled')`,
+		providers, ids, routes, gens, states, attempts)
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("record outcomes: %w", err)
 	}
-	return make([]struct{}, len(os)), nil
+	if len(marks) > 0 {
+		return moveWatermarks(ctx, tx, marks)
+	}
+	return nil
 }
 
 func setState(ctx context.Context, db receipts.DBTX, a DispatchArgs, state string, attempt int, lastError *string) error {
