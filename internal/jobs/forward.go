@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -93,7 +94,7 @@ func (f *Forwarder) Forward(ctx context.Context, target string, d Delivery) erro
 
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(d.Body))
 	if err != nil {
-		return &ForwardError{Permanent: true, Detail: "bad target: " + err.Error()}
+		return &ForwardError{Permanent: true, Detail: "bad target " + RedactURL(target)}
 	}
 	h := req.Header
 	h.Set("Content-Type", d.ContentType)
@@ -114,6 +115,10 @@ func (f *Forwarder) Forward(ctx context.Context, target string, d Delivery) erro
 		if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return &ForwardError{Detail: fmt.Sprintf("no answer within %s", timeout)}
 		}
+		var urlErr *url.Error
+		if errors.As(err, &urlErr) { // its text quotes the whole URL
+			return &ForwardError{Detail: urlErr.Op + " " + RedactURL(urlErr.URL) + ": " + urlErr.Err.Error()}
+		}
 		return &ForwardError{Detail: err.Error()}
 	}
 	defer res.Body.Close()
@@ -130,11 +135,32 @@ func (f *Forwarder) Forward(ctx context.Context, target string, d Delivery) erro
 		fe.RetryAfter = parseRetryAfter(res.Header.Get("Retry-After"), time.Now())
 	case res.StatusCode >= 300 && res.StatusCode < 400:
 		fe.Permanent = true
-		fe.Detail = "redirect to " + res.Header.Get("Location") + " not followed"
+		fe.Detail = "redirect to " + RedactURL(res.Header.Get("Location")) + " not followed"
 	default:
 		fe.Permanent = true
 	}
 	return fe
+}
+
+// RedactURL returns a URL without what may be a credential: its userinfo and
+// its query values are dropped (the query's names are kept, to tell targets
+// apart). A target's URL is shown this way in errors, logs and metrics. Text
+// that is no URL is not shown at all.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(an unreadable URL)"
+	}
+	u.User = nil
+	u.Fragment, u.RawFragment = "", ""
+	if u.RawQuery != "" {
+		q := u.Query()
+		for name := range q {
+			q[name] = []string{""}
+		}
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
 }
 
 // IdempotencyKey is the key a target sees on every attempt, retry and replay

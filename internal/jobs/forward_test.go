@@ -611,3 +611,60 @@ func TestReconcileRecordsCancelledJobs(t *testing.T) {
 		t.Fatalf("row after reconcile: %+v", row)
 	}
 }
+
+// A target URL's userinfo and query values never reach an error, and so
+// never the dispatch's last_error or the log.
+func TestForwardErrorsRedactTheTargetURL(t *testing.T) {
+	t.Parallel()
+	redirect := newTarget(t, func(int, *http.Request) (int, map[string]string) {
+		return http.StatusFound, map[string]string{"Location": "http://other:pw3@example.invalid/x?sig=secret3"}
+	})
+	f := jobs.NewForwarder("", 2*time.Second, 1)
+	d := jobs.Delivery{Provider: "github", DeliveryID: "d-1", Route: "r", Body: []byte(`{}`), ContentType: "application/json"}
+	for _, target := range []string{
+		"http://user:pw1@127.0.0.1:1/hook?token=secret1&b=2", // refused connection
+		"http://user:pw2@[::1%25zz]:1/?token=secret2",        // not a URL a request can be made of
+		redirect.URL + "/?token=secret3",                    // a redirect that is not followed
+	} {
+		err := f.Forward(context.Background(), target, d)
+		if err == nil {
+			t.Fatalf("%s: no error", target)
+		}
+		for _, secret := range []string{"pw1", "pw2", "pw3", "secret1", "secret2", "secret3"} {
+			if strings.Contains(err.Error(), secret) {
+				t.Fatalf("error shows %q: %v", secret, err)
+			}
+		}
+		t.Logf("%v", err)
+	}
+	if got := jobs.RedactURL("https://u:p@h.example/p?token=t&x=1#frag"); got != "https://h.example/p?token=&x=" {
+		t.Fatalf("RedactURL = %q", got)
+	}
+}
+
+// Retention never deletes a receipt while a dispatch of its event is still in
+// progress (here pending: the target has been down longer than the
+// retention); once the dispatch has ended (an operator cancelled its job) the
+// expired receipt goes.
+func TestRetentionKeepsReceiptsOfDispatchesInProgress(t *testing.T) {
+	t.Parallel()
+	b := setupDispatch(t, "ci=github:push>http://127.0.0.1:1/down", nil)
+	b.accept(t, pushDelivery("waiting"))
+	ctx := context.Background()
+	if _, err := b.pool.Exec(ctx, "UPDATE hookgate_receipts SET expires_at = now() - interval '1 second'"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := jobs.DeleteExpired(ctx, b.pool, 72*time.Hour); err != nil || n != 0 {
+		t.Fatalf("deleted %d, %v while its dispatch is pending", n, err)
+	}
+	var jobID int64
+	if err := b.pool.QueryRow(ctx, "SELECT job_id FROM hookgate_dispatches").Scan(&jobID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.client.JobCancel(ctx, jobID); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := jobs.DeleteExpired(ctx, b.pool, 72*time.Hour); err != nil || n != 1 {
+		t.Fatalf("deleted %d, %v after its dispatch ended", n, err)
+	}
+}

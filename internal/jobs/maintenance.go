@@ -23,7 +23,8 @@ const retentionBatch = 1000
 // RetentionWorker deletes receipts past their expires_at, in batches of one
 // transaction each, with the dispatch rows of events that have no receipt
 // left; and expired idempotency records, and watermarks not moved for longer
-// than the retention.
+// than the retention. A receipt whose event has a dispatch still in progress
+// is kept until that dispatch ends.
 type RetentionWorker struct {
 	river.WorkerDefaults[RetentionArgs]
 	// Pool is the database.
@@ -43,6 +44,16 @@ func (w *RetentionWorker) Work(ctx context.Context, _ *river.Job[RetentionArgs])
 	return err
 }
 
+// liveDispatchSQL finds a dispatch of the event of receipts row r that is
+// still in progress (pending, running or retrying) and whose River job still
+// exists: its receipt is what it will send, so retention keeps it, however
+// long the target has been down. A dispatch whose job was cancelled,
+// discarded or deleted is not in progress, whatever its row says.
+const liveDispatchSQL = `SELECT 1 FROM hookgate_dispatches d JOIN river_job j ON j.id = d.job_id
+	WHERE d.provider = r.provider AND d.delivery_id = r.delivery_id
+	AND d.state IN ('pending', 'running', 'retrying')
+	AND j.state NOT IN ('cancelled', 'discarded', 'completed')`
+
 // DeleteExpired runs retention once and returns how many receipts it deleted.
 func DeleteExpired(ctx context.Context, pool *pgxpool.Pool, retention time.Duration) (int, error) {
 	total := 0
@@ -51,8 +62,9 @@ func DeleteExpired(ctx context.Context, pool *pgxpool.Pool, retention time.Durat
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			rows, err := tx.Query(ctx, `
 				DELETE FROM hookgate_receipts WHERE (provider, scope, delivery_id) IN (
-					SELECT provider, scope, delivery_id FROM hookgate_receipts
-					WHERE expires_at < now() ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+					SELECT provider, scope, delivery_id FROM hookgate_receipts r
+					WHERE expires_at < now() AND NOT EXISTS (`+liveDispatchSQL+`)
+					ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)
 				RETURNING provider, delivery_id`, retentionBatch)
 			if err != nil {
 				return err

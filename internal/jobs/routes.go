@@ -161,7 +161,7 @@ func checkTarget(target string, handlers Handlers) error {
 	}
 	u, err := url.Parse(target)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("target %q must be an http:// or https:// URL or builtin:<name>", target)
+		return fmt.Errorf("target %q must be an http:// or https:// URL or builtin:<name>", RedactURL(target))
 	}
 	return nil
 }

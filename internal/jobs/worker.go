@@ -74,6 +74,7 @@ var finalStates = map[string]bool{StateSucceeded: true, StateSuperseded: true, S
 
 // Work implements river.Worker.
 func (w *DispatchWorker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
+	w.retryAt.Delete(job.ID) // an earlier attempt's, should River not have taken it
 	err := w.work(ctx, job)
 	var snooze *river.JobSnoozeError
 	var fe *ForwardError
@@ -89,13 +90,14 @@ func (w *DispatchWorker) Work(ctx context.Context, job *river.Job[DispatchArgs])
 		w.Metrics.Dispatch(job.Args.Route, StateDiscarded, time.Time{})
 		return river.JobCancel(err)
 	}
-	if errors.As(err, &fe) && fe.RetryAfter > 0 {
-		w.retryAt.Store(job.ID, time.Now().Add(fe.RetryAfter))
-	}
 	state := StateRetrying
 	if job.Attempt >= job.MaxAttempts {
 		state = StateDiscarded
 		w.Metrics.Dispatch(job.Args.Route, state, time.Time{})
+	} else if errors.As(err, &fe) && fe.RetryAfter > 0 {
+		// Only for a job River will retry: it then calls NextRetry, which
+		// takes the entry; a discarded job's would stay forever.
+		w.retryAt.Store(job.ID, time.Now().Add(fe.RetryAfter))
 	}
 	w.recordFailure(ctx, job, state, err)
 	return err

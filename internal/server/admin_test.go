@@ -610,6 +610,11 @@ func TestRetentionDeletesExactlyExpired(t *testing.T) {
 	}
 	b.ingest(t, githubRequest(ghReq{id: "half", hook: "1"}))
 	b.ingest(t, githubRequest(ghReq{id: "half", hook: "2"}))
+	b.start(t) // a dispatch still in progress keeps its receipt: let them end
+	for _, id := range []string{"old-1", "old-2", "keep", "half"} {
+		b.waitDispatch(t, id, "fwd", 1, "succeeded")
+		b.waitDispatch(t, id, "audit", 1, "succeeded")
+	}
 	_, err := b.pool.Exec(context.Background(), `UPDATE hookgate_receipts SET expires_at = now() - interval '1 second'
 		WHERE delivery_id IN ('old-1', 'old-2') OR (delivery_id = 'half' AND scope = '1')`)
 	if err != nil {
