@@ -624,7 +624,7 @@ func TestForwardErrorsRedactTheTargetURL(t *testing.T) {
 	for _, target := range []string{
 		"http://user:pw1@127.0.0.1:1/hook?token=secret1&b=2", // refused connection
 		"http://user:pw2@[::1%25zz]:1/?token=secret2",        // not a URL a request can be made of
-		redirect.URL + "/?token=secret3",                    // a redirect that is not followed
+		redirect.URL + "/?token=secret3",                     // a redirect that is not followed
 	} {
 		err := f.Forward(context.Background(), target, d)
 		if err == nil {
