@@ -39,9 +39,13 @@ type DB = receipts.DBTX
 // d with river_job j (LEFT JOIN river_job j ON j.id = d.job_id). The row's own
 // state is final once recorded; before that River's job says whether it is
 // running, or was cancelled or discarded outside the worker (River UI, the
-// rescuer).
+// rescuer). A dispatch whose job was deleted (River UI) will never run: it is
+// cancelled, and so replayable. (The worker records an outcome before River
+// completes the job, so a job that is gone with its row still in progress
+// was deleted.)
 const StateSQL = `CASE
 	WHEN d.state IN ('succeeded', 'superseded', 'discarded', 'cancelled') THEN d.state
+	WHEN d.job_id IS NOT NULL AND j.id IS NULL THEN 'cancelled'
 	WHEN j.state = 'running' THEN 'running'
 	WHEN j.state IN ('cancelled', 'discarded') THEN j.state::text
 	ELSE d.state END`

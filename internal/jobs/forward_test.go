@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/verify"
@@ -666,5 +667,34 @@ func TestRetentionKeepsReceiptsOfDispatchesInProgress(t *testing.T) {
 	}
 	if n, err := jobs.DeleteExpired(ctx, b.pool, 72*time.Hour); err != nil || n != 1 {
 		t.Fatalf("deleted %d, %v after its dispatch ended", n, err)
+	}
+}
+
+// An operator deletes a pending dispatch's job in River UI: the dispatch is
+// cancelled (it will never run), and a replay without force sends it again.
+func TestDeletedJobLeavesACancelledReplayableDispatch(t *testing.T) {
+	t.Parallel()
+	b := setupDispatch(t, "ci=github:push>http://127.0.0.1:1/never", nil)
+	b.accept(t, pushDelivery("g-del"))
+	ctx := context.Background()
+	var jobID int64
+	if err := b.pool.QueryRow(ctx, "SELECT job_id FROM hookgate_dispatches").Scan(&jobID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.client.JobDelete(ctx, jobID); err != nil {
+		t.Fatal(err)
+	}
+	d, err := deliveries.Show(ctx, b.pool, "github", "g-del")
+	if err != nil || len(d.Dispatches) != 1 || d.Dispatches[0].State != jobs.StateCancelled {
+		t.Fatalf("show: %+v, %v", d.Dispatches, err)
+	}
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	created, err := b.enq.RedispatchTx(ctx, tx, "github", "g-del", jobs.ReplayRequest{})
+	if err != nil || len(created) != 1 || created[0].Generation != 2 {
+		t.Fatalf("replay created %+v, %v; want generation 2", created, err)
 	}
 }
