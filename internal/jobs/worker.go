@@ -224,7 +224,7 @@ func (w *DispatchWorker) finish(ctx context.Context, tx pgx.Tx, job *river.Job[D
 	if err := w.complete(ctx, tx, job); err != nil {
 		return err
 	}
-	w.Metrics.Dispatch(job.Args.Route, state, receivedAt)
+	w.Metrics.Dispatch(job.Args.Route, state, sinceReceipt(job.Args, receivedAt))
 	return nil
 }
 
@@ -326,8 +326,18 @@ func (w *DispatchWorker) forward(ctx context.Context, job *river.Job[DispatchArg
 			return err
 		}
 	}
-	w.Metrics.Dispatch(a.Route, o.state, c.r.ReceivedAt)
+	w.Metrics.Dispatch(a.Route, o.state, sinceReceipt(a, c.r.ReceivedAt))
 	return nil
+}
+
+// sinceReceipt is the receipt time from which a dispatch's success is
+// measured: none for a replay, which a day later would skew the
+// receipt-to-success figures of today.
+func sinceReceipt(a DispatchArgs, receivedAt time.Time) time.Time {
+	if a.Generation > 1 {
+		return time.Time{}
+	}
+	return receivedAt
 }
 
 // heldTries bounds how often an outcome is written on a locked session before
