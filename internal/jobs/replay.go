@@ -124,6 +124,8 @@ type Replay struct {
 	Deliveries int             `json:"deliveries"`
 	Dispatches int             `json:"dispatches"`
 	State      string          `json:"state"`
+	// Done is how many of the deliveries have been handled so far.
+	Done int `json:"done"`
 }
 
 func newReplayID() string {
@@ -152,8 +154,8 @@ func (e *Enqueuer) ReplayOneTx(ctx context.Context, tx pgx.Tx, actor, provider, 
 	}
 	filter, _ := json.Marshal(map[string]any{"provider": provider, "delivery_id": deliveryID, "routes": routes})
 	_, err = tx.Exec(ctx, `
-		INSERT INTO hookgate_replays (replay_id, actor, filter, force, reason, deliveries, dispatches, state)
-		VALUES ($1, $2, $3, $4, $5, 1, $6, 'done')`, id, actor, filter, req.Force, nullable(reason), len(created))
+		INSERT INTO hookgate_replays (replay_id, actor, filter, force, reason, deliveries, dispatches, state, done)
+		VALUES ($1, $2, $3, $4, $5, 1, $6, 'done', 1)`, id, actor, filter, req.Force, nullable(reason), len(created))
 	if err != nil {
 		return "", nil, fmt.Errorf("log replay: %w", err)
 	}
@@ -271,8 +273,12 @@ func (w *ReplayBatchWorker) Work(ctx context.Context, job *river.Job[ReplayBatch
 	if next == nil {
 		state = "done"
 	}
-	_, err = tx.Exec(ctx, `UPDATE hookgate_replays SET cursor = $2, dispatches = dispatches + $3, state = $4 WHERE replay_id = $1`,
-		job.Args.ReplayID, next, dispatched, state)
+	// Deliveries that arrived with a receipt time inside the filter after the
+	// count was taken are replayed too, but progress never passes the count;
+	// a finished replay has handled all of it.
+	_, err = tx.Exec(ctx, `UPDATE hookgate_replays SET cursor = $2, dispatches = dispatches + $3, state = $4,
+		done = CASE WHEN $4 = 'done' THEN deliveries ELSE least(done + $5, deliveries) END
+		WHERE replay_id = $1`, job.Args.ReplayID, next, dispatched, state, len(items))
 	if err != nil {
 		return fmt.Errorf("update replay: %w", err)
 	}
@@ -291,21 +297,39 @@ func (w *ReplayBatchWorker) complete(ctx context.Context, tx pgx.Tx, job *river.
 	return tx.Commit(ctx)
 }
 
+// replayColumns are the columns scanReplay reads.
+const replayColumns = `replay_id, actor, created_at, filter, force, reason, deliveries, dispatches, state, done`
+
+func scanReplay(row pgx.Row) (Replay, error) {
+	var r Replay
+	err := row.Scan(&r.ReplayID, &r.Actor, &r.CreatedAt, &r.Filter, &r.Force, &r.Reason, &r.Deliveries, &r.Dispatches, &r.State, &r.Done)
+	return r, err
+}
+
 // ListReplays returns the newest replays first.
 func ListReplays(ctx context.Context, db deliveries.DB, limit int) ([]Replay, error) {
-	rows, err := db.Query(ctx, `
-		SELECT replay_id, actor, created_at, filter, force, reason, deliveries, dispatches, state
-		FROM hookgate_replays ORDER BY created_at DESC, replay_id DESC LIMIT $1`, limit)
+	rows, err := db.Query(ctx, `SELECT `+replayColumns+` FROM hookgate_replays ORDER BY created_at DESC, replay_id DESC LIMIT $1`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list replays: %w", err)
 	}
-	replays, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Replay, error) {
-		var r Replay
-		err := row.Scan(&r.ReplayID, &r.Actor, &r.CreatedAt, &r.Filter, &r.Force, &r.Reason, &r.Deliveries, &r.Dispatches, &r.State)
-		return r, err
-	})
+	replays, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Replay, error) { return scanReplay(row) })
 	if err != nil {
 		return nil, fmt.Errorf("list replays: %w", err)
 	}
 	return replays, nil
+}
+
+// ErrNoReplay means no replay has the id.
+var ErrNoReplay = errors.New("replay not found")
+
+// GetReplay returns one replay with its progress, or ErrNoReplay.
+func GetReplay(ctx context.Context, db deliveries.DB, replayID string) (Replay, error) {
+	r, err := scanReplay(db.QueryRow(ctx, `SELECT `+replayColumns+` FROM hookgate_replays WHERE replay_id = $1`, replayID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Replay{}, ErrNoReplay
+	}
+	if err != nil {
+		return Replay{}, fmt.Errorf("read replay: %w", err)
+	}
+	return r, nil
 }

@@ -56,6 +56,7 @@ func (s *server) adminRoutes(r chi.Router) {
 	r.Post("/deliveries/{provider}/{id}/replay", s.handleReplayOne)
 	r.Post("/replays", s.handleBulkReplay)
 	r.Get("/replays", s.handleListReplays)
+	r.Get("/replays/{replay_id}", s.handleShowReplay)
 	r.Get("/rejections", s.handleRejections)
 	if s.Admin.RiverUI != nil {
 		ui := s.printableOnly(s.Admin.RiverUI)
@@ -382,6 +383,20 @@ func (s *server) handleListReplays(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"replays": replays})
+}
+
+func (s *server) handleShowReplay(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "replay_id")
+	if !providers.Printable(id) || len(id) > providers.MaxIDLen {
+		writeError(w, r, s.Logger, fmt.Errorf("%w: no such replay", jobs.ErrNoReplay))
+		return
+	}
+	replay, err := jobs.GetReplay(r.Context(), s.Admin.Pool, id)
+	if err != nil {
+		writeError(w, r, s.Logger, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, replay)
 }
 
 func (s *server) handleRejections(w http.ResponseWriter, r *http.Request) {

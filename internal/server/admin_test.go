@@ -498,6 +498,23 @@ func TestAdminBulkReplay(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// One replay's progress: every delivery handled.
+	var one struct {
+		ReplayID   string `json:"replay_id"`
+		State      string `json:"state"`
+		Deliveries int    `json:"deliveries"`
+		Done       int    `json:"done"`
+	}
+	b.adminJSON(t, adminReq{path: "/admin/replays/" + res.ReplayID}, 200, &one)
+	if one.ReplayID != res.ReplayID || one.State != "done" || one.Deliveries != n || one.Done != n {
+		t.Fatalf("GET /admin/replays/{id} = %+v", one)
+	}
+	for _, path := range []string{"/admin/replays/rpl_unknown", "/admin/replays/%00"} {
+		if status, _, body := b.admin(t, adminReq{path: path}); status != 404 || !bytes.Contains(body, []byte(`"not_found"`)) {
+			t.Fatalf("GET %s = %d %s", path, status, body)
+		}
+	}
+
 	var gen2, done int
 	_ = b.pool.QueryRow(context.Background(), "SELECT count(*), count(*) FILTER (WHERE state = 'succeeded') FROM hookgate_dispatches WHERE generation = 2").Scan(&gen2, &done)
 	if gen2 != n {
