@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -46,6 +47,7 @@ type setupOpts struct {
 	noStripe    bool
 	pool        *pgxpool.Pool // the ingester's pool, when not the test database's
 	maxInflight int64         // the in-flight budget; 0: the default
+	maxBody     int64         // 0: maxBody
 	committers  int           // 0: the default
 	ready       func(context.Context) error
 	metrics     *metrics.Metrics
@@ -85,7 +87,7 @@ func setup(t testing.TB, opts setupOpts) *testBundle {
 			Committers: opts.committers,
 		},
 		Ready:            ready,
-		MaxBodyBytes:     maxBody,
+		MaxBodyBytes:     cmp.Or(opts.maxBody, maxBody),
 		MaxInflightBytes: opts.maxInflight,
 		Metrics:          opts.metrics,
 		Now:              func() time.Time { return now },

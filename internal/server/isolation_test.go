@@ -183,6 +183,43 @@ func TestInflightBodiesAreBounded(t *testing.T) {
 	}
 }
 
+// Slow senders that declare large bodies and send a byte hold only what
+// they sent (and one step of buffer), not what they declared: a few idle
+// connections cannot spend the in-flight budget and refuse everyone else.
+func TestSlowSendersCannotReserveTheBudget(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{maxBody: 1 << 20, maxInflight: 2 << 20})
+	releases := make([]chan struct{}, 4)
+	answered := make([]chan int, 4)
+	for i := range releases {
+		req := signedPing(fmt.Sprint("slow-", i), 1<<20-100)
+		raw, _ := io.ReadAll(req.Body)
+		held := &heldBody{rest: bytes.NewReader(raw[1:]), started: make(chan struct{}), release: make(chan struct{})}
+		req.Body = io.NopCloser(io.MultiReader(bytes.NewReader(raw[:1]), held))
+		req.ContentLength = int64(len(raw))
+		releases[i], answered[i] = held.release, make(chan int, 1)
+		go func() {
+			rec := httptest.NewRecorder()
+			b.handler.ServeHTTP(rec, req)
+			answered[i] <- rec.Code
+		}()
+		select { // it declared 1 MiB and sent one byte
+		case <-held.started:
+		case code := <-answered[i]:
+			t.Fatalf("slow sender %d refused at once: %d", i, code)
+		}
+	}
+	if res := b.do(t, signedPing("prompt", 100<<10)); res.status != http.StatusAccepted {
+		t.Fatalf("a prompt delivery beside four slow senders: %d %v", res.status, res.body)
+	}
+	for i := range releases { // each in turn sends the rest, which fits the budget beside the others' first steps
+		close(releases[i])
+		if code := <-answered[i]; code != http.StatusAccepted {
+			t.Errorf("slow sender %d, once it sent everything: %d", i, code)
+		}
+	}
+}
+
 // With the database down, /readyz says so without the database's own error
 // (which names its user and database), however often it is asked, and asks
 // the database at most about once a second.

@@ -190,17 +190,18 @@ func metricProvider(name string) string {
 	return "unknown"
 }
 
-// readChunk is how much of a body of undeclared length is read, and taken
-// from the in-flight budget, at a time.
+// readChunk is the smallest step by which a body's buffer grows, and what a
+// body is first given.
 const readChunk = 64 << 10
 
 // readBody reads the raw body within the in-flight budget, and returns a func
 // that gives its bytes back to the budget (call it once the answer is sent).
-// A declared length is taken from the budget whole, before any byte is read,
-// and read into one buffer of that size; a body of undeclared length takes
-// the budget as its buffer grows, and stops at the size limit. When the
-// budget is spent the request is refused as overloaded: the memory held by
-// bodies never passes MaxInflightBytes, however many arrive at once.
+// The buffer grows as the bytes arrive, doubling up to the declared length
+// (or the size limit), and each growth is taken from the budget first: a
+// client that declares much and sends little holds little, and a slow one
+// cannot reserve the budget with a few bytes. When the budget is spent the
+// request is refused as overloaded: the request bodies held never pass
+// MaxInflightBytes, however many arrive at once.
 func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, func(), error) {
 	var held int64
 	release := func() {
@@ -209,39 +210,30 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, func(
 			held = 0
 		}
 	}
-	take := func(n int64) error {
-		if !s.inflight.TryAcquire(n) {
-			return fmt.Errorf("%w: %d bytes of request bodies are held already", errOverloaded, s.MaxInflightBytes)
-		}
-		held += n
-		return nil
-	}
+	limit := s.MaxBodyBytes + 1 // one byte more tells a body over the limit
 	if r.ContentLength >= 0 {
-		if err := take(r.ContentLength); err != nil {
-			return nil, release, err
-		}
-		// net/http ends the body after the declared length, and reports a
-		// connection that ends before it as io.ErrUnexpectedEOF.
-		body := make([]byte, r.ContentLength)
-		if _, err := io.ReadFull(r.Body, body); err != nil {
-			return nil, release, fmt.Errorf("%w: could not read the body: %v", errBadRequest, err)
-		}
-		return body, release, nil
+		limit = r.ContentLength // net/http ends the body there
 	}
-	rd := http.MaxBytesReader(w, r.Body, s.MaxBodyBytes)
 	var body []byte
+	rd := http.MaxBytesReader(w, r.Body, s.MaxBodyBytes)
 	for {
-		if len(body) == cap(body) {
-			grown := int(min(max(2*int64(cap(body)), readChunk), s.MaxBodyBytes+1))
-			if err := take(int64(grown - cap(body))); err != nil {
-				return nil, release, err
+		if len(body) == cap(body) && int64(len(body)) < limit {
+			grown := min(max(2*int64(cap(body)), readChunk), limit)
+			if !s.inflight.TryAcquire(grown - int64(cap(body))) {
+				return nil, release, fmt.Errorf("%w: %d bytes of request bodies are held already", errOverloaded, s.MaxInflightBytes)
 			}
+			held += grown - int64(cap(body))
 			body = append(make([]byte, 0, grown), body...)
+		}
+		if len(body) == cap(body) { // the declared length, all read
+			return body, release, nil
 		}
 		n, err := rd.Read(body[len(body):cap(body)])
 		body = body[:len(body)+n]
 		var maxErr *http.MaxBytesError
 		switch {
+		case err == io.EOF && r.ContentLength >= 0 && int64(len(body)) < r.ContentLength:
+			return nil, release, fmt.Errorf("%w: the body ended before its declared length", errBadRequest)
 		case err == io.EOF:
 			return body, release, nil
 		case errors.As(err, &maxErr):
