@@ -242,20 +242,31 @@ func idText(v *fastjson.Value) string {
 }
 
 // timeValue reads a JSON time that is either RFC 3339 text or unix seconds.
+// A time outside the years 1-9999 (which PostgreSQL and JSON cannot both
+// hold) is no time: the delivery then only lacks an order key.
 func timeValue(v *fastjson.Value) time.Time {
+	var t time.Time
 	if s := text(v); s != "" {
-		t, err := time.Parse(time.RFC3339, s)
+		parsed, err := time.Parse(time.RFC3339, s)
 		if err != nil {
 			return time.Time{}
 		}
-		return t.UTC()
+		t = parsed.UTC()
+	} else {
+		sec, err := strconv.ParseInt(number(v), 10, 64)
+		if err != nil || sec <= 0 || sec > maxUnixTime {
+			return time.Time{}
+		}
+		t = time.Unix(sec, 0).UTC()
 	}
-	sec, err := strconv.ParseInt(number(v), 10, 64)
-	if err != nil || sec <= 0 {
+	if t.Year() < 1 || t.Year() > 9999 {
 		return time.Time{}
 	}
-	return time.Unix(sec, 0).UTC()
+	return t
 }
+
+// maxUnixTime is the last second of the year 9999.
+const maxUnixTime = 253402300799
 
 func truncate(s string) string {
 	if len(s) > 64 {

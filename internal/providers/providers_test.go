@@ -64,6 +64,9 @@ func TestGitHubParse(t *testing.T) {
 			`"ref":"refs\/heads\/main"}`), nil, nil, "pull_request.opened", "github:pull_request:12", "2026-01-02T03:04:05Z"},
 		{"a null time leaves the entity unordered in time", []byte(`{"pull_request":{"id":12,"updated_at":null}}`), nil, nil, "pull_request", "github:pull_request:12", ""},
 		{"an id beyond int64 is no id", []byte(`{"pull_request":{"id":123456789012345678901234,"updated_at":"2026-01-02T03:04:05Z"}}`), nil, nil, "pull_request", "", ""},
+		{"a unix time past the year 9999 is no time", []byte(`{"ref":"refs/heads/x","repository":{"id":1,"pushed_at":10000000000000}}`), nil, nil, "push", "github:push:1:refs/heads/x", ""},
+		{"a unix time that overflows is no time", []byte(`{"ref":"refs/heads/x","repository":{"id":1,"pushed_at":9223372036854775807}}`), nil, nil, "push", "github:push:1:refs/heads/x", ""},
+		{"an RFC 3339 time that is the year 10000 in UTC is no time", []byte(`{"action":"edited","issue":{"id":3,"updated_at":"9999-12-31T23:59:59-23:59"}}`), nil, nil, "issues.edited", "github:issue:3", ""},
 		{"fractional and negative times are no time", []byte(`{"ref":"refs/heads/x","repository":{"id":1,"pushed_at":1.5}}`), nil, nil, "push", "github:push:1:refs/heads/x", ""},
 
 		{"xml is refused", prBody, githubHeader(prBody, "pull_request", func(h http.Header) { h.Set("Content-Type", "application/xml") }), providers.ErrUnsupportedMediaType, "", "", ""},

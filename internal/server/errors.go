@@ -1,10 +1,15 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/idempotency"
@@ -68,15 +73,38 @@ type errorBody struct {
 	Message string `json:"message"`
 }
 
-// classify returns err's status and error code from the table; anything not
-// in it is an internal error.
+// classify returns err's status and error code from the table; an error
+// that says the database cannot be reached is 503 unavailable; anything else
+// is an internal error.
 func classify(err error) (int, string) {
 	for _, e := range errorCodes {
 		if errors.Is(err, e.err) {
 			return e.status, e.code
 		}
 	}
+	if databaseUnavailable(err) {
+		return http.StatusServiceUnavailable, "unavailable"
+	}
 	return http.StatusInternalServerError, "internal"
+}
+
+// databaseUnavailable reports whether err means the database could not be
+// reached or is shutting down, rather than that a query was wrong: a failed
+// connection, a network error, a timeout, or the SQLSTATE classes of
+// connection failures (08), exhausted resources (53) and operator
+// intervention (57, such as a shutdown).
+func databaseUnavailable(err error) bool {
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &connectErr), errors.As(err, &netErr), errors.Is(err, context.DeadlineExceeded),
+		pgconn.SafeToRetry(err):
+		return true
+	case errors.As(err, &pgErr):
+		return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "53") || strings.HasPrefix(pgErr.Code, "57")
+	}
+	return false
 }
 
 // writeError answers with err's status and code, and returns them. Client

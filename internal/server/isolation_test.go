@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/metrics"
+	"github.com/hookgate/hookgate/internal/server"
 	"github.com/hookgate/hookgate/internal/verify"
 )
 
@@ -225,15 +227,7 @@ func TestSlowSendersCannotReserveTheBudget(t *testing.T) {
 // the database at most about once a second.
 func TestReadyzIsCheapAndDiscreet(t *testing.T) {
 	t.Parallel()
-	cfg, err := pgxpool.ParseConfig("postgres://secretuser:secretpass@127.0.0.1:1/secretdb?connect_timeout=1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	down, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(down.Close)
+	down := deadPool(t)
 	var checks atomic.Int64
 	b := setup(t, setupOpts{ready: func(ctx context.Context) error {
 		checks.Add(1)
@@ -257,6 +251,42 @@ func TestReadyzIsCheapAndDiscreet(t *testing.T) {
 	wg.Wait()
 	if n, seconds := checks.Load(), time.Since(start).Seconds(); float64(n) > seconds+1 {
 		t.Fatalf("%d database checks for 500 probes in %.1f s", n, seconds)
+	}
+}
+
+// deadPool is a pool to a database that does not answer, as a recognisable
+// user: no answer may name it.
+func deadPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig("postgres://secretuser:secretpass@127.0.0.1:1/secretdb?connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// With the database down, the operator endpoints answer 503 unavailable with
+// Retry-After, as ingest does, never 500, and name nothing of the database.
+func TestOperatorEndpointsWithTheDatabaseDown(t *testing.T) {
+	t.Parallel()
+	h := server.New(server.Config{
+		Logger: slog.New(slog.DiscardHandler),
+		Admin:  server.AdminConfig{Token: adminToken, Pool: deadPool(t)},
+	})
+	for _, path := range []string{"/admin/deliveries", "/admin/deliveries/github/d-1", "/admin/replays", "/admin/rejections"} {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), `"unavailable"`) ||
+			rec.Header().Get("Retry-After") == "" || strings.Contains(rec.Body.String(), "secret") {
+			t.Errorf("GET %s with the database down: %d %s", path, rec.Code, rec.Body)
+		}
 	}
 }
 
