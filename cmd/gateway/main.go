@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -161,6 +162,30 @@ func openDatabase(ctx context.Context, cfg config.Config, logger *slog.Logger, s
 	return pool, func() { pool.Close(); stopEmbedded() }, nil
 }
 
+// schemaEvery is how often /readyz checks that the schema is current once it
+// was: a check takes several statements, and a schema falls behind only when
+// another process migrates it.
+const schemaEvery = 30 * time.Second
+
+// readiness is /readyz's check (which the server runs at most once a second):
+// the database answers a ping, and its schema is current.
+func readiness(pool *pgxpool.Pool) func(context.Context) error {
+	var mu sync.Mutex
+	var checked time.Time
+	var schemaErr error
+	return func(ctx context.Context) error {
+		if err := pool.Ping(ctx); err != nil {
+			return fmt.Errorf("database: %w", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if schemaErr != nil || time.Since(checked) >= schemaEvery {
+			schemaErr, checked = jobs.CheckSchema(ctx, pool), time.Now()
+		}
+		return schemaErr
+	}
+}
+
 // serveMetrics serves /metrics alone on addr, an internal port, when addr is
 // set; nil otherwise.
 func serveMetrics(addr string, m *metrics.Metrics, logger *slog.Logger) (*http.Server, error) {
@@ -242,15 +267,10 @@ func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logger *s
 	}
 
 	handler := server.New(server.Config{
-		Logger:    logger,
-		Providers: provs,
-		Ingester:  &ingest.Ingester{Pool: pool, Receipts: store, Enqueuer: enqueuer},
-		Ready: func(ctx context.Context) error {
-			if err := pool.Ping(ctx); err != nil {
-				return fmt.Errorf("database: %w", err)
-			}
-			return jobs.CheckSchema(ctx, pool)
-		},
+		Logger:           logger,
+		Providers:        provs,
+		Ingester:         &ingest.Ingester{Pool: pool, Receipts: store, Enqueuer: enqueuer},
+		Ready:            readiness(pool),
 		MaxBodyBytes:     cfg.MaxBodyBytes,
 		MaxInflightBytes: cfg.MaxInflightBytes,
 		Metrics:          m,

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/kelseyhightower/envconfig"
 )
@@ -105,6 +106,10 @@ func (c Config) Validate() error {
 	if c.MaxBodyBytes <= 0 {
 		bad("GATEWAY_MAX_BODY_BYTES", "must be positive, got %d", c.MaxBodyBytes)
 	}
+	if t := c.AdminToken.Value(); t != "" && (strings.TrimSpace(t) != t || strings.ContainsFunc(t, unicode.IsControl)) {
+		// net/http trims a header's surrounding spaces: no request could match.
+		bad("GATEWAY_ADMIN_TOKEN", "must not begin or end with white space or hold control characters")
+	}
 	if c.MaxInflightBytes < c.MaxBodyBytes {
 		bad("GATEWAY_MAX_INFLIGHT_BYTES", "must be at least GATEWAY_MAX_BODY_BYTES (%d), or a body of the largest size could never be taken, got %d",
 			c.MaxBodyBytes, c.MaxInflightBytes)
@@ -145,7 +150,12 @@ func readSecretFiles() error {
 		if err != nil {
 			return fmt.Errorf("%s_FILE: %w", name, err)
 		}
-		if err := os.Setenv(name, strings.TrimSpace(string(b))); err != nil {
+		value := strings.TrimSpace(string(b))
+		if value == "" {
+			// A secret not mounted yet must not pass for a choice to leave it unset.
+			return fmt.Errorf("%s_FILE: %s is empty", name, path)
+		}
+		if err := os.Setenv(name, value); err != nil {
 			return fmt.Errorf("%s_FILE: %w", name, err)
 		}
 	}

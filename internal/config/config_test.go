@@ -43,6 +43,8 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		{"GATEWAY_MAX_INFLIGHT_BYTES", "1048576", "GATEWAY_MAX_INFLIGHT_BYTES: must be at least GATEWAY_MAX_BODY_BYTES"},
 		{"GATEWAY_MAX_INFLIGHT_BYTES", "lots", "GATEWAY_MAX_INFLIGHT_BYTES"},
 		{"GATEWAY_METRICS_ADDR", ":8080", "GATEWAY_METRICS_ADDR: must differ from GATEWAY_ADDR"},
+		{"GATEWAY_ADMIN_TOKEN", " ", "GATEWAY_ADMIN_TOKEN: must not begin or end with white space"},
+		{"GATEWAY_ADMIN_TOKEN", "topsecret ", "GATEWAY_ADMIN_TOKEN: must not begin or end with white space"},
 		{"GATEWAY_MAX_ATTEMPTS", "0", "GATEWAY_MAX_ATTEMPTS: must be at least 1"},
 		{"GATEWAY_WORKERS", "many", "GATEWAY_WORKERS"},
 		{"STRIPE_WEBHOOK_SECRET", "sk_live_oops", "STRIPE_WEBHOOK_SECRET: each secret must be a whsec_"},
@@ -98,6 +100,16 @@ func TestSecretFromFile(t *testing.T) {
 	if len(c.StripeSecrets) != 1 || c.StripeSecrets[0] != "whsec_fromfile" {
 		t.Fatalf("secrets = %v", []string(c.StripeSecrets))
 	}
+	empty := filepath.Join(t.TempDir(), "empty")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.Unsetenv("STRIPE_WEBHOOK_SECRET") // Load set it from the file
+	t.Setenv("STRIPE_WEBHOOK_SECRET_FILE", empty)
+	if _, err := config.Load(); err == nil || !strings.Contains(err.Error(), "STRIPE_WEBHOOK_SECRET_FILE: "+empty+" is empty") {
+		t.Fatalf("an empty secret file: %v", err)
+	}
+	t.Setenv("STRIPE_WEBHOOK_SECRET_FILE", path)
 	t.Setenv("STRIPE_WEBHOOK_SECRET", "whsec_both")
 	if _, err := config.Load(); err == nil || !strings.Contains(err.Error(), "both set") {
 		t.Fatalf("err = %v", err)

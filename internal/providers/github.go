@@ -93,14 +93,22 @@ func (g GitHub) Verify(req Request, body []byte) (Delivery, error) {
 		Body:        body,
 		SecretIndex: idx,
 	}
+	var badAction bool
 	err = parseObject(payload, func(v *fastjson.Value) {
-		if action := text(v.Get("action")); action != "" && len(action) <= MaxIDLen && Printable(action) {
+		action := text(v.Get("action"))
+		badAction = len(action) > MaxIDLen || !Printable(action)
+		if action != "" && !badAction {
 			d.Event = req.Event + "." + action
 		}
 		d.Entity, d.EventTime = githubEntity(req.Event, v)
 	})
 	if err != nil {
 		return Delivery{}, err
+	}
+	if badAction {
+		// Routes match on the action: dropping it would quietly route the
+		// delivery elsewhere.
+		return Delivery{}, fmt.Errorf("%w: the payload's action must be printable text of at most %d bytes", ErrBadPayload, MaxIDLen)
 	}
 	return d, nil
 }

@@ -26,7 +26,7 @@ var (
 	ErrUnsupportedMediaType = errors.New("unsupported media type")
 	// ErrMissingHeader means a required header other than the signature is
 	// absent or unusable.
-	ErrMissingHeader = errors.New("missing header")
+	ErrMissingHeader = errors.New("missing or unusable header")
 	// ErrBadPayload means the verified body is not the JSON the delivery needs.
 	ErrBadPayload = errors.New("bad payload")
 )

@@ -99,6 +99,7 @@ func TestGitHubParse(t *testing.T) {
 			h.Set("X-Hub-Signature-256", verify.SignGitHub("nope", prBody))
 		}), verify.ErrSignatureMismatch, "", "", ""},
 		{"signature of another body", prBody, githubHeader([]byte(`{}`), "pull_request", nil), verify.ErrSignatureMismatch, "", "", ""},
+		{"an action that is not printable text", []byte(`{"action":"open\u0000ed"}`), nil, providers.ErrBadPayload, "", "", ""},
 		{"signed but not JSON", []byte(`not json`), nil, providers.ErrBadPayload, "", "", ""},
 		{"signed JSON array", []byte(`[1,2]`), nil, providers.ErrBadPayload, "", "", ""},
 		{"signed truncated JSON", []byte(`{"action":"op`), nil, providers.ErrBadPayload, "", "", ""},

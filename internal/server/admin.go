@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
@@ -273,7 +274,7 @@ func (req *bulkReplayRequest) validate() error {
 // NUL in text, and the replay log is read in terminals.
 func validReason(reason string) error {
 	if !providers.Printable(reason) {
-		return fmt.Errorf("%w: reason must be printable text, without control characters or line breaks", errBadRequest)
+		return fmt.Errorf("%w: reason must be printable UTF-8 text, without control characters", errBadRequest)
 	}
 	return nil
 }
@@ -356,6 +357,10 @@ func readAdminBody(w http.ResponseWriter, r *http.Request, req adminRequest) ([]
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAdminBody))
 	if err != nil {
 		return nil, fmt.Errorf("%w: the body is larger than %d bytes", errBodyTooLarge, maxAdminBody)
+	}
+	if !utf8.Valid(body) {
+		// encoding/json would quietly turn such bytes into U+FFFD.
+		return nil, fmt.Errorf("%w: the body must be UTF-8 text", errBadRequest)
 	}
 	if len(bytes.TrimSpace(body)) > 0 {
 		dec := json.NewDecoder(bytes.NewReader(body))

@@ -833,6 +833,7 @@ func TestAdminRefusesTextTheDatabaseCannotHold(t *testing.T) {
 		{"replay of id NUL", adminReq{method: "POST", path: "/admin/deliveries/github/%00/replay"}, 404, "not_found"},
 		{"replay of id 0xFF", adminReq{method: "POST", path: "/admin/deliveries/github/%FF/replay", body: `{"force":true}`}, 404, "not_found"},
 		{"replay reason with NUL", adminReq{method: "POST", path: replay, body: `{"force":true,"reason":"a\u0000b"}`}, 400, "bad_request"},
+		{"replay reason of invalid UTF-8 bytes", adminReq{method: "POST", path: replay, body: "{\"force\":true,\"reason\":\"ok\xff\"}"}, 400, "bad_request"},
 		{"replay route with NUL", adminReq{method: "POST", path: replay, body: `{"force":true,"routes":["fwd\u0000"]}`}, 400, "bad_request"},
 		{"replay key of invalid UTF-8", adminReq{method: "POST", path: replay, body: `{"force":true}`, key: "k\xff"}, 400, "bad_request"},
 		{"replay key with NUL", adminReq{method: "POST", path: replay, body: `{"force":true}`, key: "k\x00"}, 400, "bad_request"},
