@@ -72,11 +72,12 @@ func (g GitHub) Check(h http.Header, _ time.Time) (Request, error) {
 
 // Verify implements Provider. The signature covers the raw body, form-encoded
 // or not.
-func (g GitHub) Verify(req Request, body []byte) (Delivery, error) {
-	idx, err := g.Secrets.MatchParts([][]byte{body}, req.signatures)
+func (g GitHub) Verify(req Request, pieces Body) (Delivery, error) {
+	idx, err := g.Secrets.MatchParts(pieces, req.signatures)
 	if err != nil {
 		return Delivery{}, fmt.Errorf("X-Hub-Signature-256: %w", err)
 	}
+	body := pieces.Bytes()
 	payload := body
 	if req.Form {
 		if payload, err = DecodeGitHubForm(body); err != nil {

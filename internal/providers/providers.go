@@ -76,7 +76,31 @@ type Provider interface {
 	Check(h http.Header, now time.Time) (Request, error)
 	// Verify checks the signature over the raw body and reads the payload's
 	// fields into the delivery.
-	Verify(req Request, body []byte) (Delivery, error)
+	Verify(req Request, body Body) (Delivery, error)
+}
+
+// Body is a raw request body as it arrived, in pieces. A signature is checked
+// over the pieces; only a body whose signature matched is put together, so a
+// large body with a wrong signature is never copied.
+type Body [][]byte
+
+// Bytes returns the body in one piece: the piece itself when there is one.
+func (b Body) Bytes() []byte {
+	switch len(b) {
+	case 0:
+		return []byte{}
+	case 1:
+		return b[0]
+	}
+	n := 0
+	for _, p := range b {
+		n += len(p)
+	}
+	whole := make([]byte, 0, n)
+	for _, p := range b {
+		whole = append(whole, p...)
+	}
+	return whole
 }
 
 // Request is what a provider's Check read from a request's headers: all that
@@ -103,7 +127,7 @@ func Parse(p Provider, h http.Header, body []byte, now time.Time) (Delivery, err
 	if err != nil {
 		return Delivery{}, err
 	}
-	return p.Verify(req, body)
+	return p.Verify(req, Body{body})
 }
 
 // mediaType returns the lower-cased media type of a Content-Type header, without parameters.

@@ -47,11 +47,12 @@ func (s Stripe) Check(h http.Header, now time.Time) (Request, error) {
 
 // Verify implements Provider: HMAC-SHA256 of "<t>.<body>", then the payload's
 // id, type, object and time.
-func (s Stripe) Verify(req Request, body []byte) (Delivery, error) {
-	idx, err := s.Secrets.MatchParts(append(slices.Clip(req.signedPrefix), body), req.signatures)
+func (s Stripe) Verify(req Request, pieces Body) (Delivery, error) {
+	idx, err := s.Secrets.MatchParts(append(slices.Clip(req.signedPrefix), pieces...), req.signatures)
 	if err != nil {
 		return Delivery{}, fmt.Errorf("Stripe-Signature: %w", err)
 	}
+	body := pieces.Bytes()
 	var id, typ, object string
 	var created time.Time
 	err = parseObject(body, func(v *fastjson.Value) {

@@ -190,19 +190,23 @@ func metricProvider(name string) string {
 	return "unknown"
 }
 
-// readChunk is the smallest step by which a body's buffer grows, and what a
-// body is first given.
-const readChunk = 64 << 10
+// firstPiece and maxPiece bound the pieces a body is read into: the first
+// (all of a small body), and the largest, which later pieces double up to.
+const (
+	firstPiece = 64 << 10
+	maxPiece   = 1 << 20
+)
 
 // readBody reads the raw body within the in-flight budget, and returns a func
 // that gives its bytes back to the budget (call it once the answer is sent).
-// The buffer grows as the bytes arrive, doubling up to the declared length
-// (or the size limit), and each growth is taken from the budget first: a
-// client that declares much and sends little holds little, and a slow one
-// cannot reserve the budget with a few bytes. When the budget is spent the
+// The body is read into pieces as its bytes arrive, each taken from the
+// budget before it is allocated: a client that declares much and sends little
+// holds little, and a slow one cannot reserve the budget with a few bytes.
+// Pieces are never copied into one another (the signature is checked over
+// them as they are), so a body costs its size. When the budget is spent the
 // request is refused as overloaded: the request bodies held never pass
 // MaxInflightBytes, however many arrive at once.
-func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, func(), error) {
+func (s *server) readBody(w http.ResponseWriter, r *http.Request) (providers.Body, func(), error) {
 	var held int64
 	release := func() {
 		if held > 0 {
@@ -210,31 +214,39 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, func(
 			held = 0
 		}
 	}
-	limit := s.MaxBodyBytes + 1 // one byte more tells a body over the limit
+	left := s.MaxBodyBytes + 1 // one byte more tells a body over the limit
 	if r.ContentLength >= 0 {
-		limit = r.ContentLength // net/http ends the body there
+		left = r.ContentLength // net/http ends the body there
 	}
-	var body []byte
+	var body providers.Body
+	var piece []byte
 	rd := http.MaxBytesReader(w, r.Body, s.MaxBodyBytes)
 	for {
-		if len(body) == cap(body) && int64(len(body)) < limit {
-			grown := min(max(2*int64(cap(body)), readChunk), limit)
-			if !s.inflight.TryAcquire(grown - int64(cap(body))) {
+		if len(piece) == cap(piece) {
+			if piece != nil {
+				body = append(body, piece)
+			}
+			if left == 0 { // the declared length, all read
+				return body, release, nil
+			}
+			size := min(max(2*int64(cap(piece)), firstPiece), maxPiece, left)
+			if !s.inflight.TryAcquire(size) {
 				return nil, release, fmt.Errorf("%w: %d bytes of request bodies are held already", errOverloaded, s.MaxInflightBytes)
 			}
-			held += grown - int64(cap(body))
-			body = append(make([]byte, 0, grown), body...)
+			held += size
+			left -= size
+			piece = make([]byte, 0, size)
 		}
-		if len(body) == cap(body) { // the declared length, all read
-			return body, release, nil
-		}
-		n, err := rd.Read(body[len(body):cap(body)])
-		body = body[:len(body)+n]
+		n, err := rd.Read(piece[len(piece):cap(piece)])
+		piece = piece[:len(piece)+n]
 		var maxErr *http.MaxBytesError
 		switch {
-		case err == io.EOF && r.ContentLength >= 0 && int64(len(body)) < r.ContentLength:
+		case err == io.EOF && r.ContentLength >= 0 && (left > 0 || len(piece) < cap(piece)):
 			return nil, release, fmt.Errorf("%w: the body ended before its declared length", errBadRequest)
 		case err == io.EOF:
+			if len(piece) > 0 {
+				body = append(body, piece)
+			}
 			return body, release, nil
 		case errors.As(err, &maxErr):
 			return nil, release, fmt.Errorf("%w: the body is larger than %d bytes", errBodyTooLarge, s.MaxBodyBytes)
