@@ -739,6 +739,22 @@ func TestMetricsAfterTraffic(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
+
+	// A replay's success is counted, but does not feed the receipt-to-success
+	// histogram: a replay a day later would skew today's figures.
+	b.adminJSON(t, adminReq{method: "POST", path: "/admin/deliveries/github/m-1/replay", body: `{"routes":["fwd"],"force":true}`}, 202, nil)
+	b.waitDispatch(t, "m-1", "fwd", 2, "succeeded")
+	rec = httptest.NewRecorder()
+	b.handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	text, _ = io.ReadAll(rec.Body)
+	for _, want := range []string{
+		`hookgate_dispatches_total{route="fwd",state="succeeded"} 2`,
+		`hookgate_receipt_to_success_seconds_count{route="fwd"} 1`,
+	} {
+		if !bytes.Contains(text, []byte(want)) {
+			t.Errorf("after a replay, /metrics lacks %s", want)
+		}
+	}
 }
 
 // A delivery's path carries its id escaped once, and is decoded exactly once:
