@@ -30,6 +30,8 @@ type ForwardError struct {
 	RetryAfter time.Duration
 	// Detail is the transport error or an excerpt of the response body.
 	Detail string
+	// Timeout means no answer came within the attempt's time limit.
+	Timeout bool
 }
 
 func (e *ForwardError) Error() string {
@@ -113,7 +115,7 @@ func (f *Forwarder) Forward(ctx context.Context, target string, d Delivery) erro
 	res, err := f.Client.Do(req)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return &ForwardError{Detail: fmt.Sprintf("no answer within %s", timeout)}
+			return &ForwardError{Detail: fmt.Sprintf("no answer within %s", timeout), Timeout: true}
 		}
 		var urlErr *url.Error
 		if errors.As(err, &urlErr) { // its text quotes the whole URL
@@ -140,6 +142,24 @@ func (f *Forwarder) Forward(ctx context.Context, target string, d Delivery) erro
 		fe.Permanent = true
 	}
 	return fe
+}
+
+// AttemptOutcome names a forward attempt's outcome for metrics: succeeded,
+// status_4xx, status_5xx (any other status class likewise), timeout, or
+// connection when no answer came for another reason.
+func AttemptOutcome(err error) string {
+	var fe *ForwardError
+	switch {
+	case err == nil:
+		return "succeeded"
+	case !errors.As(err, &fe):
+		return "connection"
+	case fe.Status > 0:
+		return fmt.Sprintf("status_%dxx", fe.Status/100)
+	case fe.Timeout:
+		return "timeout"
+	}
+	return "connection"
 }
 
 // RedactURL returns a URL without what may be a credential: its userinfo and

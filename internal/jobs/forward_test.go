@@ -698,3 +698,35 @@ func TestDeletedJobLeavesACancelledReplayableDispatch(t *testing.T) {
 		t.Fatalf("replay created %+v, %v; want generation 2", created, err)
 	}
 }
+
+// Each forward attempt's outcome has a name for metrics, by what the target
+// did.
+func TestForwardAttemptOutcomes(t *testing.T) {
+	t.Parallel()
+	hang := make(chan struct{})
+	t.Cleanup(func() { close(hang) })
+	tg := newTarget(t, func(_ int, r *http.Request) (int, map[string]string) {
+		switch r.URL.Path {
+		case "/busy":
+			return 503, nil
+		case "/gone":
+			return 404, nil
+		case "/hang":
+			select {
+			case <-hang:
+			case <-r.Context().Done():
+			}
+		}
+		return 200, nil
+	})
+	f := jobs.NewForwarder("", 300*time.Millisecond, 1)
+	d := jobs.Delivery{Provider: "github", DeliveryID: "d-1", Route: "r", Body: []byte(`{}`), ContentType: "application/json"}
+	for target, want := range map[string]string{
+		tg.URL + "/ok": "succeeded", tg.URL + "/busy": "status_5xx", tg.URL + "/gone": "status_4xx",
+		tg.URL + "/hang": "timeout", "http://127.0.0.1:1/": "connection",
+	} {
+		if got := jobs.AttemptOutcome(f.Forward(context.Background(), target, d)); got != want {
+			t.Errorf("%s: %s, want %s", target, got, want)
+		}
+	}
+}

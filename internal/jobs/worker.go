@@ -310,7 +310,9 @@ func (w *DispatchWorker) forward(ctx context.Context, job *river.Job[DispatchArg
 		c.release(ctx) // no lock to hold: the connection is not needed during the forward
 	}
 	if o.state == StateSucceeded {
-		if err := w.Forwarder.Forward(ctx, target, delivery(c.r, a, job.Attempt)); err != nil {
+		err := w.Forwarder.Forward(ctx, target, delivery(c.r, a, job.Attempt))
+		w.Metrics.ForwardAttempt(a.Route, AttemptOutcome(err))
+		if err != nil {
 			return err
 		}
 	}

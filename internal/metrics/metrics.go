@@ -27,6 +27,7 @@ type Metrics struct {
 	ack        *prometheus.HistogramVec
 	dispatches *prometheus.CounterVec
 	toSuccess  *prometheus.HistogramVec
+	attempts   *prometheus.CounterVec
 }
 
 // New returns metrics registered in a new registry; pool, when not nil, is
@@ -57,7 +58,11 @@ func New(pool *pgxpool.Pool) *Metrics {
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 3600},
 		}, []string{"route"}),
 	}
-	m.registry.MustRegister(m.ingest, m.secondary, m.ack, m.dispatches, m.toSuccess,
+	m.attempts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hookgate_forward_attempts_total",
+		Help: "Forward attempts by route and outcome: succeeded, status_4xx, status_5xx, timeout, connection (no answer).",
+	}, []string{"route", "outcome"})
+	m.registry.MustRegister(m.ingest, m.secondary, m.ack, m.dispatches, m.toSuccess, m.attempts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if pool != nil {
 		m.registry.MustRegister(&queueCollector{pool: pool, desc: prometheus.NewDesc(
@@ -99,6 +104,14 @@ func (m *Metrics) Dispatch(route, state string, receivedAt time.Time) {
 	if state == "succeeded" && !receivedAt.IsZero() {
 		m.toSuccess.WithLabelValues(route).Observe(time.Since(receivedAt).Seconds())
 	}
+}
+
+// ForwardAttempt records one forward attempt's outcome on a route.
+func (m *Metrics) ForwardAttempt(route, outcome string) {
+	if m == nil {
+		return
+	}
+	m.attempts.WithLabelValues(route, outcome).Inc()
 }
 
 // queueCollector reads River's queue depth, at most once a second however

@@ -732,6 +732,7 @@ func TestMetricsAfterTraffic(t *testing.T) {
 		`hookgate_ingest_ack_seconds_count{provider="github"} 2`,
 		`hookgate_dispatches_total{route="fwd",state="succeeded"} 1`,
 		`hookgate_receipt_to_success_seconds_count{route="fwd"} 1`,
+		`hookgate_forward_attempts_total{outcome="succeeded",route="fwd"} 1`,
 		`hookgate_queue_depth{state="available"}`,
 		`go_goroutines`,
 	} {
