@@ -65,8 +65,11 @@ func New(pool *pgxpool.Pool) *Metrics {
 	m.registry.MustRegister(m.ingest, m.secondary, m.ack, m.dispatches, m.toSuccess, m.attempts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if pool != nil {
-		m.registry.MustRegister(&queueCollector{pool: pool, desc: prometheus.NewDesc(
-			"hookgate_queue_depth", "River jobs waiting or running, by state.", []string{"state"}, nil)})
+		m.registry.MustRegister(&queueCollector{pool: pool,
+			desc: prometheus.NewDesc("hookgate_queue_depth", "River jobs waiting or running, by state.", []string{"state"}, nil),
+			oldest: prometheus.NewDesc("hookgate_dispatch_oldest_unfinished_seconds",
+				"Age of each route's oldest dispatch not yet finished (waiting, retrying or running); absent when it has none.",
+				[]string{"route"}, nil)})
 	}
 	return m
 }
@@ -118,57 +121,76 @@ func (m *Metrics) ForwardAttempt(route, outcome string) {
 // often /metrics is scraped: the endpoint needs no token, and a flood of
 // scrapes must not become a flood of queries.
 type queueCollector struct {
-	pool *pgxpool.Pool
-	desc *prometheus.Desc
+	pool   *pgxpool.Pool
+	desc   *prometheus.Desc
+	oldest *prometheus.Desc
 
-	mu     sync.Mutex
-	at     time.Time
-	counts map[string]float64
-	err    error
+	mu  sync.Mutex
+	at  time.Time
+	q   queue
+	err error
+}
+
+// queue is what one read of River's jobs found.
+type queue struct {
+	depth  map[string]float64 // jobs by state
+	oldest map[string]float64 // seconds, by route of a dispatch job
 }
 
 // queueEvery is how old the queue depth may be.
 const queueEvery = time.Second
 
-func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc; ch <- c.oldest }
 
 func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	if c.at.IsZero() || time.Since(c.at) >= queueEvery {
-		c.counts, c.err = c.read()
+		c.q, c.err = c.read()
 		c.at = time.Now()
 	}
-	counts, err := c.counts, c.err
+	q, err := c.q, c.err
 	c.mu.Unlock()
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.desc, err)
 		return
 	}
-	for state, n := range counts {
+	for state, n := range q.depth {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, n, state)
+	}
+	for route, age := range q.oldest {
+		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age, route)
 	}
 }
 
-func (c *queueCollector) read() (map[string]float64, error) {
+// read counts River's unfinished jobs by state and finds each route's oldest
+// unfinished dispatch, in one query.
+func (c *queueCollector) read() (queue, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	counts := map[string]float64{"available": 0, "scheduled": 0, "retryable": 0, "running": 0}
-	rows, err := c.pool.Query(ctx, `SELECT state::text, count(*) FROM river_job
-		WHERE state IN ('available', 'scheduled', 'retryable', 'running') GROUP BY state`)
+	q := queue{depth: map[string]float64{"available": 0, "scheduled": 0, "retryable": 0, "running": 0}, oldest: map[string]float64{}}
+	unavailable := errors.New("queue depth: the database did not answer")
+	rows, err := c.pool.Query(ctx, `SELECT state::text, CASE WHEN kind = 'hookgate_dispatch' THEN args->>'route' END,
+			count(*), extract(epoch FROM now() - min(created_at))::float8
+		FROM river_job WHERE state IN ('available', 'scheduled', 'retryable', 'running') GROUP BY 1, 2`)
 	if err != nil {
-		return nil, errors.New("queue depth: the database did not answer")
+		return queue{}, unavailable
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var state string
+		var route *string
 		var n int64
-		if err := rows.Scan(&state, &n); err != nil {
-			return nil, errors.New("queue depth: the database did not answer")
+		var age float64
+		if err := rows.Scan(&state, &route, &n, &age); err != nil {
+			return queue{}, unavailable
 		}
-		counts[state] = float64(n)
+		q.depth[state] += float64(n)
+		if route != nil {
+			q.oldest[*route] = max(q.oldest[*route], age)
+		}
 	}
 	if rows.Err() != nil {
-		return nil, errors.New("queue depth: the database did not answer")
+		return queue{}, unavailable
 	}
-	return counts, nil
+	return q, nil
 }

@@ -719,6 +719,11 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	b.handler.ServeHTTP(rec, githubRequest(ghReq{id: "m-1"}))
 	rec = httptest.NewRecorder()
 	b.handler.ServeHTTP(rec, githubRequest(ghReq{id: "m-2", signature: ptr("sha256=00")}))
+	rec = httptest.NewRecorder()
+	b.handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if text, _ := io.ReadAll(rec.Body); !bytes.Contains(text, []byte(`hookgate_dispatch_oldest_unfinished_seconds{route="fwd"}`)) {
+		t.Errorf("/metrics lacks the age of fwd's oldest waiting dispatch")
+	}
 	b.start(t)
 	b.waitDispatch(t, "m-1", "fwd", 1, "succeeded")
 
