@@ -183,11 +183,15 @@ func (s Secret) Value() string { return string(s) }
 type SecretList []string
 
 // Decode implements envconfig.Decoder: commas separate, surrounding spaces
-// are dropped, and an empty item is an error.
+// are dropped, and an empty item, or a value of white space only, is an error.
 func (l *SecretList) Decode(value string) error {
 	*l = nil
-	if strings.TrimSpace(value) == "" {
+	if value == "" {
 		return nil
+	}
+	if strings.TrimSpace(value) == "" {
+		// Not to be taken for a choice to leave the provider off.
+		return errors.New("white space only; unset it to leave the provider off")
 	}
 	for item := range strings.SplitSeq(value, ",") {
 		item = strings.TrimSpace(item)

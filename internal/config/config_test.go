@@ -49,6 +49,7 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		{"GATEWAY_WORKERS", "many", "GATEWAY_WORKERS"},
 		{"STRIPE_WEBHOOK_SECRET", "sk_live_oops", "STRIPE_WEBHOOK_SECRET: each secret must be a whsec_"},
 		{"GITHUB_WEBHOOK_SECRET", "topsecret,,other", "GITHUB_WEBHOOK_SECRET: an empty secret"},
+		{"GITHUB_WEBHOOK_SECRET", "  ", "GITHUB_WEBHOOK_SECRET: white space only"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name+"="+tt.value, func(t *testing.T) {

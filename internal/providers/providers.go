@@ -173,12 +173,14 @@ func keptHeaders(h http.Header, names ...string) map[string]string {
 	return kept
 }
 
-// Printable reports whether s is valid UTF-8 without control characters: what
-// ids, names and kept headers must be to be stored as text (PostgreSQL refuses
-// invalid UTF-8 and NUL) and shown to operators. Whatever names a stored
-// delivery passed it, so a value that fails it names none.
+// Printable reports whether s is valid UTF-8 of printable characters only
+// (letters, marks, numbers, punctuation, symbols and the ASCII space): what
+// ids, names and kept headers must be to be stored as text (PostgreSQL
+// refuses invalid UTF-8 and NUL) and shown to operators, whose terminals a
+// control, format or bidirectional character would mislead. Whatever names a
+// stored delivery passed it, so a value that fails it names none.
 func Printable(s string) bool {
-	return utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl)
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) })
 }
 
 // requireHeader returns a header's value, or ErrMissingHeader when it is

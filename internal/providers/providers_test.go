@@ -99,6 +99,10 @@ func TestGitHubParse(t *testing.T) {
 			h.Set("X-Hub-Signature-256", verify.SignGitHub("nope", prBody))
 		}), verify.ErrSignatureMismatch, "", "", ""},
 		{"signature of another body", prBody, githubHeader([]byte(`{}`), "pull_request", nil), verify.ErrSignatureMismatch, "", "", ""},
+		{"an action holding a bidirectional override", []byte(`{"action":"a\u202eb"}`), nil, providers.ErrBadPayload, "", "", ""},
+		{"a delivery id holding a zero-width space", prBody, githubHeader(prBody, "pull_request", func(h http.Header) {
+			h.Set("X-GitHub-Delivery", "d\u200b1")
+		}), providers.ErrMissingHeader, "", "", ""},
 		{"an action that is not printable text", []byte(`{"action":"open\u0000ed"}`), nil, providers.ErrBadPayload, "", "", ""},
 		{"signed but not JSON", []byte(`not json`), nil, providers.ErrBadPayload, "", "", ""},
 		{"signed JSON array", []byte(`[1,2]`), nil, providers.ErrBadPayload, "", "", ""},

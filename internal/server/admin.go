@@ -22,6 +22,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/idempotency"
+	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/rejections"
@@ -67,13 +68,19 @@ func (s *server) adminRoutes(r chi.Router) {
 }
 
 // printableOnly answers 400 for a request whose decoded path or query holds
-// anything but printable UTF-8 text. River UI passes queue names and filters
+// anything but printable UTF-8 text, and 503 while the database is not ready. River UI passes queue names and filters
 // from both to its queries as text, which PostgreSQL refuses to hold NUL or
 // invalid UTF-8, and River UI then answers 500.
 func (s *server) printableOnly(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !printableURL(r.URL) {
 			writeError(w, r, s.Logger, fmt.Errorf("%w: the path and query must be printable UTF-8 text", errBadRequest))
+			return
+		}
+		// River UI answers a database it cannot reach with a 400 of its own;
+		// the readiness check (at most once a second) answers as the contract does.
+		if _, err := s.ready.get(r.Context()); err != nil {
+			writeError(w, r, s.Logger, fmt.Errorf("%w: River UI: %w", ingest.ErrUnavailable, err))
 			return
 		}
 		next.ServeHTTP(w, r)

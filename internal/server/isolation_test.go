@@ -270,15 +270,19 @@ func deadPool(t *testing.T) *pgxpool.Pool {
 	return pool
 }
 
-// With the database down, the operator endpoints answer 503 unavailable with
-// Retry-After, as ingest does, never 500, and name nothing of the database.
+// With the database down, the operator endpoints (River UI's too, which would
+// answer a 400 of its own) answer 503 unavailable with Retry-After, as ingest
+// does, never 500, and name nothing of the database.
 func TestOperatorEndpointsWithTheDatabaseDown(t *testing.T) {
 	t.Parallel()
+	down := deadPool(t)
 	h := server.New(server.Config{
 		Logger: slog.New(slog.DiscardHandler),
-		Admin:  server.AdminConfig{Token: adminToken, Pool: deadPool(t)},
+		Ready:  func(ctx context.Context) error { return down.Ping(ctx) },
+		Admin: server.AdminConfig{Token: adminToken, Pool: down,
+			RiverUI: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadRequest) })},
 	})
-	for _, path := range []string{"/admin/deliveries", "/admin/deliveries/github/d-1", "/admin/replays", "/admin/rejections"} {
+	for _, path := range []string{"/admin/deliveries", "/admin/deliveries/github/d-1", "/admin/replays", "/admin/rejections", "/admin/river/api/jobs"} {
 		req := httptest.NewRequest(http.MethodGet, path, nil)
 		req.Header.Set("Authorization", "Bearer "+adminToken)
 		rec := httptest.NewRecorder()

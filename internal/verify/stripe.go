@@ -83,8 +83,12 @@ func (h StripeHeader) Match(secrets Secrets, body []byte) (int, error) {
 // than tolerance from now, in either direction. It needs no body, so a stale
 // delivery can be refused before its body is read.
 func (h StripeHeader) Fresh(now time.Time, tolerance time.Duration) error {
-	if skew := now.Sub(h.Timestamp).Abs(); skew > tolerance {
-		return fmt.Errorf("%w: signed %s from now, tolerance %s", ErrTimestampOutOfTolerance, skew.Round(time.Second), tolerance)
+	if skew := now.Sub(h.Timestamp); skew.Abs() > tolerance {
+		when := skew.Round(time.Second).String() + " ago"
+		if skew < 0 {
+			when = (-skew).Round(time.Second).String() + " ahead of this server's clock"
+		}
+		return fmt.Errorf("%w: signed %s, tolerance %s", ErrTimestampOutOfTolerance, when, tolerance)
 	}
 	return nil
 }
