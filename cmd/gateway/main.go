@@ -36,6 +36,7 @@ import (
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
 	"github.com/hookgate/hookgate/internal/rejections"
+	"github.com/hookgate/hookgate/internal/schema"
 	"github.com/hookgate/hookgate/internal/server"
 	"github.com/hookgate/hookgate/internal/verify"
 )
@@ -106,7 +107,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer closeDB()
-	if err := jobs.Migrate(ctx, pool, logger); err != nil {
+	if err := schema.Migrate(ctx, pool, logger); err != nil {
 		return err
 	}
 	if command == "migrate" {
@@ -180,7 +181,7 @@ func readiness(pool *pgxpool.Pool) func(context.Context) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if schemaErr != nil || time.Since(checked) >= schemaEvery {
-			schemaErr, checked = jobs.CheckSchema(ctx, pool), time.Now()
+			schemaErr, checked = schema.Check(ctx, pool), time.Now()
 		}
 		return schemaErr
 	}

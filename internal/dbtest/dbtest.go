@@ -23,8 +23,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
-	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/pgembed"
+	"github.com/hookgate/hookgate/internal/schema"
 )
 
 const template = "hookgate_template"
@@ -85,7 +85,7 @@ func createTemplate(ctx context.Context) error {
 		return err
 	}
 	defer pool.Close()
-	return jobs.Migrate(ctx, pool, slog.New(slog.DiscardHandler))
+	return schema.Migrate(ctx, pool, slog.New(slog.DiscardHandler))
 }
 
 // URL returns the URL of a new, migrated database that is dropped when the

@@ -23,6 +23,7 @@ import (
 	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
+	"github.com/hookgate/hookgate/internal/schema"
 	"github.com/hookgate/hookgate/internal/server"
 	"github.com/hookgate/hookgate/internal/verify"
 )
@@ -71,7 +72,7 @@ func setup(t testing.TB, opts setupOpts) *testBundle {
 	}
 	ready := opts.ready
 	if ready == nil {
-		ready = func(ctx context.Context) error { return jobs.CheckSchema(ctx, ingestPool) }
+		ready = func(ctx context.Context) error { return schema.Check(ctx, ingestPool) }
 	}
 	provs := []providers.Provider{providers.GitHub{Secrets: verify.Secrets{"gh-old", ghSecret}}}
 	if !opts.noStripe {

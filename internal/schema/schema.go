@@ -1,4 +1,9 @@
-package jobs
+// Package schema applies hookgate's database schema and checks that it is
+// current: River's migrations (rivermigrate) and then hookgate's own numbered
+// SQL files (package migrations), under an advisory lock so that several
+// processes may start at once. A gateway refuses to serve on a schema that is
+// behind.
+package schema
 
 import (
 	"context"
@@ -18,8 +23,8 @@ import (
 	"github.com/hookgate/hookgate/migrations"
 )
 
-// ErrSchemaBehind means the database lacks migrations this build needs.
-var ErrSchemaBehind = errors.New("database schema is behind")
+// ErrBehind means the database lacks migrations this build needs.
+var ErrBehind = errors.New("database schema is behind")
 
 // migrateLockKey is the advisory lock that serialises migrations across
 // processes starting at once ("hookgate" in ASCII).
@@ -129,9 +134,9 @@ func appliedVersions(ctx context.Context, conn *pgx.Conn) (map[int]bool, error) 
 	return applied, nil
 }
 
-// CheckSchema returns nil when every migration this build knows, River's and
-// hookgate's, is applied, and an error wrapping ErrSchemaBehind when not.
-func CheckSchema(ctx context.Context, pool *pgxpool.Pool) error {
+// Check returns nil when every migration this build knows, River's and
+// hookgate's, is applied, and an error wrapping ErrBehind when not.
+func Check(ctx context.Context, pool *pgxpool.Pool) error {
 	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err
@@ -141,7 +146,7 @@ func CheckSchema(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("check river schema: %w", err)
 	}
 	if !res.OK {
-		return fmt.Errorf("%w: river: %s", ErrSchemaBehind, strings.Join(res.Messages, "; "))
+		return fmt.Errorf("%w: river: %s", ErrBehind, strings.Join(res.Messages, "; "))
 	}
 	ms, err := ourMigrations()
 	if err != nil {
@@ -157,7 +162,7 @@ func CheckSchema(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("check schema: %w", err)
 	}
 	if !exists {
-		return fmt.Errorf("%w: no hookgate migrations applied", ErrSchemaBehind)
+		return fmt.Errorf("%w: no hookgate migrations applied", ErrBehind)
 	}
 	applied, err := appliedVersions(ctx, conn.Conn())
 	if err != nil {
@@ -165,7 +170,7 @@ func CheckSchema(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	for _, m := range ms {
 		if !applied[m.version] {
-			return fmt.Errorf("%w: %s not applied", ErrSchemaBehind, m.name)
+			return fmt.Errorf("%w: %s not applied", ErrBehind, m.name)
 		}
 	}
 	return nil

@@ -1,4 +1,4 @@
-package jobs_test
+package schema_test
 
 import (
 	"context"
@@ -10,8 +10,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/dbtest"
-	"github.com/hookgate/hookgate/internal/jobs"
+	"github.com/hookgate/hookgate/internal/schema"
 )
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
 
 // Several processes starting at once all migrate; one applies, none fails, and
 // the schema is current afterwards.
@@ -25,8 +27,8 @@ func TestMigrateConcurrentlyOnEmptyDatabase(t *testing.T) {
 	}
 	defer pool.Close()
 
-	if err := jobs.CheckSchema(ctx, pool); !errors.Is(err, jobs.ErrSchemaBehind) {
-		t.Fatalf("CheckSchema on empty = %v, want ErrSchemaBehind", err)
+	if err := schema.Check(ctx, pool); !errors.Is(err, schema.ErrBehind) {
+		t.Fatalf("Check on empty = %v, want ErrBehind", err)
 	}
 
 	var wg sync.WaitGroup
@@ -39,7 +41,7 @@ func TestMigrateConcurrentlyOnEmptyDatabase(t *testing.T) {
 				return
 			}
 			defer p.Close()
-			errs <- jobs.Migrate(ctx, p, slog.New(slog.DiscardHandler))
+			errs <- schema.Migrate(ctx, p, slog.New(slog.DiscardHandler))
 		})
 	}
 	wg.Wait()
@@ -49,15 +51,15 @@ func TestMigrateConcurrentlyOnEmptyDatabase(t *testing.T) {
 			t.Fatalf("Migrate: %v", err)
 		}
 	}
-	if err := jobs.CheckSchema(ctx, pool); err != nil {
-		t.Fatalf("CheckSchema after = %v", err)
+	if err := schema.Check(ctx, pool); err != nil {
+		t.Fatalf("Check after = %v", err)
 	}
 	var n int
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM hookgate_migrations").Scan(&n); err != nil || n == 0 {
 		t.Fatalf("hookgate_migrations rows = %d, %v", n, err)
 	}
 	// Nothing left to do the second time.
-	if err := jobs.Migrate(ctx, pool, slog.New(slog.DiscardHandler)); err != nil {
+	if err := schema.Migrate(ctx, pool, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}
 	var again int
@@ -70,8 +72,8 @@ func TestMigrateConcurrentlyOnEmptyDatabase(t *testing.T) {
 	if _, err := pool.Exec(ctx, "DELETE FROM hookgate_migrations WHERE version = 1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := jobs.CheckSchema(ctx, pool); !errors.Is(err, jobs.ErrSchemaBehind) {
-		t.Fatalf("CheckSchema with a missing migration = %v", err)
+	if err := schema.Check(ctx, pool); !errors.Is(err, schema.ErrBehind) {
+		t.Fatalf("Check with a missing migration = %v", err)
 	}
 }
 
