@@ -29,6 +29,7 @@ import (
 	"github.com/hookgate/hookgate/internal/bench"
 	"github.com/hookgate/hookgate/internal/cli"
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/metrics"
@@ -209,7 +210,7 @@ func serveMetrics(addr string, m *metrics.Metrics, logger *slog.Logger) (*http.S
 // stops accepting, finishes requests in flight, and stops River softly.
 func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger) error {
 	handlers := jobs.DefaultHandlers(logger)
-	routes, err := jobs.ParseRoutes(cfg.Routes, handlers)
+	routes, err := fanout.Parse(cfg.Routes, handlers.Names())
 	if err != nil {
 		return fmt.Errorf("configuration: GATEWAY_ROUTES: %w", err)
 	}

@@ -35,6 +35,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
@@ -300,7 +301,7 @@ func runCeiling(ctx context.Context, env Env, o options, gen *generator) (float6
 		return 0, err
 	}
 	defer closeDB()
-	routes, err := jobs.ParseRoutes(env.Config.Routes, jobs.DefaultHandlers(nil))
+	routes, err := fanout.Parse(env.Config.Routes, jobs.DefaultHandlers(nil).Names())
 	if err != nil {
 		return 0, fmt.Errorf("GATEWAY_ROUTES: %w", err)
 	}

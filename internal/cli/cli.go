@@ -26,6 +26,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/deliveries"
+	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/jobs"
 )
 
@@ -283,7 +284,7 @@ func replay(ctx context.Context, env Env, args []string) error {
 		}
 	}
 	handlers := jobs.DefaultHandlers(nil)
-	table, err := jobs.ParseRoutes(env.Config.Routes, handlers)
+	table, err := fanout.Parse(env.Config.Routes, handlers.Names())
 	if err != nil {
 		return fmt.Errorf("GATEWAY_ROUTES: %w", err)
 	}

@@ -47,7 +47,7 @@ type Config struct {
 	MetricsAddr string `envconfig:"GATEWAY_METRICS_ADDR"`
 	// Retention is how long receipts are kept; at least 72h. Defaults to 720h.
 	Retention time.Duration `envconfig:"GATEWAY_RETENTION" default:"720h"`
-	// Routes is the fan-out table (see jobs.ParseRoutes). Empty: deliveries
+	// Routes is the fan-out table (see fanout.Parse). Empty: deliveries
 	// are stored and nothing is dispatched.
 	Routes string `envconfig:"GATEWAY_ROUTES"`
 	// ForwardSecret signs what the forwarder sends. Empty: not signed.

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/dbtest"
+	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
@@ -28,7 +29,7 @@ func setup(t *testing.T) (*ingest.Ingester, *pgxpool.Pool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	routes, err := jobs.ParseRoutes("a=github:push>builtin:log b=*:*>builtin:log", jobs.DefaultHandlers(logger))
+	routes, err := fanout.Parse("a=github:push>builtin:log b=*:*>builtin:log", jobs.DefaultHandlers(logger).Names())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+
+	"github.com/hookgate/hookgate/internal/fanout"
 )
 
 // DispatchKind is the River job kind of a dispatch. Stable: stored in river_job.
@@ -42,7 +44,7 @@ type Enqueuer struct {
 	// Client inserts the jobs; it may be an insert-only client.
 	Client *river.Client[pgx.Tx]
 	// Routes is the fan-out table.
-	Routes Routes
+	Routes fanout.Table
 	// MaxAttempts is each job's attempt limit. Defaults to River's (25).
 	MaxAttempts int
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/internal/dbtest"
+	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
@@ -49,7 +50,7 @@ func setupDispatch(t testing.TB, routes string, handlers jobs.Handlers, opts ...
 		pool = dbtest.NewPool(t)
 	}
 	logger := slog.New(slog.DiscardHandler)
-	rs, err := jobs.ParseRoutes(routes, handlers)
+	rs, err := fanout.Parse(routes, handlers.Names())
 	if err != nil {
 		t.Fatal(err)
 	}

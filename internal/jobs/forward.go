@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/verify"
 )
 
@@ -96,7 +97,7 @@ func (f *Forwarder) Forward(ctx context.Context, target string, d Delivery) erro
 
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(d.Body))
 	if err != nil {
-		return &ForwardError{Permanent: true, Detail: "bad target " + RedactURL(target)}
+		return &ForwardError{Permanent: true, Detail: "bad target " + fanout.RedactURL(target)}
 	}
 	h := req.Header
 	h.Set("Content-Type", d.ContentType)
@@ -119,7 +120,7 @@ func (f *Forwarder) Forward(ctx context.Context, target string, d Delivery) erro
 		}
 		var urlErr *url.Error
 		if errors.As(err, &urlErr) { // its text quotes the whole URL
-			return &ForwardError{Detail: urlErr.Op + " " + RedactURL(urlErr.URL) + ": " + urlErr.Err.Error()}
+			return &ForwardError{Detail: urlErr.Op + " " + fanout.RedactURL(urlErr.URL) + ": " + urlErr.Err.Error()}
 		}
 		return &ForwardError{Detail: err.Error()}
 	}
@@ -137,7 +138,7 @@ func (f *Forwarder) Forward(ctx context.Context, target string, d Delivery) erro
 		fe.RetryAfter = parseRetryAfter(res.Header.Get("Retry-After"), time.Now())
 	case res.StatusCode >= 300 && res.StatusCode < 400:
 		fe.Permanent = true
-		fe.Detail = "redirect to " + RedactURL(res.Header.Get("Location")) + " not followed"
+		fe.Detail = "redirect to " + fanout.RedactURL(res.Header.Get("Location")) + " not followed"
 	default:
 		fe.Permanent = true
 	}
@@ -160,27 +161,6 @@ func AttemptOutcome(err error) string {
 		return "timeout"
 	}
 	return "connection"
-}
-
-// RedactURL returns a URL without what may be a credential: its userinfo and
-// its query values are dropped (the query's names are kept, to tell targets
-// apart). A target's URL is shown this way in errors, logs and metrics. Text
-// that is no URL is not shown at all.
-func RedactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(an unreadable URL)"
-	}
-	u.User = nil
-	u.Fragment, u.RawFragment = "", ""
-	if u.RawQuery != "" {
-		q := u.Query()
-		for name := range q {
-			q[name] = []string{""}
-		}
-		u.RawQuery = q.Encode()
-	}
-	return u.String()
 }
 
 // IdempotencyKey is the key a target sees on every attempt, retry and replay

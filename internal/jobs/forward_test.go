@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/hookgate/hookgate/internal/deliveries"
+	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/verify"
@@ -638,7 +639,7 @@ func TestForwardErrorsRedactTheTargetURL(t *testing.T) {
 		}
 		t.Logf("%v", err)
 	}
-	if got := jobs.RedactURL("https://u:p@h.example/p?token=t&x=1#frag"); got != "https://h.example/p?token=&x=" {
+	if got := fanout.RedactURL("https://u:p@h.example/p?token=t&x=1#frag"); got != "https://h.example/p?token=&x=" {
 		t.Fatalf("RedactURL = %q", got)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/dbtest"
+	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/receipts"
 )
@@ -37,7 +38,7 @@ func runWorkerProcess(url, routes string) error {
 		return err
 	}
 	handlers := jobs.DefaultHandlers(discard())
-	rs, err := jobs.ParseRoutes(routes, handlers)
+	rs, err := fanout.Parse(routes, handlers.Names())
 	if err != nil {
 		return err
 	}

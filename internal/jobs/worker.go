@@ -16,6 +16,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/hookgate/hookgate/internal/batch"
+	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/receipts"
 )
@@ -42,7 +43,7 @@ type DispatchWorker struct {
 	// Pool is the database the dispatch rows and receipts live in.
 	Pool *pgxpool.Pool
 	// Routes is the fan-out table.
-	Routes Routes
+	Routes fanout.Table
 	// Handlers are the builtin targets.
 	Handlers Handlers
 	// Forwarder sends to http(s) targets.

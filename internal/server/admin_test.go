@@ -22,6 +22,7 @@ import (
 	"riverqueue.com/riverui"
 
 	"github.com/hookgate/hookgate/internal/dbtest"
+	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/metrics"
@@ -63,7 +64,7 @@ func setupAdmin(t *testing.T, token string) *adminBundle {
 	t.Cleanup(b.target.Close)
 	logger := slog.New(slog.DiscardHandler)
 	handlers := jobs.DefaultHandlers(logger)
-	routes, err := jobs.ParseRoutes("fwd=github:push,stripe:invoice.*>"+b.target.URL+" audit=*:*>builtin:log", handlers)
+	routes, err := fanout.Parse("fwd=github:push,stripe:invoice.*>"+b.target.URL+" audit=*:*>builtin:log", handlers.Names())
 	if err != nil {
 		t.Fatal(err)
 	}

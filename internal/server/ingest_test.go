@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/dbtest"
+	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/metrics"
@@ -66,7 +67,7 @@ func setup(t testing.TB, opts setupOpts) *testBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	routes, err := jobs.ParseRoutes(testRoutes, jobs.DefaultHandlers(logger))
+	routes, err := fanout.Parse(testRoutes, jobs.DefaultHandlers(logger).Names())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,15 +1,20 @@
-package jobs
+// Package fanout is the fan-out table: which routes a delivery goes to, by
+// provider and event name, and where each route sends it (an http(s) URL or
+// a builtin handler). It knows nothing of River or the database; package jobs
+// dispatches what it decides.
+package fanout
 
 import (
 	"errors"
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 )
 
-// ErrBadRoutes means GATEWAY_ROUTES could not be parsed.
-var ErrBadRoutes = errors.New("bad route")
+// ErrBadTable means GATEWAY_ROUTES could not be parsed.
+var ErrBadTable = errors.New("bad route")
 
 // Route is one entry of the fan-out table: deliveries whose provider and event
 // match any of Matches are dispatched to Target.
@@ -80,11 +85,11 @@ func glob(pattern, s string) bool {
 	return p == len(pattern)
 }
 
-// Routes is the fan-out table, in the order it was configured.
-type Routes []Route
+// Table is the fan-out table, its routes in the order they were configured.
+type Table []Route
 
 // Matching returns the names of the routes that match a delivery.
-func (rs Routes) Matching(provider, event string) []string {
+func (rs Table) Matching(provider, event string) []string {
 	var names []string
 	for _, r := range rs {
 		for _, m := range r.Matches {
@@ -98,7 +103,7 @@ func (rs Routes) Matching(provider, event string) []string {
 }
 
 // ByName returns the route with the given name.
-func (rs Routes) ByName(name string) (Route, bool) {
+func (rs Table) ByName(name string) (Route, bool) {
 	for _, r := range rs {
 		if r.Name == name {
 			return r, true
@@ -115,47 +120,47 @@ var (
 // knownProviders are the provider names a match may name.
 var knownProviders = map[string]bool{"github": true, "stripe": true, "*": true}
 
-// ParseRoutes parses GATEWAY_ROUTES: space-separated name=match[,match...]>target.
-// A builtin target must name one of handlers.
-func ParseRoutes(s string, handlers Handlers) (Routes, error) {
-	var rs Routes
+// Parse parses GATEWAY_ROUTES: space-separated name=match[,match...]>target.
+// A builtin target must name one of builtins.
+func Parse(s string, builtins []string) (Table, error) {
+	var rs Table
 	seen := map[string]bool{}
 	for _, entry := range strings.Fields(s) {
 		name, rest, ok := strings.Cut(entry, "=")
 		if !ok {
-			return nil, fmt.Errorf("%w %q: want name=provider:pattern[,...]>target", ErrBadRoutes, entry)
+			return nil, fmt.Errorf("%w %q: want name=provider:pattern[,...]>target", ErrBadTable, entry)
 		}
 		if !routeNameRE.MatchString(name) {
-			return nil, fmt.Errorf("%w %q: the name must be 1-64 of a-z, 0-9, _ and -, starting with a letter or digit", ErrBadRoutes, entry)
+			return nil, fmt.Errorf("%w %q: the name must be 1-64 of a-z, 0-9, _ and -, starting with a letter or digit", ErrBadTable, entry)
 		}
 		if seen[name] {
-			return nil, fmt.Errorf("%w %q: the name %s is used twice", ErrBadRoutes, entry, name)
+			return nil, fmt.Errorf("%w %q: the name %s is used twice", ErrBadTable, entry, name)
 		}
 		seen[name] = true
 		matches, target, ok := strings.Cut(rest, ">")
 		if !ok || target == "" {
-			return nil, fmt.Errorf("%w %q: no >target", ErrBadRoutes, entry)
+			return nil, fmt.Errorf("%w %q: no >target", ErrBadTable, entry)
 		}
 		r := Route{Name: name, Target: target}
 		for m := range strings.SplitSeq(matches, ",") {
 			provider, pattern, ok := strings.Cut(m, ":")
 			if !ok || !knownProviders[provider] || !patternRE.MatchString(pattern) {
-				return nil, fmt.Errorf("%w %q: match %q must be provider:pattern with provider github, stripe or *", ErrBadRoutes, entry, m)
+				return nil, fmt.Errorf("%w %q: match %q must be provider:pattern with provider github, stripe or *", ErrBadTable, entry, m)
 			}
 			r.Matches = append(r.Matches, Match{Provider: provider, Pattern: pattern})
 		}
-		if err := checkTarget(target, handlers); err != nil {
-			return nil, fmt.Errorf("%w %q: %w", ErrBadRoutes, entry, err)
+		if err := checkTarget(target, builtins); err != nil {
+			return nil, fmt.Errorf("%w %q: %w", ErrBadTable, entry, err)
 		}
 		rs = append(rs, r)
 	}
 	return rs, nil
 }
 
-func checkTarget(target string, handlers Handlers) error {
+func checkTarget(target string, builtins []string) error {
 	if name, ok := strings.CutPrefix(target, "builtin:"); ok {
-		if _, ok := handlers[name]; !ok {
-			return fmt.Errorf("no builtin handler named %q (have %s)", name, strings.Join(handlers.Names(), ", "))
+		if !slices.Contains(builtins, name) {
+			return fmt.Errorf("no builtin handler named %q (have %s)", name, strings.Join(builtins, ", "))
 		}
 		return nil
 	}
@@ -164,4 +169,25 @@ func checkTarget(target string, handlers Handlers) error {
 		return fmt.Errorf("target %q must be an http:// or https:// URL or builtin:<name>", RedactURL(target))
 	}
 	return nil
+}
+
+// RedactURL returns a URL without what may be a credential: its userinfo and
+// its query values are dropped (the query's names are kept, to tell targets
+// apart). A target's URL is shown this way in errors, logs and metrics. Text
+// that is no URL is not shown at all.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(an unreadable URL)"
+	}
+	u.User = nil
+	u.Fragment, u.RawFragment = "", ""
+	if u.RawQuery != "" {
+		q := u.Query()
+		for name := range q {
+			q[name] = []string{""}
+		}
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
 }

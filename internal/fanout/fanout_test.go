@@ -1,12 +1,11 @@
-package jobs_test
+package fanout_test
 
 import (
 	"errors"
-	"log/slog"
 	"slices"
 	"testing"
 
-	"github.com/hookgate/hookgate/internal/jobs"
+	"github.com/hookgate/hookgate/internal/fanout"
 )
 
 func TestMatch(t *testing.T) {
@@ -40,17 +39,17 @@ func TestMatch(t *testing.T) {
 		{"stripe", "invoice*", "stripe", "invoice", true},
 	}
 	for _, tt := range tests {
-		m := jobs.Match{Provider: tt.provider, Pattern: tt.pattern}
+		m := fanout.Match{Provider: tt.provider, Pattern: tt.pattern}
 		if got := m.Matches(tt.evProvider, tt.event); got != tt.want {
 			t.Errorf("%s:%s on %s %s = %v, want %v", tt.provider, tt.pattern, tt.evProvider, tt.event, got, tt.want)
 		}
 	}
 }
 
-func TestParseRoutes(t *testing.T) {
+func TestParse(t *testing.T) {
 	t.Parallel()
-	handlers := jobs.DefaultHandlers(slog.New(slog.DiscardHandler))
-	rs, err := jobs.ParseRoutes("ci=github:push,github:pull_request.*>http://127.0.0.1:9000/ci billing=stripe:invoice.*,stripe:customer.subscription.*>https://billing.internal/stripe  audit=*:*>builtin:log", handlers)
+	handlers := []string{"log", "stripe-subscriptions"}
+	rs, err := fanout.Parse("ci=github:push,github:pull_request.*>http://127.0.0.1:9000/ci billing=stripe:invoice.*,stripe:customer.subscription.*>https://billing.internal/stripe  audit=*:*>builtin:log", handlers)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +65,7 @@ func TestParseRoutes(t *testing.T) {
 	if got := rs.Matching("stripe", "invoice.paid"); !slices.Equal(got, []string{"billing", "audit"}) {
 		t.Fatalf("matching = %v", got)
 	}
-	if rs, err := jobs.ParseRoutes("  ", handlers); err != nil || len(rs) != 0 {
+	if rs, err := fanout.Parse("  ", handlers); err != nil || len(rs) != 0 {
 		t.Fatalf("empty: %v %v", rs, err)
 	}
 
@@ -84,8 +83,8 @@ func TestParseRoutes(t *testing.T) {
 		"a=github:push>http://",
 		"a=github:push>builtin:log a=stripe:x>builtin:log",
 	} {
-		if _, err := jobs.ParseRoutes(bad, handlers); !errors.Is(err, jobs.ErrBadRoutes) {
-			t.Errorf("ParseRoutes(%q) err = %v, want ErrBadRoutes", bad, err)
+		if _, err := fanout.Parse(bad, handlers); !errors.Is(err, fanout.ErrBadTable) {
+			t.Errorf("Parse(%q) err = %v, want ErrBadTable", bad, err)
 		}
 	}
 }
