@@ -43,8 +43,8 @@ type DB = receipts.DBTX
 // cancelled, and so replayable. (The worker records an outcome before River
 // completes the job, so a job that is gone with its row still in progress
 // was deleted.)
-const StateSQL = `CASE
-	WHEN d.state IN ('succeeded', 'superseded', 'discarded', 'cancelled') THEN d.state
+var StateSQL = `CASE
+	WHEN d.state IN (` + FinalSQL + `) THEN d.state
 	WHEN d.job_id IS NOT NULL AND j.id IS NULL THEN 'cancelled'
 	WHEN j.state = 'running' THEN 'running'
 	WHEN j.state IN ('cancelled', 'discarded') THEN j.state::text
@@ -52,14 +52,14 @@ const StateSQL = `CASE
 
 // latestStatesSQL lists the live state of the latest dispatch of each route of
 // the event r (a hookgate_receipts row alias).
-const latestStatesSQL = `SELECT DISTINCT ON (d.route) ` + StateSQL + ` AS state
+var latestStatesSQL = `SELECT DISTINCT ON (d.route) ` + StateSQL + ` AS state
 	FROM hookgate_dispatches d LEFT JOIN river_job j ON j.id = d.job_id
 	WHERE d.provider = r.provider AND d.delivery_id = r.delivery_id
 	ORDER BY d.route, d.generation DESC`
 
 // summaryOrder is the order in which a delivery's summary state is chosen
 // among the latest dispatches of its routes: the first one present wins.
-var summaryOrder = []string{"discarded", "retrying", "running", "pending", "cancelled", "succeeded", "superseded"}
+var summaryOrder = []string{Discarded, Retrying, Running, Pending, Cancelled, Succeeded, Superseded}
 
 // States are the values the state filter accepts.
 var States = append(slices.Clone(summaryOrder), "stored")

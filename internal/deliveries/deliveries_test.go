@@ -1,15 +1,20 @@
 package deliveries_test
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/deliveries"
 )
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
 
 func TestSummary(t *testing.T) {
 	t.Parallel()
@@ -107,5 +112,39 @@ func TestCheckKey(t *testing.T) {
 		if err := deliveries.CheckKey(k[0], k[1]); err != nil {
 			t.Errorf("%q: %v", k, err)
 		}
+	}
+}
+
+// Every dispatch state is either final or in progress, never both; the
+// operators' summary knows each one; and the database accepts exactly these:
+// a state added in one place and forgotten in another fails here.
+func TestDispatchStatesAreOneList(t *testing.T) {
+	t.Parallel()
+	all := append(slices.Clone(deliveries.FinalStates), deliveries.InProgressStates...)
+	for _, s := range all {
+		if deliveries.IsFinal(s) == deliveries.IsInProgress(s) {
+			t.Errorf("%s is final %v and in progress %v", s, deliveries.IsFinal(s), deliveries.IsInProgress(s))
+		}
+		if !slices.Contains(deliveries.States, s) {
+			t.Errorf("the state filter does not know %s", s)
+		}
+	}
+	if len(deliveries.States) != len(all)+1 { // and "stored"
+		t.Errorf("the state filter has %v, the dispatch states are %v", deliveries.States, all)
+	}
+	pool := dbtest.NewPool(t)
+	var check string
+	err := pool.QueryRow(context.Background(), `SELECT pg_get_constraintdef(oid) FROM pg_constraint
+		WHERE conrelid = 'hookgate_dispatches'::regclass AND contype = 'c' AND pg_get_constraintdef(oid) LIKE '%state%'`).Scan(&check)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range all {
+		if !strings.Contains(check, "'"+s+"'") {
+			t.Errorf("the database's check %s does not allow %s", check, s)
+		}
+	}
+	if n := strings.Count(check, "'::text"); n != len(all) {
+		t.Errorf("the database's check allows %d states, the code knows %d: %s", n, len(all), check)
 	}
 }

@@ -10,21 +10,23 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/fanout"
 )
 
 // DispatchKind is the River job kind of a dispatch. Stable: stored in river_job.
 const DispatchKind = "hookgate_dispatch"
 
-// Dispatch states, as stored in hookgate_dispatches.state.
+// Dispatch states, as stored in hookgate_dispatches.state: the one list is
+// package deliveries'.
 const (
-	StatePending    = "pending"
-	StateRunning    = "running"
-	StateSucceeded  = "succeeded"
-	StateRetrying   = "retrying"
-	StateDiscarded  = "discarded"
-	StateSuperseded = "superseded"
-	StateCancelled  = "cancelled"
+	StatePending    = deliveries.Pending
+	StateRunning    = deliveries.Running
+	StateSucceeded  = deliveries.Succeeded
+	StateRetrying   = deliveries.Retrying
+	StateDiscarded  = deliveries.Discarded
+	StateSuperseded = deliveries.Superseded
+	StateCancelled  = deliveries.Cancelled
 )
 
 // DispatchArgs are a dispatch job's arguments: the key of its dispatch row.

@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+
+	"github.com/hookgate/hookgate/internal/deliveries"
 )
 
 // RetentionArgs are the periodic job that deletes expired receipts.
@@ -49,9 +51,9 @@ func (w *RetentionWorker) Work(ctx context.Context, _ *river.Job[RetentionArgs])
 // exists: its receipt is what it will send, so retention keeps it, however
 // long the target has been down. A dispatch whose job was cancelled,
 // discarded or deleted is not in progress, whatever its row says.
-const liveDispatchSQL = `SELECT 1 FROM hookgate_dispatches d JOIN river_job j ON j.id = d.job_id
+var liveDispatchSQL = `SELECT 1 FROM hookgate_dispatches d JOIN river_job j ON j.id = d.job_id
 	WHERE d.provider = r.provider AND d.delivery_id = r.delivery_id
-	AND d.state IN ('pending', 'running', 'retrying')
+	AND d.state IN (` + deliveries.InProgressSQL + `)
 	AND j.state NOT IN ('cancelled', 'discarded', 'completed')`
 
 // DeleteExpired runs retention once and returns how many receipts it deleted.
@@ -134,7 +136,7 @@ func (w *ReconcileWorker) Work(ctx context.Context, _ *river.Job[ReconcileArgs])
 			last_error = coalesce(d.last_error, 'River job ' || j.state::text)
 		FROM river_job j
 		WHERE j.state IN ('cancelled', 'discarded') AND j.kind = $1
-		AND d.job_id = j.id AND d.state IN ('pending', 'running', 'retrying')`, DispatchKind)
+		AND d.job_id = j.id AND d.state IN (`+deliveries.InProgressSQL+`)`, DispatchKind)
 	if err != nil {
 		return fmt.Errorf("reconcile dispatches: %w", err)
 	}

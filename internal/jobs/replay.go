@@ -33,9 +33,6 @@ type ReplayRequest struct {
 	Force bool
 }
 
-// inProgress are the live states a replay leaves alone.
-var inProgress = map[string]bool{StatePending: true, StateRunning: true, StateRetrying: true}
-
 // RedispatchTx creates, in tx, a new generation of the dispatch of each route
 // the request selects, with its River job. Routes are those that match the
 // event under the current route table.
@@ -100,7 +97,7 @@ func (e *Enqueuer) RedispatchTx(ctx context.Context, tx pgx.Tx, provider, delive
 	for _, r := range routes {
 		l, ok := last[r]
 		switch {
-		case ok && inProgress[l.state]:
+		case ok && deliveries.IsInProgress(l.state): // a replay leaves it alone
 		case ok && (l.state == StateDiscarded || l.state == StateCancelled), req.Force:
 			want = append(want, Created{Provider: provider, DeliveryID: deliveryID, Route: r, Generation: l.generation + 1})
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/hookgate/hookgate/internal/batch"
+	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/receipts"
@@ -69,9 +70,6 @@ var (
 	// errNoTarget means the route or its builtin handler is not configured.
 	errNoTarget = errors.New("no such target")
 )
-
-// finalStates are the states after which a dispatch never runs its target again.
-var finalStates = map[string]bool{StateSucceeded: true, StateSuperseded: true, StateDiscarded: true, StateCancelled: true}
 
 // Work implements river.Worker.
 func (w *DispatchWorker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
@@ -177,7 +175,7 @@ func (w *DispatchWorker) runBuiltin(ctx context.Context, job *river.Job[Dispatch
 	if err != nil {
 		return fmt.Errorf("lock dispatch: %w", err)
 	}
-	if finalStates[state] {
+	if deliveries.IsFinal(state) {
 		// River ran the job again after its outcome was committed (a rescue
 		// after a crash): the effect already happened, only complete the job.
 		return w.complete(ctx, tx, job)
@@ -297,7 +295,7 @@ func (w *DispatchWorker) forward(ctx context.Context, job *river.Job[DispatchArg
 		return err
 	}
 	defer c.release(ctx)
-	if finalStates[c.state] {
+	if deliveries.IsFinal(c.state) {
 		return nil // already decided (River ran the job again): nothing to do
 	}
 
@@ -522,7 +520,7 @@ func writeOutcomes(ctx context.Context, tx pgx.Tx, os []outcome) error {
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[])
 			AS t(provider, delivery_id, route, generation, state, attempts)
 		WHERE d.provider = t.provider AND d.delivery_id = t.delivery_id AND d.route = t.route AND d.generation = t.generation
-		AND d.state NOT IN ('succeeded', 'superseded', 'discarded', 'cancelled')`,
+		AND d.state NOT IN (`+deliveries.FinalSQL+`)`,
 		providers, ids, routes, gens, states, attempts)
 	if err != nil {
 		return fmt.Errorf("record outcomes: %w", err)
