@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/verify"
 )
 
@@ -30,7 +31,7 @@ func send(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(rest) != 1 || (rest[0] != "github" && rest[0] != "stripe") {
+	if len(rest) != 1 || !providers.Known(rest[0]) {
 		return usageErr("usage: send github|stripe --event E [--file F] [--url URL]")
 	}
 	provider := rest[0]

@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/hookgate/hookgate/internal/providers"
 )
 
 // ErrBadTable means GATEWAY_ROUTES could not be parsed.
@@ -117,9 +119,6 @@ var (
 	patternRE   = regexp.MustCompile(`^[A-Za-z0-9_.*-]{1,255}$`)
 )
 
-// knownProviders are the provider names a match may name.
-var knownProviders = map[string]bool{"github": true, "stripe": true, "*": true}
-
 // Parse parses GATEWAY_ROUTES: space-separated name=match[,match...]>target.
 // A builtin target must name one of builtins.
 func Parse(s string, builtins []string) (Table, error) {
@@ -144,8 +143,9 @@ func Parse(s string, builtins []string) (Table, error) {
 		r := Route{Name: name, Target: target}
 		for m := range strings.SplitSeq(matches, ",") {
 			provider, pattern, ok := strings.Cut(m, ":")
-			if !ok || !knownProviders[provider] || !patternRE.MatchString(pattern) {
-				return nil, fmt.Errorf("%w %q: match %q must be provider:pattern with provider github, stripe or *", ErrBadTable, entry, m)
+			if !ok || (provider != "*" && !providers.Known(provider)) || !patternRE.MatchString(pattern) {
+				return nil, fmt.Errorf("%w %q: match %q must be provider:pattern with provider %s or *", ErrBadTable, entry, m,
+					strings.Join(providers.Names, ", "))
 			}
 			r.Matches = append(r.Matches, Match{Provider: provider, Pattern: pattern})
 		}

@@ -31,6 +31,13 @@ var (
 	ErrBadPayload = errors.New("bad payload")
 )
 
+// Names are the names of the providers hookgate knows, in URLs, routes,
+// receipts, operator filters and metrics: the one list every layer reads.
+var Names = []string{GitHub{}.Name(), Stripe{}.Name()}
+
+// Known reports whether name is one of Names.
+func Known(name string) bool { return slices.Contains(Names, name) }
+
 // MaxIDLen bounds delivery ids, scopes and event names: real ones are far
 // shorter, and they end up in keys, URLs and logs.
 const MaxIDLen = 255

@@ -184,7 +184,7 @@ func (s *server) handleIngest(w http.ResponseWriter, r *http.Request) {
 // metricProvider keeps the provider label's values few: names from the URL
 // that are no provider's are one value.
 func metricProvider(name string) string {
-	if name == "github" || name == "stripe" {
+	if providers.Known(name) {
 		return name
 	}
 	return "unknown"
