@@ -1,0 +1,83 @@
+package jobs
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/hookgate/hookgate/internal/dbtest"
+	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/receipts"
+)
+
+// A target's Retry-After is kept only for a job River will retry, and only
+// until River asks for it: no per-job state outlives its job.
+func TestRetryAfterIsKeptOnlyForAJobRiverWillRetry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.NewPool(t)
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "120")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	t.Cleanup(target.Close)
+	routes, err := fanout.Parse("fwd=github:push>"+target.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.DiscardHandler)
+	client, err := NewInsertClient(pool, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &receipts.Store{Retention: 72 * time.Hour}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := providers.Delivery{Provider: "github", DeliveryID: "d-1", Event: "push", ContentType: "application/json", Body: []byte(`{}`)}
+	if _, err := store.InsertTx(ctx, tx, d); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (&Enqueuer{Client: client, Routes: routes}).EnqueueTx(ctx, tx, "github", "d-1", "push"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	w := &DispatchWorker{Pool: pool, Routes: routes, Receipts: store, Logger: logger, Forwarder: NewForwarder("", 2*time.Second, 1)}
+	kept := func() int {
+		n := 0
+		w.retryAt.Range(func(any, any) bool { n++; return true })
+		return n
+	}
+	job := &river.Job[DispatchArgs]{
+		JobRow: &rivertype.JobRow{ID: 7, Attempt: 1, MaxAttempts: 3},
+		Args:   DispatchArgs{Provider: "github", DeliveryID: "d-1", Route: "fwd", Generation: 1},
+	}
+	if err := w.Work(ctx, job); err == nil {
+		t.Fatal("a 429 was no error")
+	}
+	if at := w.NextRetry(job); time.Until(at) < 100*time.Second {
+		t.Fatalf("next retry at %v, want the target's Retry-After of 120 s", at)
+	}
+	if n := kept(); n != 0 {
+		t.Fatalf("%d entries after River took the retry time", n)
+	}
+
+	job.Attempt = job.MaxAttempts // the last attempt: River discards the job and never asks
+	if err := w.Work(ctx, job); err == nil {
+		t.Fatal("a 429 was no error")
+	}
+	if n := kept(); n != 0 {
+		t.Fatalf("%d entries kept for a discarded job", n)
+	}
+}
