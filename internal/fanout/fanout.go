@@ -125,36 +125,46 @@ func Parse(s string, builtins []string) (Table, error) {
 	var rs Table
 	seen := map[string]bool{}
 	for _, entry := range strings.Fields(s) {
+		shown := redactEntry(entry) // errors are printed: a target's credentials must not be
 		name, rest, ok := strings.Cut(entry, "=")
 		if !ok {
-			return nil, fmt.Errorf("%w %q: want name=provider:pattern[,...]>target", ErrBadTable, entry)
+			return nil, fmt.Errorf("%w %q: want name=provider:pattern[,...]>target", ErrBadTable, shown)
 		}
 		if !routeNameRE.MatchString(name) {
-			return nil, fmt.Errorf("%w %q: the name must be 1-64 of a-z, 0-9, _ and -, starting with a letter or digit", ErrBadTable, entry)
+			return nil, fmt.Errorf("%w %q: the name must be 1-64 of a-z, 0-9, _ and -, starting with a letter or digit", ErrBadTable, shown)
 		}
 		if seen[name] {
-			return nil, fmt.Errorf("%w %q: the name %s is used twice", ErrBadTable, entry, name)
+			return nil, fmt.Errorf("%w %q: the name %s is used twice", ErrBadTable, shown, name)
 		}
 		seen[name] = true
 		matches, target, ok := strings.Cut(rest, ">")
 		if !ok || target == "" {
-			return nil, fmt.Errorf("%w %q: no >target", ErrBadTable, entry)
+			return nil, fmt.Errorf("%w %q: no >target", ErrBadTable, shown)
 		}
 		r := Route{Name: name, Target: target}
 		for m := range strings.SplitSeq(matches, ",") {
 			provider, pattern, ok := strings.Cut(m, ":")
 			if !ok || (provider != "*" && !providers.Known(provider)) || !patternRE.MatchString(pattern) {
-				return nil, fmt.Errorf("%w %q: match %q must be provider:pattern with provider %s or *", ErrBadTable, entry, m,
+				return nil, fmt.Errorf("%w %q: match %q must be provider:pattern with provider %s or *", ErrBadTable, shown, m,
 					strings.Join(providers.Names, ", "))
 			}
 			r.Matches = append(r.Matches, Match{Provider: provider, Pattern: pattern})
 		}
 		if err := checkTarget(target, builtins); err != nil {
-			return nil, fmt.Errorf("%w %q: %w", ErrBadTable, entry, err)
+			return nil, fmt.Errorf("%w %q: %w", ErrBadTable, shown, err)
 		}
 		rs = append(rs, r)
 	}
 	return rs, nil
+}
+
+// redactEntry is a route entry as an error may show it: its target redacted.
+func redactEntry(entry string) string {
+	head, target, ok := strings.Cut(entry, ">")
+	if !ok || target == "" || strings.HasPrefix(target, "builtin:") {
+		return entry
+	}
+	return head + ">" + RedactURL(target)
 }
 
 func checkTarget(target string, builtins []string) error {

@@ -3,6 +3,7 @@ package fanout_test
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/hookgate/hookgate/internal/fanout"
@@ -85,6 +86,22 @@ func TestParse(t *testing.T) {
 	} {
 		if _, err := fanout.Parse(bad, handlers); !errors.Is(err, fanout.ErrBadTable) {
 			t.Errorf("Parse(%q) err = %v, want ErrBadTable", bad, err)
+		}
+	}
+}
+
+// A route entry's target may carry a credential: an error about the entry
+// shows it redacted.
+func TestParseErrorsRedactTheTarget(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []string{
+		"Bad=github:push>http://user:pw@h.example/x?token=tk",
+		"ci=nope:push>http://user:pw@h.example/x?token=tk",
+		"ci=github:push>ftp://user:pw@h.example/x?token=tk",
+	} {
+		_, err := fanout.Parse(bad, nil)
+		if err == nil || strings.Contains(err.Error(), "pw") || strings.Contains(err.Error(), "tk") {
+			t.Errorf("Parse(%q) = %v", bad, err)
 		}
 	}
 }
