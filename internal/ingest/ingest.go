@@ -107,6 +107,19 @@ type Ingester struct {
 // is taken by another body; nothing changed), wrap ErrRefused (the database
 // refused this delivery alone) or wrap ErrUnavailable.
 func (in *Ingester) Accept(ctx context.Context, d providers.Delivery) (Result, error) {
+	in.start()
+	o, err := in.batcher.Submit(ctx, d)
+	if err != nil {
+		// The queue was full or slow, or the sender is gone: a delivery whose
+		// batch had started may still be committed, and its retry is then a
+		// duplicate.
+		return Result{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return o.Result, o.Err
+}
+
+// start makes the batcher, once.
+func (in *Ingester) start() {
 	in.once.Do(func() {
 		committers := in.Committers
 		if committers <= 0 {
@@ -123,14 +136,12 @@ func (in *Ingester) Accept(ctx context.Context, d providers.Delivery) (Result, e
 			Timeout: cmp.Or(in.CommitTimeout, 10*time.Second),
 		}
 	})
-	o, err := in.batcher.Submit(ctx, d)
-	if err != nil {
-		// The queue was full or slow, or the sender is gone: a delivery whose
-		// batch had started may still be committed, and its retry is then a
-		// duplicate.
-		return Result{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	return o.Result, o.Err
+}
+
+// Waiting returns how many deliveries wait for a transaction to take them.
+func (in *Ingester) Waiting() int {
+	in.start()
+	return in.batcher.Waiting()
 }
 
 // conflictRetries is how often a delivery alone is committed again after a

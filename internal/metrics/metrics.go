@@ -109,6 +109,15 @@ func (m *Metrics) Dispatch(route, state string, receivedAt time.Time) {
 	}
 }
 
+// Gauge reports a value read at each scrape, such as a queue's length: read
+// must be cheap and need no database. A name registered twice panics.
+func (m *Metrics) Gauge(name, help string, read func() float64) {
+	if m == nil {
+		return
+	}
+	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, read))
+}
+
 // ForwardAttempt records one forward attempt's outcome on a route.
 func (m *Metrics) ForwardAttempt(route, outcome string) {
 	if m == nil {

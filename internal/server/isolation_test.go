@@ -145,7 +145,18 @@ func signedPing(id string, size int) *http.Request {
 func TestInflightBodiesAreBounded(t *testing.T) {
 	t.Parallel()
 	const size = 60 << 10
-	b := setup(t, setupOpts{maxInflight: 100 << 10})
+	m := metrics.New(nil)
+	b := setup(t, setupOpts{maxInflight: 100 << 10, metrics: m})
+	inflight := func() string {
+		rec := httptest.NewRecorder()
+		b.handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		for line := range strings.Lines(rec.Body.String()) {
+			if v, ok := strings.CutPrefix(line, "hookgate_ingest_inflight_bytes "); ok {
+				return strings.TrimSpace(v)
+			}
+		}
+		return "absent"
+	}
 
 	first := signedPing("held", size)
 	raw, _ := io.ReadAll(first.Body)
@@ -159,6 +170,9 @@ func TestInflightBodiesAreBounded(t *testing.T) {
 		done <- rec.Code
 	}()
 	<-held.started // the first body's 60 KiB are taken from the budget
+	if got, want := inflight(), fmt.Sprint(len(raw)); got != want {
+		t.Fatalf("hookgate_ingest_inflight_bytes = %s while one body is held, want %s", got, want)
+	}
 
 	second := signedPing("refused", size)
 	wire := &tripwire{}
@@ -179,6 +193,9 @@ func TestInflightBodiesAreBounded(t *testing.T) {
 	}
 	if res := b.do(t, signedPing("after", size)); res.status != http.StatusAccepted {
 		t.Fatalf("after the held one was answered: %d %v", res.status, res.body)
+	}
+	if got := inflight(); got != "0" {
+		t.Fatalf("hookgate_ingest_inflight_bytes = %s once every request is answered", got)
 	}
 	if n := b.count(t, "SELECT count(*) FROM hookgate_receipts WHERE delivery_id = 'refused'"); n != 0 {
 		t.Fatal("an overloaded delivery was stored")

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -56,6 +57,7 @@ type server struct {
 	Config
 	providers map[string]providers.Provider
 	inflight  *semaphore.Weighted
+	held      atomic.Int64 // bytes taken from inflight, for metrics
 	ready     *cached
 }
 
@@ -77,6 +79,12 @@ func New(cfg Config) http.Handler {
 		inflight: semaphore.NewWeighted(cfg.MaxInflightBytes), ready: &cached{check: cfg.Ready, every: time.Second}}
 	for _, p := range cfg.Providers {
 		s.providers[p.Name()] = p
+	}
+	s.Metrics.Gauge("hookgate_ingest_inflight_bytes", "Request bodies held in memory, against GATEWAY_MAX_INFLIGHT_BYTES.",
+		func() float64 { return float64(s.held.Load()) })
+	if s.Ingester != nil {
+		s.Metrics.Gauge("hookgate_ingest_waiting", "Deliveries waiting for a transaction to take them (bounded: 1,024 by default).",
+			func() float64 { return float64(s.Ingester.Waiting()) })
 	}
 
 	r := chi.NewRouter()
@@ -211,6 +219,7 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request) (providers.Bod
 	release := func() {
 		if held > 0 {
 			s.inflight.Release(held)
+			s.held.Add(-held)
 			held = 0
 		}
 	}
@@ -234,6 +243,7 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request) (providers.Bod
 				return nil, release, fmt.Errorf("%w: %d bytes of request bodies are held already", errOverloaded, s.MaxInflightBytes)
 			}
 			held += size
+			s.held.Add(size)
 			left -= size
 			piece = make([]byte, 0, size)
 		}
