@@ -731,3 +731,50 @@ func TestForwardAttemptOutcomes(t *testing.T) {
 		}
 	}
 }
+
+// The crash window: a process forwarded a newer event, the target accepted
+// it, and the process died before recording the outcome. Its lease outlives
+// it: an older event of the entity waits while the newer one is still in
+// progress (here its job is rescued three seconds later), is not sent after
+// it, and ends superseded once the newer one is recorded.
+func TestOlderEventWaitsForANewerOneWhoseProcessDied(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, nil)
+	b := setupDispatch(t, "fwd=stripe:customer.subscription.*>"+tg.URL, jobs.DefaultHandlers(discard()), dispatchOpts{workers: 2})
+	ctx := context.Background()
+	base := time.Unix(1_767_000_000, 0)
+	newer, older := subscriptionEvent(2, base.Add(2*time.Second)), subscriptionEvent(1, base.Add(time.Second))
+	b.accept(t, newer)
+	b.accept(t, older)
+	// What the dead process left: the target has the newer event; its lease,
+	// expired; its job, to be rescued in three seconds.
+	tg.mu.Lock()
+	tg.got = append(tg.got, received{at: time.Now(), body: newer.Body})
+	tg.mu.Unlock()
+	_, err := b.pool.Exec(ctx, `
+		INSERT INTO hookgate_leases (route, entity, provider, delivery_id, generation, event_time, expires_at)
+		VALUES ('fwd', 'stripe:sub_1', 'stripe', 'evt_002', 1, $1, now() - interval '1 second')`, newer.EventTime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.pool.Exec(ctx, `UPDATE river_job SET state = 'scheduled', scheduled_at = now() + interval '3 seconds'
+		WHERE id = (SELECT job_id FROM hookgate_dispatches WHERE delivery_id = 'evt_002')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.start(t)
+	b.waitFinal(t, 2)
+
+	for _, r := range tg.requests() {
+		if bytes.Contains(r.body, []byte(`"evt_001"`)) {
+			t.Fatal("the older event was sent after the newer one the target had accepted")
+		}
+	}
+	if s := b.row(t, "evt_001", "fwd").state; s != jobs.StateSuperseded {
+		t.Fatalf("evt_001: %s, want superseded", s)
+	}
+	var leases int
+	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM hookgate_leases").Scan(&leases); err != nil || leases != 0 {
+		t.Fatalf("%d leases left, %v", leases, err)
+	}
+}

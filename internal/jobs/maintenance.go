@@ -103,6 +103,16 @@ func DeleteExpired(ctx context.Context, pool *pgxpool.Pool, retention time.Durat
 			break
 		}
 	}
+	// A lease whose holder ended without giving it back (its job cancelled)
+	// is taken over by the next event of its entity; one of an entity never
+	// seen again would stay.
+	if _, err := pool.Exec(ctx, `DELETE FROM hookgate_leases l WHERE l.expires_at < now() - interval '1 hour'
+		AND NOT EXISTS (SELECT 1 FROM hookgate_dispatches d JOIN river_job j ON j.id = d.job_id
+			WHERE d.provider = l.provider AND d.delivery_id = l.delivery_id AND d.route = l.route
+			AND d.generation = l.generation AND d.state IN (`+deliveries.InProgressSQL+`)
+			AND j.state NOT IN ('cancelled', 'discarded', 'completed'))`); err != nil {
+		return total, fmt.Errorf("delete abandoned leases: %w", err)
+	}
 	if _, err := pool.Exec(ctx, "DELETE FROM hookgate_idempotency WHERE expires_at < now()"); err != nil {
 		return total, fmt.Errorf("delete expired idempotency keys: %w", err)
 	}

@@ -35,9 +35,11 @@ import (
 // and the entity's watermark are written in batches shared with the forwards
 // that finish at the same time (one commit for many), and River completes the
 // job in its own batches. When the delivery names an entity and a time, the
-// forward holds a session advisory lock on (route, entity) from before it
-// reads the watermark until its outcome is committed, so a target never gets
-// an older event after it accepted a newer one.
+// forward holds the lease of (route, entity), a row of hookgate_leases, from
+// before it reads the watermark until its outcome is committed, so a target
+// never gets an older event after it accepted a newer one. No database
+// connection is held while the target answers, and a lease outlives a process
+// that died with a newer event in flight: an older one waits for it.
 type DispatchWorker struct {
 	river.WorkerDefaults[DispatchArgs]
 
@@ -127,9 +129,17 @@ func (w *DispatchWorker) work(ctx context.Context, job *river.Job[DispatchArgs])
 	return w.runBuiltin(ctx, job, handler)
 }
 
-// lockWait is how long a dispatch waits when another holds its entity's lock.
+// lockWait is how long a dispatch waits when another holds its entity's lock
+// or lease: the holder is at work and done within a forward's time limit.
 func lockWait() time.Duration {
 	return 50*time.Millisecond + rand.N(150*time.Millisecond)
+}
+
+// staleLeaseWait is how long a dispatch waits for an expired lease whose
+// holder, a newer event, is still in progress: it retries on its own backoff,
+// or waits to be rescued, so asking often would only cost the database.
+func staleLeaseWait() time.Duration {
+	return 2*time.Second + rand.N(3*time.Second)
 }
 
 // entityLock is the key of the advisory lock of one route's dispatches of one
@@ -294,36 +304,39 @@ func (w *DispatchWorker) forward(ctx context.Context, job *river.Job[DispatchArg
 	if err != nil {
 		return err
 	}
-	defer c.release(ctx)
 	if deliveries.IsFinal(c.state) {
-		return nil // already decided (River ran the job again): nothing to do
+		// Already decided (River ran the job again): nothing to do but give
+		// back a lease the claim took again.
+		return w.dropLease(ctx, c)
 	}
 
-	o := outcome{args: a, state: StateSucceeded, attempt: job.Attempt}
+	o := outcome{args: a, state: StateSucceeded, attempt: job.Attempt, leased: c.leased}
 	switch {
 	case c.newer:
 		o.state = StateSuperseded
-	case c.locked != "":
+	case c.leased != "":
 		o.mark = &watermark{route: a.Route, entity: c.r.Entity, eventTime: c.r.EventTime, provider: c.r.Provider, deliveryID: c.r.DeliveryID}
-	default:
-		c.release(ctx) // no lock to hold: the connection is not needed during the forward
 	}
 	if o.state == StateSucceeded {
 		err := w.Forwarder.Forward(ctx, target, delivery(c.r, a, job.Attempt))
 		w.Metrics.ForwardAttempt(a.Route, AttemptOutcome(err))
 		if err != nil {
+			// The lease is kept while the dispatch retries: an earlier
+			// attempt may have been accepted with its outcome lost, and an
+			// older event must not go out after it. It is given back when
+			// the dispatch ends (recordFailure) or expires once it has.
 			return err
 		}
 	}
 	if err := w.record(ctx, o); err != nil {
-		if c.locked == "" {
+		if c.leased == "" {
 			return err
 		}
 		// The outcome's batch failed, or this job's context ended before it
-		// committed. The entity's lock may not be freed before the outcome
-		// and watermark are committed: an older event would then go out
-		// after this one. They are written on the locked session itself.
-		if err := c.record(ctx, o); err != nil {
+		// committed. The lease stays until the outcome and watermark are
+		// committed, whatever happens, so no older event goes out after
+		// this one; writing them now spares the target a second copy.
+		if err := w.recordAgain(ctx, o); err != nil {
 			return err
 		}
 	}
@@ -341,21 +354,20 @@ func sinceReceipt(a DispatchArgs, receivedAt time.Time) time.Time {
 	return receivedAt
 }
 
-// heldTries bounds how often an outcome is written on a locked session before
-// the lock is given up (and, with the session, freed).
-const heldTries = 5
+// againTries bounds how often an outcome whose batch failed is written again
+// before its job is left to River's retry.
+const againTries = 5
 
-// record writes an outcome on the claim's own session, which holds the
-// entity's lock, retrying with a growing pause. Writing it twice (the batch
-// may commit after all) changes nothing: a final state is never overwritten
-// and a watermark never lowered. Only when the database stays unreachable
-// through every try is the lock freed with its outcome unwritten.
-func (c *claim) record(ctx context.Context, o outcome) error {
+// recordAgain writes an outcome in a transaction of its own, retrying with a
+// growing pause. Writing it twice (the batch may commit after all) changes
+// nothing: a final state is never overwritten, a watermark never lowered, a
+// lease given back only by its holder.
+func (w *DispatchWorker) recordAgain(ctx context.Context, o outcome) error {
 	ctx = context.WithoutCancel(ctx)
 	var err error
-	for try := range heldTries {
+	for try := range againTries {
 		time.Sleep(time.Duration(try) * 200 * time.Millisecond)
-		err = pgx.BeginFunc(ctx, c.conn, func(tx pgx.Tx) error { return writeOutcomes(ctx, tx, []outcome{o}) })
+		err = pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error { return writeOutcomes(ctx, tx, []outcome{o}) })
 		if err == nil {
 			return nil
 		}
@@ -363,61 +375,115 @@ func (c *claim) record(ctx context.Context, o outcome) error {
 	return err
 }
 
+// leaseTTL is how long a lease holds without its holder: as long as River
+// waits before it rescues a job whose process died.
+func (w *DispatchWorker) leaseTTL() time.Duration {
+	timeout := 10 * time.Second
+	if w.Forwarder != nil && w.Forwarder.Timeout > 0 {
+		timeout = w.Forwarder.Timeout
+	}
+	return rescueAfter(timeout)
+}
+
+// dropLease gives back the claim's lease, if it took one.
+func (w *DispatchWorker) dropLease(ctx context.Context, c *claim) error {
+	if c.leased == "" {
+		return nil
+	}
+	return dropLeasesOf(ctx, w.Pool, c.args)
+}
+
+// dropLeasesOf gives back whatever lease the dispatch a holds.
+func dropLeasesOf(ctx context.Context, db receipts.DBTX, a DispatchArgs) error {
+	_, err := db.Exec(context.WithoutCancel(ctx), `DELETE FROM hookgate_leases
+		WHERE route = $1 AND provider = $2 AND delivery_id = $3 AND generation = $4`,
+		a.Route, a.Provider, a.DeliveryID, a.Generation)
+	if err != nil {
+		return fmt.Errorf("give back lease: %w", err)
+	}
+	return nil
+}
+
 // claim is what one attempt of a forward starts from.
 type claim struct {
-	conn   *pgxpool.Conn
-	route  string
+	args   DispatchArgs
 	state  string           // the dispatch row's state
 	r      receipts.Receipt // the event's first receipt
-	locked string           // the entity whose lock conn holds for the route, or ""
+	leased string           // the entity whose lease the dispatch holds for the route, or ""
 	newer  bool             // the route already handled a newer event of that entity
 }
 
-// claim starts an attempt in one round trip on a connection of its own: when
-// the event's receipt names an entity and a time, it takes the session
-// advisory lock of (route, entity) and reads the entity's watermark; then it
-// reads the dispatch's state and the receipt. The statements run in that
-// order, each on a fresh snapshot, so the watermark is read after the lock is
-// held. When another holds the lock the job is snoozed. The lock outlives no
-// process: a dead process's connection closes and frees it.
+// leaseSQL takes the lease of (route $3, entity) for the dispatch ($1, $2,
+// $4), for $5 seconds, when the event has an entity and a time: when no one
+// holds it, when this dispatch does (River runs it again), or when it expired
+// and its holder either has an event no newer or is no longer in progress
+// (its dispatch ended, or its River job is gone). A holder that died with a
+// newer event in flight keeps it past its expiry: the target may have
+// accepted that event, so an older one waits until it is sent again or ends.
+// It returns the entity, whether the lease was taken, and whether the lease
+// it waits for has expired (its holder retries, or was rescued: a longer wait).
+const leaseSQL = `WITH e AS (%s),
+	taken AS (
+		INSERT INTO hookgate_leases AS l (route, entity, provider, delivery_id, generation, event_time, expires_at)
+		SELECT $3, e.entity, $1, $2, $4, e.event_time, now() + make_interval(secs => $5) FROM e
+		ON CONFLICT (route, entity) DO UPDATE SET provider = excluded.provider, delivery_id = excluded.delivery_id,
+			generation = excluded.generation, event_time = excluded.event_time, expires_at = excluded.expires_at
+		WHERE (l.provider, l.delivery_id, l.generation) = (excluded.provider, excluded.delivery_id, excluded.generation)
+			OR l.expires_at < now() AND (l.event_time <= excluded.event_time OR NOT EXISTS (
+				SELECT 1 FROM hookgate_dispatches d JOIN river_job j ON j.id = d.job_id
+				WHERE d.provider = l.provider AND d.delivery_id = l.delivery_id AND d.route = l.route
+				AND d.generation = l.generation AND d.state IN (%s)
+				AND j.state NOT IN ('cancelled', 'discarded', 'completed')))
+		RETURNING l.entity)
+	SELECT e.entity, EXISTS (SELECT 1 FROM taken),
+		coalesce((SELECT expires_at < now() FROM hookgate_leases WHERE route = $3 AND entity = e.entity), false) FROM e`
+
+// claim starts an attempt in one round trip, in one implicit transaction
+// whose commit need not wait for the disk (a lease lost in a crash of the
+// database only lets a later event go first, as before leases): when the
+// event's receipt names an entity and a time, it takes the lease of (route,
+// entity) and reads the entity's watermark; then it reads the dispatch's
+// state and the receipt. The statements run in that order, each on a fresh
+// snapshot, so the watermark is read after the lease is held. When another
+// holds the lease the job is snoozed. No connection is held afterwards: the
+// lease, a row, outlives this call and is given back with the outcome.
 func (w *DispatchWorker) claim(ctx context.Context, a DispatchArgs, exact bool) (*claim, error) {
-	conn, err := w.Pool.Acquire(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("read dispatch: %w", err)
-	}
-	// The lock and the watermark need only the event's entity, which the
+	// The lease and the watermark need only the event's entity, which the
 	// receipts of one event name alike, so at first they take any receipt's,
 	// without sorting; when it is not the first receipt's (hooks that sent
 	// different bodies under one id), the claim is made again exactly.
-	entitySQL := `SELECT entity FROM hookgate_receipts
+	entitySQL := `SELECT entity, event_time FROM hookgate_receipts
 		WHERE provider = $1 AND delivery_id = $2 AND entity IS NOT NULL AND event_time IS NOT NULL LIMIT 1`
 	if exact {
-		entitySQL = `SELECT entity FROM (` + receipts.FirstSQL("$1", "$2") + `) r
+		entitySQL = `SELECT entity, event_time FROM (` + receipts.FirstSQL("$1", "$2") + `) r
 		WHERE r.entity IS NOT NULL AND r.event_time IS NOT NULL`
 	}
 	b := &pgx.Batch{}
-	b.Queue(`SELECT r.entity, pg_try_advisory_lock(`+entityLock("$3", "r.entity")+`) FROM (`+entitySQL+`) r`,
-		a.Provider, a.DeliveryID, a.Route)
+	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
+	b.Queue(fmt.Sprintf(leaseSQL, entitySQL, deliveries.InProgressSQL),
+		a.Provider, a.DeliveryID, a.Route, a.Generation, w.leaseTTL().Seconds())
 	// The watermark is a correlated subquery so that its plan stays a lookup
 	// of one key, whatever the statistics were when the connection prepared
-	// it; the entity comes back too, to be checked against the locked one.
+	// it; the entity comes back too, to be checked against the leased one.
 	b.Queue(`SELECT x.entity, (SELECT event_time FROM hookgate_watermarks w WHERE w.route = $3 AND w.entity = x.entity)
 		FROM (`+entitySQL+`) x`, a.Provider, a.DeliveryID, a.Route)
 	b.Queue(`SELECT d.state, `+receipts.Columns+`
 		FROM hookgate_dispatches d CROSS JOIN LATERAL (`+receipts.FirstSQL("d.provider", "d.delivery_id")+`) r
 		WHERE d.provider = $1 AND d.delivery_id = $2 AND d.route = $3 AND d.generation = $4`,
 		a.Provider, a.DeliveryID, a.Route, a.Generation)
-	results := conn.SendBatch(ctx, b)
-	c := &claim{conn: conn, route: a.Route}
+	results := w.Pool.SendBatch(ctx, b)
+	c := &claim{args: a}
 	var entity, markEntity string
-	var locked bool
+	var leased, stale bool
 	var mark *time.Time
-	err = results.QueryRow().Scan(&entity, &locked)
-	if errors.Is(err, pgx.ErrNoRows) {
-		err = nil
+	_, err := results.Exec()
+	if err == nil {
+		if err = results.QueryRow().Scan(&entity, &leased, &stale); errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		}
 	}
-	if locked {
-		c.locked = entity
+	if leased {
+		c.leased = entity
 	}
 	if err == nil {
 		if err = results.QueryRow().Scan(&markEntity, &mark); errors.Is(err, pgx.ErrNoRows) {
@@ -432,17 +498,17 @@ func (w *DispatchWorker) claim(ctx context.Context, a DispatchArgs, exact bool) 
 	}
 	switch {
 	case errors.Is(err, receipts.ErrNotFound):
-		c.release(ctx)
+		_ = w.dropLease(ctx, c)
 		return nil, errGone
 	case err != nil:
-		// The lock may be held: closing the session is the sure way to free it.
-		_ = conn.Hijack().Close(context.WithoutCancel(ctx))
+		// The implicit transaction rolled back: no lease was taken.
 		return nil, fmt.Errorf("read dispatch: %w", err)
-	case entity != "" && !locked:
-		c.release(ctx)
+	case entity != "" && !leased && stale:
+		return nil, river.JobSnooze(staleLeaseWait())
+	case entity != "" && !leased:
 		return nil, river.JobSnooze(lockWait())
-	case ordered(c.r) != (c.locked != "") || c.locked != "" && (c.locked != c.r.Entity || markEntity != c.locked):
-		c.release(ctx)
+	case ordered(c.r) != (c.leased != "") || c.leased != "" && (c.leased != c.r.Entity || markEntity != c.leased):
+		_ = w.dropLease(ctx, c)
 		if !exact {
 			return w.claim(ctx, a, true)
 		}
@@ -453,35 +519,13 @@ func (w *DispatchWorker) claim(ctx context.Context, a DispatchArgs, exact bool) 
 	return c, nil
 }
 
-// release frees the entity lock, if held, and the connection. It is safe to
-// call more than once.
-func (c *claim) release(ctx context.Context) {
-	if c.conn == nil {
-		return
-	}
-	conn := c.conn
-	c.conn = nil
-	if c.locked == "" {
-		conn.Release()
-		return
-	}
-	var unlocked bool
-	err := conn.QueryRow(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock("+entityLock("$1", "$2")+")",
-		c.route, c.locked).Scan(&unlocked)
-	if err != nil || !unlocked {
-		// Closing the session is the sure way to free its locks.
-		_ = conn.Hijack().Close(context.WithoutCancel(ctx))
-		return
-	}
-	conn.Release()
-}
-
 // outcome is a forward's decided state, to be written with others in one commit.
 type outcome struct {
 	args    DispatchArgs
 	state   string
 	attempt int
 	mark    *watermark // the watermark to raise, for an accepted ordered forward
+	leased  string     // the entity whose lease the dispatch gives back, or ""
 }
 
 // record writes the outcome in the next batch and returns once it is committed.
@@ -526,7 +570,36 @@ func writeOutcomes(ctx context.Context, tx pgx.Tx, os []outcome) error {
 		return fmt.Errorf("record outcomes: %w", err)
 	}
 	if len(marks) > 0 {
-		return moveWatermarks(ctx, tx, marks)
+		if err := moveWatermarks(ctx, tx, marks); err != nil {
+			return err
+		}
+	}
+	return dropLeases(ctx, tx, os)
+}
+
+// dropLeases gives back the leases of outcomes that hold one, in the
+// transaction that records them.
+func dropLeases(ctx context.Context, tx pgx.Tx, os []outcome) error {
+	var providers, ids, routes, entities []string
+	var gens []int32
+	for _, o := range os {
+		if o.leased != "" {
+			providers, ids, routes, entities = append(providers, o.args.Provider), append(ids, o.args.DeliveryID),
+				append(routes, o.args.Route), append(entities, o.leased)
+			gens = append(gens, int32(o.args.Generation))
+		}
+	}
+	if len(routes) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, `
+		DELETE FROM hookgate_leases l
+		USING unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[]) AS t(provider, delivery_id, route, generation, entity)
+		WHERE l.route = t.route AND l.entity = t.entity
+		AND (l.provider, l.delivery_id, l.generation) = (t.provider, t.delivery_id, t.generation)`,
+		providers, ids, routes, gens, entities)
+	if err != nil {
+		return fmt.Errorf("give back leases: %w", err)
 	}
 	return nil
 }
@@ -548,6 +621,11 @@ func (w *DispatchWorker) recordFailure(ctx context.Context, job *river.Job[Dispa
 	msg := excerpt(cause.Error(), 500)
 	if err := setState(context.WithoutCancel(ctx), w.Pool, job.Args, state, job.Attempt, &msg); err != nil {
 		w.Logger.ErrorContext(ctx, "record dispatch failure", "error", err, "route", job.Args.Route, "delivery_id", job.Args.DeliveryID)
+	}
+	if deliveries.IsFinal(state) { // an ended dispatch holds no lease (one left would expire)
+		if err := dropLeasesOf(ctx, w.Pool, job.Args); err != nil {
+			w.Logger.WarnContext(ctx, "give back lease", "error", err, "route", job.Args.Route, "delivery_id", job.Args.DeliveryID)
+		}
 	}
 	w.Logger.WarnContext(ctx, "dispatch failed", "error", msg, "state", state, "route", job.Args.Route,
 		"provider", job.Args.Provider, "delivery_id", job.Args.DeliveryID, "attempt", job.Attempt)
