@@ -6,7 +6,7 @@ import "strings"
 // the one list of them; every layer (the worker, replay, retention, the
 // operators' views) reads it from here.
 const (
-	// Pending: enqueued, not yet attempted (or waiting on its entity's lock).
+	// Pending: enqueued, not yet attempted (or waiting for its entity's lease).
 	Pending = "pending"
 	// Running: an attempt is in flight.
 	Running = "running"

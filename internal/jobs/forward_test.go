@@ -460,8 +460,9 @@ func TestOrderPerEntity(t *testing.T) {
 
 // When the commit of a forward's outcome fails after its target accepted
 // the event (here a trigger fails the first watermark write), the entity's
-// lock is not freed before the outcome and watermark are committed: an older
-// event that comes next is superseded, never forwarded after the newer one.
+// lease is not given back before the outcome and watermark are committed: an
+// older event that comes next is superseded, never forwarded after the newer
+// one.
 func TestOrderHoldsWhenAnOutcomeCommitFails(t *testing.T) {
 	t.Parallel()
 	tg := newTarget(t, nil)

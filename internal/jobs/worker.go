@@ -249,7 +249,7 @@ func (w *DispatchWorker) complete(ctx context.Context, tx pgx.Tx, job *river.Job
 }
 
 // newerAccepted reports whether the route already handled a newer event of
-// r's entity. Called with the entity's lock held.
+// r's entity. Called with the entity's lock (builtin) or lease held.
 func newerAccepted(ctx context.Context, db receipts.DBTX, route string, r receipts.Receipt) (bool, error) {
 	var mark time.Time
 	err := db.QueryRow(ctx, "SELECT event_time FROM hookgate_watermarks WHERE route = $1 AND entity = $2", route, r.Entity).Scan(&mark)
