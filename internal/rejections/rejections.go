@@ -49,14 +49,15 @@ const (
 	maxHeaders    = 100
 )
 
-// FromRequest describes a rejected request: its header names only.
+// FromRequest describes a rejected request: its header names only. Its text
+// is as the request sent it; Record makes it valid and bounded.
 func FromRequest(r *http.Request, provider string, status int, reason string, at time.Time) Rejection {
 	names := make([]string, 0, len(r.Header))
 	for name := range r.Header {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	return Rejection{At: at, Provider: provider, Status: status, Reason: reason, RemoteAddr: r.RemoteAddr, HeaderNames: names}.clean()
+	return Rejection{At: at, Provider: provider, Status: status, Reason: reason, RemoteAddr: r.RemoteAddr, HeaderNames: names}
 }
 
 // clean returns the rejection with every string valid, printable and bounded
