@@ -46,15 +46,24 @@ func (w *RetentionWorker) Work(ctx context.Context, _ *river.Job[RetentionArgs])
 	return err
 }
 
-// liveDispatchSQL finds a dispatch of the event of receipts row r that is
-// still in progress (pending, running or retrying) and whose River job still
-// exists: its receipt is what it will send, so retention keeps it, however
-// long the target has been down. A dispatch whose job was cancelled,
-// discarded or deleted is not in progress, whatever its row says.
-var liveDispatchSQL = `SELECT 1 FROM hookgate_dispatches d JOIN river_job j ON j.id = d.job_id
-	WHERE d.provider = r.provider AND d.delivery_id = r.delivery_id
-	AND d.state IN (` + deliveries.InProgressSQL + `)
+// liveDispatchSQL selects a dispatch d, chosen by match (a condition on d),
+// that is still in progress (pending, running or retrying) and whose River job
+// is still to run. A dispatch whose job was cancelled, discarded or deleted is
+// not in progress, whatever its row says.
+func liveDispatchSQL(match string) string {
+	return `SELECT 1 FROM hookgate_dispatches d JOIN river_job j ON j.id = d.job_id
+	WHERE ` + match + ` AND d.state IN (` + deliveries.InProgressSQL + `)
 	AND j.state NOT IN ('cancelled', 'discarded', 'completed')`
+}
+
+// eventInProgressSQL finds a live dispatch of the event of receipts row r:
+// its receipt is what it will send, so retention keeps it, however long the
+// target has been down.
+var eventInProgressSQL = liveDispatchSQL(`d.provider = r.provider AND d.delivery_id = r.delivery_id`)
+
+// leaseHolderInProgressSQL finds the dispatch holding lease l, while it is live.
+var leaseHolderInProgressSQL = liveDispatchSQL(`d.provider = l.provider AND d.delivery_id = l.delivery_id
+	AND d.route = l.route AND d.generation = l.generation`)
 
 // DeleteExpired runs retention once and returns how many receipts it deleted.
 func DeleteExpired(ctx context.Context, pool *pgxpool.Pool, retention time.Duration) (int, error) {
@@ -65,7 +74,7 @@ func DeleteExpired(ctx context.Context, pool *pgxpool.Pool, retention time.Durat
 			rows, err := tx.Query(ctx, `
 				DELETE FROM hookgate_receipts WHERE (provider, scope, delivery_id) IN (
 					SELECT provider, scope, delivery_id FROM hookgate_receipts r
-					WHERE expires_at < now() AND NOT EXISTS (`+liveDispatchSQL+`)
+					WHERE expires_at < now() AND NOT EXISTS (`+eventInProgressSQL+`)
 					ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)
 				RETURNING provider, delivery_id`, retentionBatch)
 			if err != nil {
@@ -107,10 +116,7 @@ func DeleteExpired(ctx context.Context, pool *pgxpool.Pool, retention time.Durat
 	// is taken over by the next event of its entity; one of an entity never
 	// seen again would stay.
 	if _, err := pool.Exec(ctx, `DELETE FROM hookgate_leases l WHERE l.expires_at < now() - interval '1 hour'
-		AND NOT EXISTS (SELECT 1 FROM hookgate_dispatches d JOIN river_job j ON j.id = d.job_id
-			WHERE d.provider = l.provider AND d.delivery_id = l.delivery_id AND d.route = l.route
-			AND d.generation = l.generation AND d.state IN (`+deliveries.InProgressSQL+`)
-			AND j.state NOT IN ('cancelled', 'discarded', 'completed'))`); err != nil {
+		AND NOT EXISTS (`+leaseHolderInProgressSQL+`)`); err != nil {
 		return total, fmt.Errorf("delete abandoned leases: %w", err)
 	}
 	if _, err := pool.Exec(ctx, "DELETE FROM hookgate_idempotency WHERE expires_at < now()"); err != nil {

@@ -413,7 +413,7 @@ type claim struct {
 	newer  bool             // the route already handled a newer event of that entity
 }
 
-// leaseSQL takes the lease of (route $3, entity) for the dispatch ($1, $2,
+// leaseSQL takes the lease of (route $3, entity e) for the dispatch ($1, $2,
 // $4), for $5 seconds, when the event has an entity and a time: when no one
 // holds it, when this dispatch does (River runs it again), or when it expired
 // and its holder either has an event no newer or is no longer in progress
@@ -422,21 +422,31 @@ type claim struct {
 // accepted that event, so an older one waits until it is sent again or ends.
 // It returns the entity, whether the lease was taken, and whether the lease
 // it waits for has expired (its holder retries, or was rescued: a longer wait).
-const leaseSQL = `WITH e AS (%s),
+func leaseSQL(entitySQL string) string {
+	return `WITH e AS (` + entitySQL + `),
 	taken AS (
 		INSERT INTO hookgate_leases AS l (route, entity, provider, delivery_id, generation, event_time, expires_at)
 		SELECT $3, e.entity, $1, $2, $4, e.event_time, now() + make_interval(secs => $5) FROM e
 		ON CONFLICT (route, entity) DO UPDATE SET provider = excluded.provider, delivery_id = excluded.delivery_id,
 			generation = excluded.generation, event_time = excluded.event_time, expires_at = excluded.expires_at
 		WHERE (l.provider, l.delivery_id, l.generation) = (excluded.provider, excluded.delivery_id, excluded.generation)
-			OR l.expires_at < now() AND (l.event_time <= excluded.event_time OR NOT EXISTS (
-				SELECT 1 FROM hookgate_dispatches d JOIN river_job j ON j.id = d.job_id
-				WHERE d.provider = l.provider AND d.delivery_id = l.delivery_id AND d.route = l.route
-				AND d.generation = l.generation AND d.state IN (%s)
-				AND j.state NOT IN ('cancelled', 'discarded', 'completed')))
+			OR l.expires_at < now() AND (l.event_time <= excluded.event_time OR NOT EXISTS (` + leaseHolderInProgressSQL + `))
 		RETURNING l.entity)
 	SELECT e.entity, EXISTS (SELECT 1 FROM taken),
 		coalesce((SELECT expires_at < now() FROM hookgate_leases WHERE route = $3 AND entity = e.entity), false) FROM e`
+}
+
+// The receipts' entity and time, for the lease and the watermark: any
+// receipt's (the receipts of one event name them alike, and it needs no
+// sort), or, made exactly, the first receipt's (hooks that sent different
+// bodies under one id).
+var (
+	anyEntitySQL = `SELECT entity, event_time FROM hookgate_receipts
+		WHERE provider = $1 AND delivery_id = $2 AND entity IS NOT NULL AND event_time IS NOT NULL LIMIT 1`
+	firstEntitySQL = `SELECT entity, event_time FROM (` + receipts.FirstSQL("$1", "$2") + `) r
+		WHERE r.entity IS NOT NULL AND r.event_time IS NOT NULL`
+	anyLeaseSQL, firstLeaseSQL = leaseSQL(anyEntitySQL), leaseSQL(firstEntitySQL)
+)
 
 // claim starts an attempt in one round trip, in one implicit transaction
 // whose commit need not wait for the disk (a lease lost in a crash of the
@@ -448,20 +458,16 @@ const leaseSQL = `WITH e AS (%s),
 // holds the lease the job is snoozed. No connection is held afterwards: the
 // lease, a row, outlives this call and is given back with the outcome.
 func (w *DispatchWorker) claim(ctx context.Context, a DispatchArgs, exact bool) (*claim, error) {
-	// The lease and the watermark need only the event's entity, which the
-	// receipts of one event name alike, so at first they take any receipt's,
-	// without sorting; when it is not the first receipt's (hooks that sent
-	// different bodies under one id), the claim is made again exactly.
-	entitySQL := `SELECT entity, event_time FROM hookgate_receipts
-		WHERE provider = $1 AND delivery_id = $2 AND entity IS NOT NULL AND event_time IS NOT NULL LIMIT 1`
+	// The lease and the watermark need only the event's entity, so at first
+	// they take any receipt's; when it is not the first receipt's, the claim
+	// is made again exactly.
+	entitySQL, lease := anyEntitySQL, anyLeaseSQL
 	if exact {
-		entitySQL = `SELECT entity, event_time FROM (` + receipts.FirstSQL("$1", "$2") + `) r
-		WHERE r.entity IS NOT NULL AND r.event_time IS NOT NULL`
+		entitySQL, lease = firstEntitySQL, firstLeaseSQL
 	}
 	b := &pgx.Batch{}
 	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
-	b.Queue(fmt.Sprintf(leaseSQL, entitySQL, deliveries.InProgressSQL),
-		a.Provider, a.DeliveryID, a.Route, a.Generation, w.leaseTTL().Seconds())
+	b.Queue(lease, a.Provider, a.DeliveryID, a.Route, a.Generation, w.leaseTTL().Seconds())
 	// The watermark is a correlated subquery so that its plan stays a lookup
 	// of one key, whatever the statistics were when the connection prepared
 	// it; the entity comes back too, to be checked against the leased one.
