@@ -19,7 +19,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"time"
 
@@ -39,6 +38,7 @@ import (
 	"github.com/hookgate/hookgate/internal/rejections"
 	"github.com/hookgate/hookgate/internal/schema"
 	"github.com/hookgate/hookgate/internal/server"
+	"github.com/hookgate/hookgate/internal/throttle"
 	"github.com/hookgate/hookgate/internal/verify"
 )
 
@@ -172,19 +172,15 @@ const schemaEvery = 30 * time.Second
 // readiness is /readyz's check (which the server runs at most once a second):
 // the database answers a ping, and its schema is current.
 func readiness(pool *pgxpool.Pool) func(context.Context) error {
-	var mu sync.Mutex
-	var checked time.Time
-	var schemaErr error
+	current := &throttle.Value[struct{}]{Every: schemaEvery, RetryErrors: true, Read: func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, schema.Check(ctx, pool)
+	}}
 	return func(ctx context.Context) error {
 		if err := pool.Ping(ctx); err != nil {
 			return fmt.Errorf("database: %w", err)
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if schemaErr != nil || time.Since(checked) >= schemaEvery {
-			schemaErr, checked = schema.Check(ctx, pool), time.Now()
-		}
-		return schemaErr
+		_, _, err := current.Get(ctx)
+		return err
 	}
 }
 

@@ -10,13 +10,14 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/hookgate/hookgate/internal/throttle"
 )
 
 // Metrics records hookgate's metrics into its own registry.
@@ -65,11 +66,13 @@ func New(pool *pgxpool.Pool) *Metrics {
 	m.registry.MustRegister(m.ingest, m.secondary, m.ack, m.dispatches, m.toSuccess, m.attempts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if pool != nil {
-		m.registry.MustRegister(&queueCollector{pool: pool,
+		c := &queueCollector{pool: pool,
 			desc: prometheus.NewDesc("hookgate_queue_depth", "River jobs waiting or running, by state.", []string{"state"}, nil),
 			oldest: prometheus.NewDesc("hookgate_dispatch_oldest_unfinished_seconds",
 				"Age of each route's oldest dispatch not yet finished (waiting, retrying or running); absent when it has none.",
-				[]string{"route"}, nil)})
+				[]string{"route"}, nil)}
+		c.q = throttle.Value[queue]{Every: queueEvery, Read: c.read}
+		m.registry.MustRegister(c)
 	}
 	return m
 }
@@ -134,10 +137,7 @@ type queueCollector struct {
 	desc   *prometheus.Desc
 	oldest *prometheus.Desc
 
-	mu  sync.Mutex
-	at  time.Time
-	q   queue
-	err error
+	q throttle.Value[queue]
 }
 
 // queue is what one read of River's jobs found.
@@ -152,13 +152,7 @@ const queueEvery = time.Second
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc; ch <- c.oldest }
 
 func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
-	c.mu.Lock()
-	if c.at.IsZero() || time.Since(c.at) >= queueEvery {
-		c.q, c.err = c.read()
-		c.at = time.Now()
-	}
-	q, err := c.q, c.err
-	c.mu.Unlock()
+	q, _, err := c.q.Get(context.Background())
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.desc, err)
 		return
@@ -173,9 +167,7 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 
 // read counts River's unfinished jobs by state and finds each route's oldest
 // unfinished dispatch, in one query.
-func (c *queueCollector) read() (queue, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
+func (c *queueCollector) read(ctx context.Context) (queue, error) {
 	q := queue{depth: map[string]float64{"available": 0, "scheduled": 0, "retryable": 0, "running": 0}, oldest: map[string]float64{}}
 	unavailable := errors.New("queue depth: the database did not answer")
 	rows, err := c.pool.Query(ctx, `SELECT state::text, CASE WHEN kind = 'hookgate_dispatch' THEN args->>'route' END,

@@ -79,7 +79,7 @@ func (s *server) printableOnly(next http.Handler) http.Handler {
 		}
 		// River UI answers a database it cannot reach with a 400 of its own;
 		// the readiness check (at most once a second) answers as the contract does.
-		if _, err := s.ready.get(r.Context()); err != nil {
+		if _, _, err := s.ready.Get(r.Context()); err != nil {
 			writeError(w, r, s.Logger, fmt.Errorf("%w: River UI: %w", ingest.ErrUnavailable, err))
 			return
 		}

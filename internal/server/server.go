@@ -21,6 +21,7 @@ import (
 	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/rejections"
+	"github.com/hookgate/hookgate/internal/throttle"
 )
 
 // Config holds what the server needs.
@@ -58,7 +59,7 @@ type server struct {
 	providers map[string]providers.Provider
 	inflight  *semaphore.Weighted
 	held      atomic.Int64 // bytes taken from inflight, for metrics
-	ready     *cached
+	ready     *throttle.Value[struct{}]
 }
 
 // New returns the gateway's HTTP handler with its whole route table.
@@ -76,7 +77,10 @@ func New(cfg Config) http.Handler {
 		cfg.Now = time.Now
 	}
 	s := &server{Config: cfg, providers: map[string]providers.Provider{},
-		inflight: semaphore.NewWeighted(cfg.MaxInflightBytes), ready: &cached{check: cfg.Ready, every: time.Second}}
+		inflight: semaphore.NewWeighted(cfg.MaxInflightBytes),
+		ready: &throttle.Value[struct{}]{Every: time.Second, Read: func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, cfg.Ready(ctx)
+		}}}
 	for _, p := range cfg.Providers {
 		s.providers[p.Name()] = p
 	}
@@ -114,7 +118,7 @@ func (s *server) handleHealthz(w http.ResponseWriter, _ *http.Request) {
 // probes costs the database one check a second, and a caller never sees the
 // database's own error (it names users, hosts and databases); it is logged.
 func (s *server) handleReadyz(w http.ResponseWriter, r *http.Request) {
-	if fresh, err := s.ready.get(r.Context()); err != nil {
+	if _, fresh, err := s.ready.Get(r.Context()); err != nil {
 		if fresh {
 			s.Logger.WarnContext(r.Context(), "not ready", "error", err)
 		}
