@@ -16,6 +16,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/hookgate/hookgate/internal/deliveries"
+	"github.com/hookgate/hookgate/internal/providers"
 )
 
 // ErrUnknownRoute means a replay named a route that is not configured or does
@@ -319,8 +320,12 @@ func ListReplays(ctx context.Context, db deliveries.DB, limit int) ([]Replay, er
 // ErrNoReplay means no replay has the id.
 var ErrNoReplay = errors.New("replay not found")
 
-// GetReplay returns one replay with its progress, or ErrNoReplay.
+// GetReplay returns one replay with its progress, or ErrNoReplay (also for
+// an id no replay could have, which the database would refuse as text).
 func GetReplay(ctx context.Context, db deliveries.DB, replayID string) (Replay, error) {
+	if len(replayID) > providers.MaxIDLen || !providers.Printable(replayID) {
+		return Replay{}, ErrNoReplay
+	}
 	r, err := scanReplay(db.QueryRow(ctx, `SELECT `+replayColumns+` FROM hookgate_replays WHERE replay_id = $1`, replayID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Replay{}, ErrNoReplay

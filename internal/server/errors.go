@@ -60,6 +60,7 @@ var errorCodes = []struct {
 	{jobs.ErrUnknownRoute, http.StatusBadRequest, "bad_request"},
 	{jobs.ErrNoReplay, http.StatusNotFound, "not_found"},
 	{idempotency.ErrBadBody, http.StatusBadRequest, "bad_request"},
+	{idempotency.ErrBadKey, http.StatusBadRequest, "bad_request"},
 	{idempotency.ErrKeyReused, http.StatusUnprocessableEntity, "idempotency_key_reused"},
 	{idempotency.ErrInFlight, http.StatusConflict, "idempotency_key_in_flight"},
 }
