@@ -228,8 +228,7 @@ func DecodeCursor(s string) (Cursor, error) {
 // valid reports whether every field of c could come from a stored delivery.
 func (c Cursor) valid() bool {
 	return !c.ReceivedAt.IsZero() && usableTime(c.ReceivedAt) &&
-		len(c.Provider) <= providers.MaxIDLen && providers.Printable(c.Provider) &&
-		len(c.DeliveryID) <= providers.MaxIDLen && providers.Printable(c.DeliveryID)
+		providers.ValidID(c.Provider) && providers.ValidID(c.DeliveryID)
 }
 
 // Item is one delivery in a list.

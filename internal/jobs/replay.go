@@ -323,7 +323,7 @@ var ErrNoReplay = errors.New("replay not found")
 // GetReplay returns one replay with its progress, or ErrNoReplay (also for
 // an id no replay could have, which the database would refuse as text).
 func GetReplay(ctx context.Context, db deliveries.DB, replayID string) (Replay, error) {
-	if len(replayID) > providers.MaxIDLen || !providers.Printable(replayID) {
+	if !providers.ValidID(replayID) {
 		return Replay{}, ErrNoReplay
 	}
 	r, err := scanReplay(db.QueryRow(ctx, `SELECT `+replayColumns+` FROM hookgate_replays WHERE replay_id = $1`, replayID))

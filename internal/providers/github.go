@@ -48,7 +48,7 @@ func (g GitHub) Check(h http.Header, _ time.Time) (Request, error) {
 		return Request{}, err
 	}
 	scope := strings.TrimSpace(h.Get("X-GitHub-Hook-ID"))
-	if len(scope) > MaxIDLen || !Printable(scope) {
+	if !ValidID(scope) {
 		return Request{}, fmt.Errorf("%w: X-GitHub-Hook-ID must be printable text of at most %d bytes", ErrMissingHeader, MaxIDLen)
 	}
 	sig, ok := strings.CutPrefix(h.Get("X-Hub-Signature-256"), "sha256=")
@@ -97,7 +97,7 @@ func (g GitHub) Verify(req Request, pieces Body) (Delivery, error) {
 	var badAction bool
 	err = parseObject(payload, func(v *fastjson.Value) {
 		action := text(v.Get("action"))
-		badAction = len(action) > MaxIDLen || !Printable(action)
+		badAction = !ValidID(action)
 		if action != "" && !badAction {
 			d.Event = req.Event + "." + action
 		}
@@ -146,7 +146,7 @@ func githubEntity(event string, v *fastjson.Value) (string, time.Time) {
 		return object("workflow_run")
 	case "push":
 		ref := text(v.Get("ref"))
-		if ref == "" || len(ref) > MaxIDLen || !Printable(ref) {
+		if ref == "" || !ValidID(ref) {
 			return "", time.Time{}
 		}
 		id := idText(v.Get("repository", "id"))

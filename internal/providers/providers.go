@@ -99,15 +99,7 @@ func (b Body) Bytes() []byte {
 	case 1:
 		return b[0]
 	}
-	n := 0
-	for _, p := range b {
-		n += len(p)
-	}
-	whole := make([]byte, 0, n)
-	for _, p := range b {
-		whole = append(whole, p...)
-	}
-	return whole
+	return slices.Concat(b...)
 }
 
 // Request is what a provider's Check read from a request's headers: all that
@@ -190,6 +182,11 @@ func Printable(s string) bool {
 	return utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) })
 }
 
+// ValidID reports whether s can be stored as an id, scope or event name:
+// printable text of at most MaxIDLen bytes (empty too; callers that need a
+// value say so).
+func ValidID(s string) bool { return len(s) <= MaxIDLen && Printable(s) }
+
 // requireHeader returns a header's value, or ErrMissingHeader when it is
 // empty, too long to be real, or not printable text.
 func requireHeader(h http.Header, name string) (string, error) {
@@ -268,7 +265,7 @@ func idText(v *fastjson.Value) string {
 		}
 		s = n
 	}
-	if s == "" || len(s) > MaxIDLen || !Printable(s) {
+	if s == "" || !ValidID(s) {
 		return ""
 	}
 	return s

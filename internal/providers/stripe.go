@@ -64,10 +64,10 @@ func (s Stripe) Verify(req Request, pieces Body) (Delivery, error) {
 	if err != nil {
 		return Delivery{}, err
 	}
-	if id == "" || len(id) > MaxIDLen || !Printable(id) {
+	if id == "" || !ValidID(id) {
 		return Delivery{}, fmt.Errorf("%w: the payload's id must be a non-empty printable string of at most %d bytes", ErrBadPayload, MaxIDLen)
 	}
-	if typ == "" || len(typ) > MaxIDLen || !Printable(typ) {
+	if typ == "" || !ValidID(typ) {
 		return Delivery{}, fmt.Errorf("%w: the payload's type must be a non-empty printable string of at most %d bytes", ErrBadPayload, MaxIDLen)
 	}
 	d := Delivery{
