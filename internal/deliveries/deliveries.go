@@ -121,17 +121,10 @@ func ParseTime(s string, now time.Time) (time.Time, error) {
 		}
 		t = now.Add(-d)
 	}
-	if !usableTime(t) {
+	if !providers.StorableTime(t) {
 		return time.Time{}, fmt.Errorf("%w: %q is outside the years 1 to 9999", ErrBadFilter, s)
 	}
 	return t, nil
-}
-
-// usableTime reports whether t, in UTC, falls in the years JSON and
-// PostgreSQL both take: 1 to 9999.
-func usableTime(t time.Time) bool {
-	y := t.UTC().Year()
-	return y >= 1 && y <= 9999
 }
 
 // CheckKey returns ErrNotFound when provider and deliveryID could not name a
@@ -227,7 +220,7 @@ func DecodeCursor(s string) (Cursor, error) {
 
 // valid reports whether every field of c could come from a stored delivery.
 func (c Cursor) valid() bool {
-	return !c.ReceivedAt.IsZero() && usableTime(c.ReceivedAt) &&
+	return !c.ReceivedAt.IsZero() && providers.StorableTime(c.ReceivedAt) &&
 		providers.ValidID(c.Provider) && providers.ValidID(c.DeliveryID)
 }
 

@@ -289,10 +289,17 @@ func timeValue(v *fastjson.Value) time.Time {
 		}
 		t = time.Unix(sec, 0).UTC()
 	}
-	if t.Year() < 1 || t.Year() > 9999 {
+	if !StorableTime(t) {
 		return time.Time{}
 	}
 	return t
+}
+
+// StorableTime reports whether t, in UTC, falls in the years JSON and
+// PostgreSQL both take: 1 to 9999.
+func StorableTime(t time.Time) bool {
+	y := t.UTC().Year()
+	return y >= 1 && y <= 9999
 }
 
 // maxUnixTime is the last second of the year 9999.
