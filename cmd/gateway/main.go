@@ -10,6 +10,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -36,6 +37,7 @@ import (
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
 	"github.com/hookgate/hookgate/internal/rejections"
+	"github.com/hookgate/hookgate/internal/routes"
 	"github.com/hookgate/hookgate/internal/schema"
 	"github.com/hookgate/hookgate/internal/server"
 	"github.com/hookgate/hookgate/internal/throttle"
@@ -76,7 +78,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		command = args[0]
 	}
 	switch command {
-	case "serve", "migrate", "deliveries", "replay", "send", "bench":
+	case "serve", "migrate", "deliveries", "replay", "send", "routes", "bench":
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -94,7 +96,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if command != "serve" && command != "migrate" {
 		quiet := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		open := func(ctx context.Context) (*pgxpool.Pool, func(), error) {
-			return openDatabase(ctx, cfg, quiet, true)
+			return openDatabase(ctx, cfg, quiet, true, 0)
 		}
 		if command == "bench" {
 			return bench.Run(ctx, bench.Env{Config: cfg, Open: open, Stdout: stdout}, args[1:])
@@ -102,8 +104,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cli.Run(ctx, cli.Env{Config: cfg, Open: open, Stdout: stdout, Stderr: stderr}, args)
 	}
 
+	// A bad route table stops serve before anything starts.
+	handlers := jobs.DefaultHandlers(logger)
+	var table fanout.Table
+	if command == "serve" {
+		if table, err = cfg.LoadRoutes(handlers.Names()); err != nil {
+			return fmt.Errorf("configuration: %w", err)
+		}
+	}
 	// serve owns the private server; migrate may use the one a gateway runs.
-	pool, closeDB, err := openDatabase(ctx, cfg, logger, command == "migrate")
+	pool, closeDB, err := openDatabase(ctx, cfg, logger, command == "migrate", builtinWorkers(table, cfg.Workers))
 	if err != nil {
 		return err
 	}
@@ -115,13 +125,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, "migrations applied")
 		return nil
 	}
-	return serve(ctx, cfg, pool, logger)
+	return serve(ctx, cfg, pool, table, handlers, logger)
+}
+
+// builtinWorkers is how many builtin dispatches one process may run at once:
+// each holds a database connection while its handler runs.
+func builtinWorkers(table fanout.Table, workers int) int {
+	n := 0
+	for _, r := range table {
+		if _, ok := r.Builtin(); ok {
+			n += cmp.Or(r.Concurrency, workers)
+		}
+	}
+	return n
 }
 
 // openDatabase connects to DATABASE_URL, or starts the private PostgreSQL;
 // shared, it first looks for the private server a running gateway started.
 // The returned func closes the pool and stops a private server it started.
-func openDatabase(ctx context.Context, cfg config.Config, logger *slog.Logger, shared bool) (*pgxpool.Pool, func(), error) {
+func openDatabase(ctx context.Context, cfg config.Config, logger *slog.Logger, shared bool, builtins int) (*pgxpool.Pool, func(), error) {
 	url := cfg.DatabaseURL.Value()
 	var embedded *pgembed.Server
 	if url == "" && shared {
@@ -152,10 +174,11 @@ func openDatabase(ctx context.Context, cfg config.Config, logger *slog.Logger, s
 		// Not err itself: it may quote the URL and its password.
 		return nil, nil, errors.New("DATABASE_URL: not a valid PostgreSQL URL")
 	}
-	// A builtin dispatch holds a connection while its handler runs, and an
-	// ordered forward while its target answers, so every worker may hold one;
-	// ingest's committers, the outcome recorder and River need more.
-	poolCfg.MaxConns = max(poolCfg.MaxConns, int32(cfg.Workers+24))
+	// A builtin dispatch holds a connection while its handler runs; a forward
+	// holds none while its target answers, only for its brief reads and
+	// writes. Ingest's committers, the outcome recorder, River and the
+	// routes' guard need more.
+	poolCfg.MaxConns = max(poolCfg.MaxConns, int32(builtins+min(cfg.Workers, 50)+24))
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		stopEmbedded()
@@ -204,23 +227,29 @@ func serveMetrics(addr string, m *metrics.Metrics, logger *slog.Logger) (*http.S
 
 // serve runs the HTTP server and the River client until ctx is cancelled, then
 // stops accepting, finishes requests in flight, and stops River softly.
-func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logger *slog.Logger) error {
-	handlers := jobs.DefaultHandlers(logger)
-	routes, err := fanout.Parse(cfg.Routes, handlers.Names())
-	if err != nil {
-		return fmt.Errorf("configuration: GATEWAY_ROUTES: %w", err)
+func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, table fanout.Table, handlers jobs.Handlers, logger *slog.Logger) error {
+	if err := routes.Sync(ctx, pool, table); err != nil {
+		return err
+	}
+	if err := jobs.QueueDispatches(ctx, pool, table); err != nil {
+		return err
 	}
 	m := metrics.New(pool)
 	store := &receipts.Store{Retention: cfg.Retention}
-	enqueuer := &jobs.Enqueuer{Routes: routes, MaxAttempts: cfg.MaxAttempts}
+	guard := &routes.Guard{Pool: pool, Table: table, Logger: logger}
+	if err := guard.Refresh(ctx); err != nil {
+		return err
+	}
+	m.Routes(guard.Gauges)
+	enqueuer := &jobs.Enqueuer{Routes: table, MaxAttempts: cfg.MaxAttempts}
 	client, err := jobs.NewClient(pool, jobs.ClientConfig{
 		Dispatch: &jobs.DispatchWorker{
-			Pool: pool, Routes: routes, Handlers: handlers, Receipts: store, Logger: logger, Metrics: m,
+			Pool: pool, Routes: table, Handlers: handlers, Receipts: store, Logger: logger, Metrics: m, Guard: guard,
 			Forwarder: jobs.NewForwarder(cfg.ForwardSecret.Value(), cfg.ForwardTimeout, cfg.Workers),
 		},
 		Replay:         &jobs.ReplayBatchWorker{Pool: pool, Enqueuer: enqueuer},
 		Retention:      &jobs.RetentionWorker{Pool: pool, Retention: cfg.Retention, Logger: logger},
-		Reconcile:      &jobs.ReconcileWorker{Pool: pool},
+		Reconcile:      &jobs.ReconcileWorker{Pool: pool, Routes: table},
 		Workers:        cfg.Workers,
 		ForwardTimeout: cfg.ForwardTimeout,
 		Logger:         logger,
@@ -247,6 +276,8 @@ func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logger *s
 	recorder := &rejections.Recorder{Pool: pool, Logger: logger}
 	recorderDone := make(chan struct{})
 	go func() { recorder.Run(bgCtx, time.Second); close(recorderDone) }()
+	guardDone := make(chan struct{})
+	go func() { guard.Run(bgCtx); close(guardDone) }()
 
 	var riverUI http.Handler
 	if cfg.AdminToken != "" {
@@ -274,7 +305,7 @@ func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logger *s
 		Metrics:          m,
 		MetricsElsewhere: cfg.MetricsAddr != "",
 		Rejections:       recorder,
-		Admin:            server.AdminConfig{Token: cfg.AdminToken.Value(), Pool: pool, Enqueuer: enqueuer, RiverUI: riverUI},
+		Admin:            server.AdminConfig{Token: cfg.AdminToken.Value(), Pool: pool, Enqueuer: enqueuer, RiverUI: riverUI, Routes: table},
 	})
 	srv := &http.Server{
 		Handler:           handler,
@@ -302,7 +333,7 @@ func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logger *s
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	logger.InfoContext(ctx, "gateway listening", "addr", ln.Addr().String(), "routes", len(routes),
+	logger.InfoContext(ctx, "gateway listening", "addr", ln.Addr().String(), "routes", len(table),
 		"operator_endpoints", cfg.AdminToken != "")
 
 	select {
@@ -329,6 +360,7 @@ func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, logger *s
 	}
 	stopBackground()
 	<-recorderDone
+	<-guardDone
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}

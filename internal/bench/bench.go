@@ -35,7 +35,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/config"
-	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
@@ -301,9 +300,9 @@ func runCeiling(ctx context.Context, env Env, o options, gen *generator) (float6
 		return 0, err
 	}
 	defer closeDB()
-	routes, err := fanout.Parse(env.Config.Routes, jobs.DefaultHandlers(nil).Names())
+	routes, err := env.Config.LoadRoutes(jobs.DefaultHandlers(nil).Names())
 	if err != nil {
-		return 0, fmt.Errorf("GATEWAY_ROUTES: %w", err)
+		return 0, err
 	}
 	client, err := jobs.NewInsertClient(pool, nil)
 	if err != nil {

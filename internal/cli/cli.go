@@ -1,8 +1,9 @@
 // Package cli is the operator's command line: list and show deliveries,
-// replay them, and send signed sample deliveries to a gateway. It runs the same
-// code as the operator endpoints (packages deliveries and jobs), directly
-// against the database, with the gateway's own configuration (GATEWAY_ROUTES
-// decides what a replay re-dispatches).
+// replay them, list, pause and resume routes, and send signed sample
+// deliveries to a gateway. It runs the same code as the operator endpoints
+// (packages deliveries, jobs and routes), directly against the database, with
+// the gateway's own configuration (its routes decide what a replay
+// re-dispatches).
 //
 // Output is a table for people, or JSON with --json for scripts. Exit codes:
 // 0 done, 1 failed (including a non-2xx answer to send), 2 usage error,
@@ -26,7 +27,6 @@ import (
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/deliveries"
-	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/jobs"
 )
 
@@ -68,11 +68,14 @@ const Usage = `  deliveries list [--provider P] [--event E] [--state S] [--since
   replay PROVIDER ID [--route R]... [--force] [--reason TEXT] [--json]
   replay [--provider P] [--event E] [--state S] [--since T] [--until T] [--force] [--reason TEXT] [--json]
   send github|stripe --event E [--file F] [--url URL] [--json]
+  routes list [--json]
+  routes pause NAME [--reason TEXT] [--json]
+  routes resume NAME [--reason TEXT] [--json]
 
-  T is an RFC 3339 time or a duration ago (24h). Exit codes: 0 done, 1 failed, 2 usage, 3 no such delivery.
+  T is an RFC 3339 time or a duration ago (24h). Exit codes: 0 done, 1 failed, 2 usage, 3 no such delivery or route.
 `
 
-// Run runs an operator command: args[0] is "deliveries", "replay" or "send".
+// Run runs an operator command: args[0] is "deliveries", "replay", "send" or "routes".
 func Run(ctx context.Context, env Env, args []string) error {
 	if env.Now == nil {
 		env.Now = time.Now
@@ -93,6 +96,8 @@ func Run(ctx context.Context, env Env, args []string) error {
 		return replay(ctx, env, args[1:])
 	case "send":
 		return send(ctx, env, args[1:])
+	case "routes":
+		return routesCmd(ctx, env, args[1:])
 	}
 	return usageErr("unknown command %q", args[0])
 }
@@ -284,9 +289,9 @@ func replay(ctx context.Context, env Env, args []string) error {
 		}
 	}
 	handlers := jobs.DefaultHandlers(nil)
-	table, err := fanout.Parse(env.Config.Routes, handlers.Names())
+	table, err := env.Config.LoadRoutes(handlers.Names())
 	if err != nil {
-		return fmt.Errorf("GATEWAY_ROUTES: %w", err)
+		return err
 	}
 	pool, closeDB, err := env.Open(ctx)
 	if err != nil {

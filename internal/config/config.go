@@ -13,6 +13,8 @@ import (
 	"unicode"
 
 	"github.com/kelseyhightower/envconfig"
+
+	"github.com/hookgate/hookgate/internal/fanout"
 )
 
 // Config is the gateway's configuration. The envconfig tag is the variable;
@@ -57,8 +59,27 @@ type Config struct {
 	// MaxAttempts is the attempts per dispatch before it is discarded.
 	// Defaults to 25.
 	MaxAttempts int `envconfig:"GATEWAY_MAX_ATTEMPTS" default:"25"`
-	// Workers is how many dispatches one process works at once. Defaults to 50.
+	// Workers is how many dispatches of one route one process works at once,
+	// unless the route sets its own concurrency. Defaults to 50.
 	Workers int `envconfig:"GATEWAY_WORKERS" default:"50"`
+	// ConfigFile names the YAML configuration file (routes with their
+	// limits). Empty: none.
+	ConfigFile string `envconfig:"GATEWAY_CONFIG_FILE"`
+}
+
+// RouteDefaults are the limits of a route that sets none of its own.
+func (c Config) RouteDefaults() fanout.Defaults {
+	return fanout.Defaults{Concurrency: c.Workers, Timeout: c.ForwardTimeout, MaxAttempts: c.MaxAttempts}
+}
+
+// LoadRoutes returns the fan-out table, from the configuration file or
+// GATEWAY_ROUTES; a builtin target must name one of builtins.
+func (c Config) LoadRoutes(builtins []string) (fanout.Table, error) {
+	t, err := fanout.Load(c.Routes, c.ConfigFile, builtins, c.RouteDefaults())
+	if errors.Is(err, fanout.ErrBadTable) {
+		return nil, fmt.Errorf("GATEWAY_ROUTES: %w", err)
+	}
+	return t, err
 }
 
 // MinRetention is the shortest GATEWAY_RETENTION accepted: GitHub redelivers
@@ -126,8 +147,13 @@ func (c Config) Validate() error {
 	if c.MaxAttempts < 1 {
 		bad("GATEWAY_MAX_ATTEMPTS", "must be at least 1, got %d", c.MaxAttempts)
 	}
-	if c.Workers < 1 {
-		bad("GATEWAY_WORKERS", "must be at least 1, got %d", c.Workers)
+	if c.Workers < 1 || c.Workers > fanout.MaxConcurrency {
+		bad("GATEWAY_WORKERS", "must be 1 to %d, got %d", fanout.MaxConcurrency, c.Workers)
+	}
+	if c.ConfigFile != "" {
+		if _, err := os.Stat(c.ConfigFile); err != nil {
+			bad("GATEWAY_CONFIG_FILE", "%v", err)
+		}
 	}
 	return errors.Join(errs...)
 }

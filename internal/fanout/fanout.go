@@ -1,16 +1,22 @@
 // Package fanout is the fan-out table: which routes a delivery goes to, by
-// provider and event name, and where each route sends it (an http(s) URL or
-// a builtin handler). It knows nothing of River or the database; package jobs
-// dispatches what it decides.
+// provider and event name, where each route sends it (an http(s) URL or a
+// builtin handler), and each route's limits (concurrency, rate, timeout,
+// attempts, circuit). The table comes from GATEWAY_ROUTES (Parse) or from the
+// configuration file (ReadFile); Load picks. It knows nothing of River or the
+// database; package jobs dispatches what it decides, package routes keeps
+// each route's shared state.
 package fanout
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/hookgate/hookgate/internal/providers"
 )
@@ -27,7 +33,74 @@ type Route struct {
 	Matches []Match
 	// Target is an http(s) URL or "builtin:<name>".
 	Target string
+	// Concurrency is how many of the route's dispatches one process works
+	// at once.
+	Concurrency int
+	// Rate limits the attempts started, all processes together; the zero
+	// Rate is no limit.
+	Rate Rate
+	// Timeout bounds one attempt.
+	Timeout time.Duration
+	// MaxAttempts is the attempts per dispatch before it is discarded.
+	MaxAttempts int
+	// Circuit stops the route's attempts for a while after consecutive failures.
+	Circuit Circuit
 }
+
+// Rate is at most N attempts started in any window of Per (a second or a
+// minute).
+type Rate struct {
+	N   int
+	Per time.Duration
+}
+
+// String is the rate as written in the configuration ("20/s"), or "" for none.
+func (r Rate) String() string {
+	switch {
+	case r.N == 0:
+		return ""
+	case r.Per == time.Minute:
+		return fmt.Sprintf("%d/m", r.N)
+	default:
+		return fmt.Sprintf("%d/s", r.N)
+	}
+}
+
+// Circuit is a route's circuit breaker: after Failures consecutive failed
+// attempts no attempt starts for Cooldown, then one probe decides. Failures 0
+// turns it off.
+type Circuit struct {
+	Failures int
+	Cooldown time.Duration
+}
+
+// DefaultCircuit is a route's circuit unless configured.
+var DefaultCircuit = Circuit{Failures: 20, Cooldown: 30 * time.Second}
+
+// Defaults are the limits of a route that sets none of its own: the
+// environment's GATEWAY_WORKERS, GATEWAY_FORWARD_TIMEOUT and
+// GATEWAY_MAX_ATTEMPTS.
+type Defaults struct {
+	Concurrency int
+	Timeout     time.Duration
+	MaxAttempts int
+}
+
+// Queue is the River queue the route's dispatches wait in: one per route, so
+// that each route has its own workers and can be paused alone. River's queue
+// names are stricter than route names; a name River would refuse, or one
+// too long with the prefix, is spelled by its hash.
+func (r Route) Queue() string {
+	q := "route_" + r.Name
+	if len(q) <= 64 && queueNameRE.MatchString(q) {
+		return q
+	}
+	sum := sha256.Sum256([]byte(r.Name))
+	return "routeh_" + hex.EncodeToString(sum[:12])
+}
+
+// queueNameRE is River's rule for queue names.
+var queueNameRE = regexp.MustCompile(`^(?:[a-z0-9])+(?:[_|\-]?[a-z0-9]+)*$`)
 
 // Builtin returns the handler name of a builtin:<name> target, and whether the
 // target is one.
@@ -104,6 +177,15 @@ func (rs Table) Matching(provider, event string) []string {
 	return names
 }
 
+// MaxTimeout is the longest attempt time limit of any route (d when there
+// are no routes, or all are shorter).
+func (rs Table) MaxTimeout(d time.Duration) time.Duration {
+	for _, r := range rs {
+		d = max(d, r.Timeout)
+	}
+	return d
+}
+
 // ByName returns the route with the given name.
 func (rs Table) ByName(name string) (Route, bool) {
 	for _, r := range rs {
@@ -120,8 +202,9 @@ var (
 )
 
 // Parse parses GATEWAY_ROUTES: space-separated name=match[,match...]>target.
-// A builtin target must name one of builtins.
-func Parse(s string, builtins []string) (Table, error) {
+// A builtin target must name one of builtins. Each route's limits are d's,
+// and its circuit DefaultCircuit.
+func Parse(s string, builtins []string, d Defaults) (Table, error) {
 	var rs Table
 	seen := map[string]bool{}
 	for _, entry := range strings.Fields(s) {
@@ -141,14 +224,13 @@ func Parse(s string, builtins []string) (Table, error) {
 		if !ok || target == "" {
 			return nil, fmt.Errorf("%w %q: no >target", ErrBadTable, shown)
 		}
-		r := Route{Name: name, Target: target}
+		r := Route{Name: name, Target: target, Concurrency: d.Concurrency, Timeout: d.Timeout, MaxAttempts: d.MaxAttempts, Circuit: DefaultCircuit}
 		for m := range strings.SplitSeq(matches, ",") {
-			provider, pattern, ok := strings.Cut(m, ":")
-			if !ok || (provider != "*" && !providers.Known(provider)) || !patternRE.MatchString(pattern) {
-				return nil, fmt.Errorf("%w %q: match %q must be provider:pattern with provider %s or *", ErrBadTable, shown, m,
-					strings.Join(providers.Names, ", "))
+			match, err := parseMatch(m)
+			if err != nil {
+				return nil, fmt.Errorf("%w %q: %w", ErrBadTable, shown, err)
 			}
-			r.Matches = append(r.Matches, Match{Provider: provider, Pattern: pattern})
+			r.Matches = append(r.Matches, match)
 		}
 		if err := checkTarget(target, builtins); err != nil {
 			return nil, fmt.Errorf("%w %q: %w", ErrBadTable, shown, err)
@@ -156,6 +238,15 @@ func Parse(s string, builtins []string) (Table, error) {
 		rs = append(rs, r)
 	}
 	return rs, nil
+}
+
+// parseMatch parses one provider:pattern.
+func parseMatch(m string) (Match, error) {
+	provider, pattern, ok := strings.Cut(m, ":")
+	if !ok || (provider != "*" && !providers.Known(provider)) || !patternRE.MatchString(pattern) {
+		return Match{}, fmt.Errorf("match %q must be provider:pattern with provider %s or *", m, strings.Join(providers.Names, ", "))
+	}
+	return Match{Provider: provider, Pattern: pattern}, nil
 }
 
 // redactEntry is a route entry as an error may show it: its target redacted.

@@ -50,7 +50,7 @@ func TestMatch(t *testing.T) {
 func TestParse(t *testing.T) {
 	t.Parallel()
 	handlers := []string{"log", "stripe-subscriptions"}
-	rs, err := fanout.Parse("ci=github:push,github:pull_request.*>http://127.0.0.1:9000/ci billing=stripe:invoice.*,stripe:customer.subscription.*>https://billing.internal/stripe  audit=*:*>builtin:log", handlers)
+	rs, err := fanout.Parse("ci=github:push,github:pull_request.*>http://127.0.0.1:9000/ci billing=stripe:invoice.*,stripe:customer.subscription.*>https://billing.internal/stripe  audit=*:*>builtin:log", handlers, fanout.Defaults{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestParse(t *testing.T) {
 	if got := rs.Matching("stripe", "invoice.paid"); !slices.Equal(got, []string{"billing", "audit"}) {
 		t.Fatalf("matching = %v", got)
 	}
-	if rs, err := fanout.Parse("  ", handlers); err != nil || len(rs) != 0 {
+	if rs, err := fanout.Parse("  ", handlers, fanout.Defaults{}); err != nil || len(rs) != 0 {
 		t.Fatalf("empty: %v %v", rs, err)
 	}
 
@@ -84,7 +84,7 @@ func TestParse(t *testing.T) {
 		"a=github:push>http://",
 		"a=github:push>builtin:log a=stripe:x>builtin:log",
 	} {
-		if _, err := fanout.Parse(bad, handlers); !errors.Is(err, fanout.ErrBadTable) {
+		if _, err := fanout.Parse(bad, handlers, fanout.Defaults{}); !errors.Is(err, fanout.ErrBadTable) {
 			t.Errorf("Parse(%q) err = %v, want ErrBadTable", bad, err)
 		}
 	}
@@ -99,7 +99,7 @@ func TestParseErrorsRedactTheTarget(t *testing.T) {
 		"ci=nope:push>http://user:pw@h.example/x?token=tk",
 		"ci=github:push>ftp://user:pw@h.example/x?token=tk",
 	} {
-		_, err := fanout.Parse(bad, nil)
+		_, err := fanout.Parse(bad, nil, fanout.Defaults{})
 		if err == nil || strings.Contains(err.Error(), "pw") || strings.Contains(err.Error(), "tk") {
 			t.Errorf("Parse(%q) = %v", bad, err)
 		}

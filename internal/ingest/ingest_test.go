@@ -29,7 +29,7 @@ func setup(t *testing.T) (*ingest.Ingester, *pgxpool.Pool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	routes, err := fanout.Parse("a=github:push>builtin:log b=*:*>builtin:log", jobs.DefaultHandlers(logger).Names())
+	routes, err := fanout.Parse("a=github:push>builtin:log b=*:*>builtin:log", jobs.DefaultHandlers(logger).Names(), fanout.Defaults{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"time"
@@ -9,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/hookgate/hookgate/internal/fanout"
 )
 
 // ClientConfig configures the River client that works hookgate's jobs.
@@ -21,7 +24,8 @@ type ClientConfig struct {
 	// minutes and every minute, and at start); nil: not scheduled.
 	Retention *RetentionWorker
 	Reconcile *ReconcileWorker
-	// Workers is how many dispatches one process works at once. Defaults to 50.
+	// Workers is how many dispatches of a route one process works at once,
+	// when the route sets no concurrency. Defaults to 50.
 	Workers int
 	// ForwardTimeout is one forward attempt's limit; the job timeout and the
 	// rescue of stuck jobs are derived from it. Defaults to 10s.
@@ -85,15 +89,30 @@ func NewClient(pool *pgxpool.Pool, cfg ClientConfig) (*river.Client[pgx.Tx], err
 		// an hour for River UI, so that a busy gateway's job table stays small.
 		CompletedJobRetentionPeriod: time.Hour,
 		JobTimeout:                  jobTimeout(cfg.ForwardTimeout),
-		RescueStuckJobsAfter:        rescueAfter(cfg.ForwardTimeout),
+		RescueStuckJobsAfter:        rescueAfter(cfg.Dispatch.Routes.MaxTimeout(cfg.ForwardTimeout)),
 		PeriodicJobs:                periodic,
-		Queues:                      map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}},
+		Queues:                      queues(cfg.Dispatch.Routes, cfg.Workers),
 		Workers:                     workers,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)
 	}
 	return client, nil
+}
+
+// defaultQueueWorkers works the default queue: maintenance, bulk replays, and
+// the dispatches of a route no longer configured (they are discarded).
+const defaultQueueWorkers = 10
+
+// queues are a River queue per route, with the route's concurrency (workers
+// when it sets none), and the default queue. A route's workers are its own:
+// a target that hangs holds only its route's.
+func queues(table fanout.Table, workers int) map[string]river.QueueConfig {
+	qs := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: defaultQueueWorkers}}
+	for _, r := range table {
+		qs[r.Queue()] = river.QueueConfig{MaxWorkers: cmp.Or(r.Concurrency, workers)}
+	}
+	return qs
 }
 
 // NewInsertClient returns a River client that only inserts jobs.

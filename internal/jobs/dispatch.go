@@ -47,7 +47,8 @@ type Enqueuer struct {
 	Client *river.Client[pgx.Tx]
 	// Routes is the fan-out table.
 	Routes fanout.Table
-	// MaxAttempts is each job's attempt limit. Defaults to River's (25).
+	// MaxAttempts is a job's attempt limit when its route sets none.
+	// Defaults to River's (25).
 	MaxAttempts int
 }
 
@@ -98,6 +99,19 @@ func (e *Enqueuer) EnqueueManyTx(ctx context.Context, tx pgx.Tx, events []Event)
 	return counts, nil
 }
 
+// insertOpts places a route's dispatch job in the route's own queue, with the
+// route's attempt limit.
+func (e *Enqueuer) insertOpts(route string) *river.InsertOpts {
+	opts := &river.InsertOpts{MaxAttempts: e.MaxAttempts}
+	if r, ok := e.Routes.ByName(route); ok {
+		opts.Queue = r.Queue()
+		if r.MaxAttempts > 0 {
+			opts.MaxAttempts = r.MaxAttempts
+		}
+	}
+	return opts
+}
+
 // Created is a dispatch that was just created.
 type Created struct {
 	Provider   string `json:"-"`
@@ -126,7 +140,7 @@ func (e *Enqueuer) insertTx(ctx context.Context, tx pgx.Tx, want []Created) ([]C
 	for i, w := range want {
 		params[i] = river.InsertManyParams{
 			Args:       DispatchArgs{Provider: w.Provider, DeliveryID: w.DeliveryID, Route: w.Route, Generation: w.Generation},
-			InsertOpts: &river.InsertOpts{MaxAttempts: e.MaxAttempts},
+			InsertOpts: e.insertOpts(w.Route),
 		}
 	}
 	results, err := e.Client.InsertManyTx(ctx, tx, params)

@@ -50,7 +50,7 @@ func setupDispatch(t testing.TB, routes string, handlers jobs.Handlers, opts ...
 		pool = dbtest.NewPool(t)
 	}
 	logger := slog.New(slog.DiscardHandler)
-	rs, err := fanout.Parse(routes, handlers.Names())
+	rs, err := fanout.Parse(routes, handlers.Names(), fanout.Defaults{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -85,13 +86,16 @@ func NewForwarder(secret string, timeout time.Duration, maxIdlePerHost int) *For
 	return &Forwarder{Client: client, Secret: secret, Timeout: timeout}
 }
 
-// Forward sends one attempt of d to target. It returns nil on a 2xx, and a
-// *ForwardError otherwise.
+// Forward sends one attempt of d to target within the Forwarder's Timeout.
+// It returns nil on a 2xx, and a *ForwardError otherwise.
 func (f *Forwarder) Forward(ctx context.Context, target string, d Delivery) error {
-	timeout := f.Timeout
-	if timeout <= 0 {
-		timeout = 10 * time.Second
-	}
+	return f.ForwardWithin(ctx, target, 0, d)
+}
+
+// ForwardWithin is Forward with a time limit of its own (a route's timeout);
+// 0 is the Forwarder's.
+func (f *Forwarder) ForwardWithin(ctx context.Context, target string, timeout time.Duration, d Delivery) error {
+	timeout = cmp.Or(timeout, f.Timeout, 10*time.Second)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 

@@ -38,7 +38,7 @@ func runWorkerProcess(url, routes string) error {
 		return err
 	}
 	handlers := jobs.DefaultHandlers(discard())
-	rs, err := fanout.Parse(routes, handlers.Names())
+	rs, err := fanout.Parse(routes, handlers.Names(), fanout.Defaults{})
 	if err != nil {
 		return err
 	}

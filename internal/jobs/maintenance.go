@@ -11,6 +11,8 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/internal/deliveries"
+	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/receipts"
 )
 
 // RetentionArgs are the periodic job that deletes expired receipts.
@@ -119,6 +121,9 @@ func DeleteExpired(ctx context.Context, pool *pgxpool.Pool, retention time.Durat
 		AND NOT EXISTS (`+leaseHolderInProgressSQL+`)`); err != nil {
 		return total, fmt.Errorf("delete abandoned leases: %w", err)
 	}
+	if _, err := pool.Exec(ctx, "DELETE FROM hookgate_route_minutes WHERE minute < now() - interval '1 day'"); err != nil {
+		return total, fmt.Errorf("delete old route counts: %w", err)
+	}
 	if _, err := pool.Exec(ctx, "DELETE FROM hookgate_idempotency WHERE expires_at < now()"); err != nil {
 		return total, fmt.Errorf("delete expired idempotency keys: %w", err)
 	}
@@ -141,6 +146,9 @@ type ReconcileWorker struct {
 	river.WorkerDefaults[ReconcileArgs]
 	// Pool is the database.
 	Pool *pgxpool.Pool
+	// Routes is the fan-out table: waiting dispatch jobs are moved to their
+	// route's queue (see QueueDispatches).
+	Routes fanout.Table
 }
 
 // Work implements river.Worker. River keeps cancelled jobs for a day, so a
@@ -155,6 +163,27 @@ func (w *ReconcileWorker) Work(ctx context.Context, _ *river.Job[ReconcileArgs])
 		AND d.job_id = j.id AND d.state IN (`+deliveries.InProgressSQL+`)`, DispatchKind)
 	if err != nil {
 		return fmt.Errorf("reconcile dispatches: %w", err)
+	}
+	return QueueDispatches(ctx, w.Pool, w.Routes)
+}
+
+// QueueDispatches moves waiting dispatch jobs to the queue of their route:
+// jobs enqueued before routes had queues of their own, or by a gateway with
+// another configuration. The jobs of a route no longer configured go to the
+// default queue, whose workers discard them (replayable once the route is
+// back). A gateway runs it at start and its reconcile job every minute.
+func QueueDispatches(ctx context.Context, db receipts.DBTX, table fanout.Table) error {
+	var names, queues []string
+	for _, r := range table {
+		names, queues = append(names, r.Name), append(queues, r.Queue())
+	}
+	_, err := db.Exec(ctx, `WITH t AS (SELECT * FROM unnest($2::text[], $3::text[]) AS t(route, queue)),
+		j AS (SELECT j.id, coalesce((SELECT queue FROM t WHERE t.route = j.args->>'route'), $4) AS queue
+			FROM river_job j WHERE j.kind = $1 AND j.state IN ('available', 'scheduled', 'retryable'))
+		UPDATE river_job SET queue = j.queue FROM j WHERE river_job.id = j.id AND river_job.queue <> j.queue`,
+		DispatchKind, names, queues, river.QueueDefault)
+	if err != nil {
+		return fmt.Errorf("queue dispatches by route: %w", err)
 	}
 	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/receipts"
+	"github.com/hookgate/hookgate/internal/routes"
 )
 
 // DispatchWorker works dispatch jobs: it runs the route's target and records
@@ -57,6 +58,9 @@ type DispatchWorker struct {
 	Logger *slog.Logger
 	// Metrics records final states; nil records nothing.
 	Metrics *metrics.Metrics
+	// Guard admits each attempt within its route's pause, circuit and rate;
+	// nil admits all.
+	Guard *routes.Guard
 
 	// retryAt holds, per job id, when a target's Retry-After allows the next
 	// attempt; NextRetry takes it right after Work returns.
@@ -104,6 +108,15 @@ func (w *DispatchWorker) Work(ctx context.Context, job *river.Job[DispatchArgs])
 	return err
 }
 
+// Timeout implements river.Worker: the route's attempt time limit and the
+// database work around it.
+func (w *DispatchWorker) Timeout(job *river.Job[DispatchArgs]) time.Duration {
+	if r, ok := w.Routes.ByName(job.Args.Route); ok && r.Timeout > 0 {
+		return jobTimeout(r.Timeout)
+	}
+	return 0 // the client's
+}
+
 // NextRetry implements river.Worker: a target's Retry-After when it sent one,
 // else River's default backoff (1 s before the first retry, then attempt^4 s).
 func (w *DispatchWorker) NextRetry(job *river.Job[DispatchArgs]) time.Time {
@@ -120,13 +133,26 @@ func (w *DispatchWorker) work(ctx context.Context, job *river.Job[DispatchArgs])
 	}
 	name, builtin := route.Builtin()
 	if !builtin {
-		return w.forward(ctx, job, route.Target)
+		return w.forward(ctx, job, route)
 	}
 	handler := w.Handlers[name]
 	if handler == nil {
 		return fmt.Errorf("%w: route %q: no builtin handler %q", errNoTarget, route.Name, name)
 	}
-	return w.runBuiltin(ctx, job, handler)
+	return w.runBuiltin(ctx, job, route, handler)
+}
+
+// admit asks the route's Guard whether an attempt may start now; when not,
+// the error snoozes the job (River keeps its attempt count) until it may.
+func (w *DispatchWorker) admit(ctx context.Context, route fanout.Route) (routes.Ticket, error) {
+	wait, t, err := w.Guard.Admit(ctx, route)
+	if err != nil {
+		return t, err
+	}
+	if wait > 0 {
+		return t, river.JobSnooze(wait)
+	}
+	return t, nil
 }
 
 // lockWait is how long a dispatch waits when another holds its entity's lock
@@ -163,7 +189,7 @@ func delivery(r receipts.Receipt, a DispatchArgs, attempt int) Delivery {
 // crashes before the commit is durable, the handler's writes, the dispatch's
 // state, the watermark and the job's completion are all lost together, and
 // River runs the job again, so the effect still happens once.
-func (w *DispatchWorker) runBuiltin(ctx context.Context, job *river.Job[DispatchArgs], handler Handler) error {
+func (w *DispatchWorker) runBuiltin(ctx context.Context, job *river.Job[DispatchArgs], route fanout.Route, handler Handler) error {
 	a := job.Args
 	tx, err := w.Pool.Begin(ctx)
 	if err != nil {
@@ -213,15 +239,25 @@ func (w *DispatchWorker) runBuiltin(ctx context.Context, job *river.Job[Dispatch
 			return w.finish(ctx, tx, job, StateSuperseded, r.ReceivedAt)
 		}
 	}
+	ticket, err := w.admit(ctx, route)
+	if err != nil {
+		return err
+	}
 	if err := handler(ctx, tx, delivery(r, a, job.Attempt)); err != nil {
-		return fmt.Errorf("handler: %w", err)
+		err = fmt.Errorf("handler: %w", err)
+		w.Guard.Done(ctx, route, ticket, routes.Failed, excerpt(err.Error(), 500))
+		return err
 	}
 	if ordered(r) {
 		if err := moveWatermarks(ctx, tx, []watermark{{route: a.Route, entity: r.Entity, eventTime: r.EventTime, provider: r.Provider, deliveryID: r.DeliveryID}}); err != nil {
 			return err
 		}
 	}
-	return w.finish(ctx, tx, job, StateSucceeded, r.ReceivedAt)
+	if err := w.finish(ctx, tx, job, StateSucceeded, r.ReceivedAt); err != nil {
+		return err
+	}
+	w.Guard.Done(ctx, route, ticket, routes.Succeeded, "")
+	return nil
 }
 
 // finish records a builtin dispatch's final state, completes its job and
@@ -298,7 +334,7 @@ func moveWatermarks(ctx context.Context, db receipts.DBTX, marks []watermark) er
 }
 
 // forward runs one attempt of a forward; see DispatchWorker.
-func (w *DispatchWorker) forward(ctx context.Context, job *river.Job[DispatchArgs], target string) error {
+func (w *DispatchWorker) forward(ctx context.Context, job *river.Job[DispatchArgs], route fanout.Route) error {
 	a := job.Args
 	c, err := w.claim(ctx, a, false)
 	if err != nil {
@@ -318,8 +354,19 @@ func (w *DispatchWorker) forward(ctx context.Context, job *river.Job[DispatchArg
 		o.mark = &watermark{route: a.Route, entity: c.r.Entity, eventTime: c.r.EventTime, provider: c.r.Provider, deliveryID: c.r.DeliveryID}
 	}
 	if o.state == StateSucceeded {
-		err := w.Forwarder.Forward(ctx, target, delivery(c.r, a, job.Attempt))
+		ticket, err := w.admit(ctx, route)
+		if err != nil {
+			// Not admitted (paused, circuit open, over its rate): nothing
+			// was sent. A first attempt gives its lease back; a retry keeps
+			// it, as below.
+			if job.Attempt <= 1 {
+				_ = w.dropLease(ctx, c)
+			}
+			return err
+		}
+		err = w.Forwarder.ForwardWithin(ctx, route.Target, route.Timeout, delivery(c.r, a, job.Attempt))
 		w.Metrics.ForwardAttempt(a.Route, AttemptOutcome(err))
+		w.Guard.Done(ctx, route, ticket, guardOutcome(err), errText(err))
 		if err != nil {
 			// The lease is kept while the dispatch retries: an earlier
 			// attempt may have been accepted with its outcome lost, and an
@@ -342,6 +389,26 @@ func (w *DispatchWorker) forward(ctx context.Context, job *river.Job[DispatchArg
 	}
 	w.Metrics.Dispatch(a.Route, o.state, sinceReceipt(a, c.r.ReceivedAt))
 	return nil
+}
+
+// guardOutcome is a forward attempt's outcome as the route's circuit counts it.
+func guardOutcome(err error) routes.Outcome {
+	var fe *ForwardError
+	switch {
+	case err == nil:
+		return routes.Succeeded
+	case errors.As(err, &fe) && fe.Permanent:
+		return routes.Refused
+	}
+	return routes.Failed
+}
+
+// errText is an error's text as stored, or "" for none.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return excerpt(err.Error(), 500)
 }
 
 // sinceReceipt is the receipt time from which a dispatch's success is
@@ -382,7 +449,7 @@ func (w *DispatchWorker) leaseTTL() time.Duration {
 	if w.Forwarder != nil && w.Forwarder.Timeout > 0 {
 		timeout = w.Forwarder.Timeout
 	}
-	return rescueAfter(timeout)
+	return rescueAfter(w.Routes.MaxTimeout(timeout))
 }
 
 // dropLease gives back the claim's lease, if it took one.

@@ -28,7 +28,7 @@ func TestRetryAfterIsKeptOnlyForAJobRiverWillRetry(t *testing.T) {
 		w.WriteHeader(http.StatusTooManyRequests)
 	}))
 	t.Cleanup(target.Close)
-	routes, err := fanout.Parse("fwd=github:push>"+target.URL, nil)
+	routes, err := fanout.Parse("fwd=github:push>"+target.URL, nil, fanout.Defaults{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -121,6 +121,51 @@ func (m *Metrics) Gauge(name, help string, read func() float64) {
 	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, read))
 }
 
+// RouteGauge is one route's pause and circuit state.
+type RouteGauge struct {
+	Route   string
+	Paused  bool
+	Circuit string // closed, open or probing
+}
+
+// Routes reports, at each scrape, every route's pause
+// (hookgate_route_paused, 1 when paused) and circuit
+// (hookgate_route_circuit{state}, 1 for the route's current state) as read
+// returns them; read must need no database.
+func (m *Metrics) Routes(read func() []RouteGauge) {
+	if m == nil {
+		return
+	}
+	m.registry.MustRegister(&routeCollector{read: read,
+		paused: prometheus.NewDesc("hookgate_route_paused", "1 while an operator has paused the route, else 0.", []string{"route"}, nil),
+		circuit: prometheus.NewDesc("hookgate_route_circuit",
+			"1 for the route's circuit state (closed, open or probing), 0 for the others.", []string{"route", "state"}, nil),
+	})
+}
+
+type routeCollector struct {
+	read            func() []RouteGauge
+	paused, circuit *prometheus.Desc
+}
+
+func (c *routeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.paused; ch <- c.circuit }
+
+func (c *routeCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, g := range c.read() {
+		ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, bool01(g.Paused), g.Route)
+		for _, state := range []string{"closed", "open", "probing"} {
+			ch <- prometheus.MustNewConstMetric(c.circuit, prometheus.GaugeValue, bool01(g.Circuit == state), g.Route, state)
+		}
+	}
+}
+
+func bool01(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // ForwardAttempt records one forward attempt's outcome on a route.
 func (m *Metrics) ForwardAttempt(route, outcome string) {
 	if m == nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/deliveries"
+	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/jobs"
@@ -38,6 +39,9 @@ type AdminConfig struct {
 	Enqueuer *jobs.Enqueuer
 	// RiverUI is served at /admin/river/; nil: not served.
 	RiverUI http.Handler
+	// Routes is the fan-out table, whose routes operators see, pause and
+	// resume (through Enqueuer's River client).
+	Routes fanout.Table
 }
 
 // Actor is how the replay log names whoever holds a token: a short digest,
@@ -60,6 +64,11 @@ func (s *server) adminRoutes(r chi.Router) {
 	r.Get("/replays", s.handleListReplays)
 	r.Get("/replays/{replay_id}", s.handleShowReplay)
 	r.Get("/rejections", s.handleRejections)
+	r.Get("/routes", s.handleListRoutes)
+	r.Get("/routes/{name}", s.handleShowRoute)
+	r.Post("/routes/{name}/pause", s.handlePauseRoute)
+	r.Post("/routes/{name}/resume", s.handleResumeRoute)
+	r.Get("/audit", s.handleAudit)
 	if s.Admin.RiverUI != nil {
 		ui := s.printableOnly(s.Admin.RiverUI)
 		r.Handle("/river", ui)

@@ -64,7 +64,7 @@ func setupAdmin(t *testing.T, token string) *adminBundle {
 	t.Cleanup(b.target.Close)
 	logger := slog.New(slog.DiscardHandler)
 	handlers := jobs.DefaultHandlers(logger)
-	routes, err := fanout.Parse("fwd=github:push,stripe:invoice.*>"+b.target.URL+" audit=*:*>builtin:log", handlers.Names())
+	routes, err := fanout.Parse("fwd=github:push,stripe:invoice.*>"+b.target.URL+" audit=*:*>builtin:log", handlers.Names(), fanout.Defaults{})
 	if err != nil {
 		t.Fatal(err)
 	}

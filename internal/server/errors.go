@@ -11,12 +11,14 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/hookgate/hookgate/internal/audit"
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
+	"github.com/hookgate/hookgate/internal/routes"
 	"github.com/hookgate/hookgate/internal/verify"
 )
 
@@ -59,6 +61,8 @@ var errorCodes = []struct {
 	{deliveries.ErrBadFilter, http.StatusBadRequest, "bad_request"},
 	{jobs.ErrUnknownRoute, http.StatusBadRequest, "bad_request"},
 	{jobs.ErrNoReplay, http.StatusNotFound, "not_found"},
+	{routes.ErrNotFound, http.StatusNotFound, "not_found"},
+	{audit.ErrBadCursor, http.StatusBadRequest, "bad_request"},
 	{idempotency.ErrBadBody, http.StatusBadRequest, "bad_request"},
 	{idempotency.ErrBadKey, http.StatusBadRequest, "bad_request"},
 	{idempotency.ErrKeyReused, http.StatusUnprocessableEntity, "idempotency_key_reused"},

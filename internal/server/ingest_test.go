@@ -67,7 +67,7 @@ func setup(t testing.TB, opts setupOpts) *testBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	routes, err := fanout.Parse(testRoutes, jobs.DefaultHandlers(logger).Names())
+	routes, err := fanout.Parse(testRoutes, jobs.DefaultHandlers(logger).Names(), fanout.Defaults{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,288 @@
+package fanout
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// ErrBadFile means the configuration file could not be read or holds a value
+// that makes no sense. Its message names the file, the route and the key.
+var ErrBadFile = errors.New("configuration file")
+
+// Limits on what a route may ask for, so that a typo cannot exhaust a process
+// or the database.
+const (
+	MaxConcurrency = 10_000
+	MaxRate        = 100_000
+	MaxMaxAttempts = 1_000
+	MaxTimeout     = time.Hour
+	MaxCooldown    = 24 * time.Hour
+)
+
+// The keys each level of the file may hold; anything else is refused.
+var (
+	fileKeys    = []string{"routes"}
+	routeKeys   = []string{"name", "match", "target", "target_env", "concurrency", "rate", "timeout", "max_attempts", "circuit"}
+	circuitKeys = []string{"failures", "cooldown"}
+)
+
+// fileRoute is one route as written in the file; a pointer tells a value
+// left out from a zero.
+type fileRoute struct {
+	Name        string   `yaml:"name"`
+	Match       []string `yaml:"match"`
+	Target      string   `yaml:"target"`
+	TargetEnv   string   `yaml:"target_env"`
+	Concurrency *int     `yaml:"concurrency"`
+	Rate        string   `yaml:"rate"`
+	Timeout     string   `yaml:"timeout"`
+	MaxAttempts *int     `yaml:"max_attempts"`
+	Circuit     *struct {
+		Failures *int   `yaml:"failures"`
+		Cooldown string `yaml:"cooldown"`
+	} `yaml:"circuit"`
+}
+
+// Load returns the fan-out table: from the configuration file at path when it
+// lists routes, else from GATEWAY_ROUTES (spec). Both at once is an error.
+func Load(spec, path string, builtins []string, d Defaults) (Table, error) {
+	if path == "" {
+		return Parse(spec, builtins, d)
+	}
+	t, listed, err := ReadFile(path, builtins, d)
+	if err != nil {
+		return nil, err
+	}
+	if !listed {
+		return Parse(spec, builtins, d)
+	}
+	if strings.TrimSpace(spec) != "" {
+		return nil, fmt.Errorf("%w %s: routes are given both here and in GATEWAY_ROUTES; keep one", ErrBadFile, path)
+	}
+	return t, nil
+}
+
+// ReadFile reads the routes of the YAML configuration file at path; listed
+// reports whether it has a routes key at all. Each route's limits left out
+// are d's, its circuit DefaultCircuit's. A target_env names the variable
+// holding the target's URL (or its _FILE variant, a file holding it), so that
+// a URL carrying a credential stays out of the file.
+func ReadFile(path string, builtins []string, d Defaults) (t Table, listed bool, err error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %w", ErrBadFile, err)
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w %s: "+format, append([]any{ErrBadFile, path}, args...)...)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return nil, false, bad("%s", strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	if len(doc.Content) == 0 {
+		return nil, false, nil // an empty file
+	}
+	top := doc.Content[0]
+	if err := checkKeys(top, fileKeys); err != nil {
+		return nil, false, bad("%w", err)
+	}
+	list := value(top, "routes")
+	if list == nil {
+		return nil, false, nil
+	}
+	if list.Kind != yaml.SequenceNode {
+		return nil, true, bad("line %d: routes must be a list of routes", list.Line)
+	}
+	seen := map[string]bool{}
+	for i, n := range list.Content {
+		where := fmt.Sprintf("route %d (line %d)", i+1, n.Line)
+		if name := value(n, "name"); name != nil && name.Kind == yaml.ScalarNode {
+			where = fmt.Sprintf("route %q (line %d)", name.Value, n.Line)
+		}
+		r, err := readRoute(n, builtins, d)
+		if err != nil {
+			return nil, true, bad("%s: %w", where, err)
+		}
+		if seen[r.Name] {
+			return nil, true, bad("%s: the name %s is used twice", where, r.Name)
+		}
+		seen[r.Name] = true
+		t = append(t, r)
+	}
+	return t, true, nil
+}
+
+// readRoute reads and checks one route of the file.
+func readRoute(n *yaml.Node, builtins []string, d Defaults) (Route, error) {
+	if err := checkKeys(n, routeKeys); err != nil {
+		return Route{}, err
+	}
+	if c := value(n, "circuit"); c != nil {
+		if err := checkKeys(c, circuitKeys); err != nil {
+			return Route{}, fmt.Errorf("circuit: %w", err)
+		}
+	}
+	var f fileRoute
+	if err := n.Decode(&f); err != nil {
+		return Route{}, errors.New(strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n  "))
+	}
+	r := Route{Name: f.Name, Concurrency: d.Concurrency, Timeout: d.Timeout, MaxAttempts: d.MaxAttempts, Circuit: DefaultCircuit}
+	if !routeNameRE.MatchString(f.Name) {
+		return r, fmt.Errorf("key name: must be 1-64 of a-z, 0-9, _ and -, starting with a letter or digit")
+	}
+	if len(f.Match) == 0 {
+		return r, errors.New("key match: list at least one provider:pattern")
+	}
+	for _, m := range f.Match {
+		match, err := parseMatch(m)
+		if err != nil {
+			return r, fmt.Errorf("key match: %w", err)
+		}
+		r.Matches = append(r.Matches, match)
+	}
+	switch {
+	case f.Target != "" && f.TargetEnv != "":
+		return r, errors.New("keys target and target_env: give one")
+	case f.TargetEnv != "":
+		target, err := fromEnv(f.TargetEnv)
+		if err != nil {
+			return r, fmt.Errorf("key target_env: %w", err)
+		}
+		r.Target = target
+	case f.Target != "":
+		r.Target = f.Target
+	default:
+		return r, errors.New("key target: give target or target_env")
+	}
+	if err := checkTarget(r.Target, builtins); err != nil {
+		return r, fmt.Errorf("key target: %w", err)
+	}
+	if f.Concurrency != nil {
+		if *f.Concurrency < 1 || *f.Concurrency > MaxConcurrency {
+			return r, fmt.Errorf("key concurrency: must be 1 to %d, got %d", MaxConcurrency, *f.Concurrency)
+		}
+		r.Concurrency = *f.Concurrency
+	}
+	if f.Rate != "" {
+		rate, err := ParseRate(f.Rate)
+		if err != nil {
+			return r, fmt.Errorf("key rate: %w", err)
+		}
+		r.Rate = rate
+	}
+	if f.Timeout != "" {
+		timeout, err := time.ParseDuration(f.Timeout)
+		if err != nil || timeout <= 0 || timeout > MaxTimeout {
+			return r, fmt.Errorf("key timeout: must be a duration above 0 and at most %s, got %q", MaxTimeout, f.Timeout)
+		}
+		r.Timeout = timeout
+	}
+	if f.MaxAttempts != nil {
+		if *f.MaxAttempts < 1 || *f.MaxAttempts > MaxMaxAttempts {
+			return r, fmt.Errorf("key max_attempts: must be 1 to %d, got %d", MaxMaxAttempts, *f.MaxAttempts)
+		}
+		r.MaxAttempts = *f.MaxAttempts
+	}
+	if c := f.Circuit; c != nil {
+		if c.Failures != nil {
+			if *c.Failures < 0 || *c.Failures > 1_000_000 {
+				return r, fmt.Errorf("key circuit.failures: must be 0 (off) to 1000000, got %d", *c.Failures)
+			}
+			r.Circuit.Failures = *c.Failures
+		}
+		if c.Cooldown != "" {
+			cooldown, err := time.ParseDuration(c.Cooldown)
+			if err != nil || cooldown <= 0 || cooldown > MaxCooldown {
+				return r, fmt.Errorf("key circuit.cooldown: must be a duration above 0 and at most %s, got %q", MaxCooldown, c.Cooldown)
+			}
+			r.Circuit.Cooldown = cooldown
+		}
+	}
+	return r, nil
+}
+
+var rateRE = regexp.MustCompile(`^([0-9]{1,9})/([sm])$`)
+
+// ParseRate parses a rate: N/s (attempts in any second) or N/m (any minute).
+func ParseRate(s string) (Rate, error) {
+	m := rateRE.FindStringSubmatch(strings.TrimSpace(s))
+	if m == nil {
+		return Rate{}, fmt.Errorf("must be N/s or N/m, got %q", s)
+	}
+	n, _ := strconv.Atoi(m[1])
+	if n < 1 || n > MaxRate {
+		return Rate{}, fmt.Errorf("N must be 1 to %d, got %d", MaxRate, n)
+	}
+	per := time.Second
+	if m[2] == "m" {
+		per = time.Minute
+	}
+	return Rate{N: n, Per: per}, nil
+}
+
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// fromEnv reads a target URL from the variable name, or from the file its
+// _FILE variant names.
+func fromEnv(name string) (string, error) {
+	if !envNameRE.MatchString(name) {
+		return "", fmt.Errorf("%q is not a variable name", name)
+	}
+	v, set := os.LookupEnv(name)
+	path, fileSet := os.LookupEnv(name + "_FILE")
+	switch {
+	case set && fileSet && path != "":
+		return "", fmt.Errorf("%s and %s_FILE are both set; set one", name, name)
+	case fileSet && path != "":
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", fmt.Errorf("%s_FILE: %w", name, err)
+		}
+		v = strings.TrimSpace(string(b))
+	}
+	if strings.TrimSpace(v) == "" {
+		return "", fmt.Errorf("%s is not set", name)
+	}
+	return strings.TrimSpace(v), nil
+}
+
+// checkKeys refuses a node that is not a mapping, or holds a key not in
+// allowed or one key twice.
+func checkKeys(n *yaml.Node, allowed []string) error {
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("line %d: want a mapping of keys (%s)", n.Line, strings.Join(allowed, ", "))
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		if !slices.Contains(allowed, k.Value) {
+			return fmt.Errorf("line %d: unknown key %q (known: %s)", k.Line, k.Value, strings.Join(allowed, ", "))
+		}
+		if seen[k.Value] {
+			return fmt.Errorf("line %d: key %q given twice", k.Line, k.Value)
+		}
+		seen[k.Value] = true
+	}
+	return nil
+}
+
+// value returns the value of key in mapping n, or nil.
+func value(n *yaml.Node, key string) *yaml.Node {
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}
