@@ -17,6 +17,7 @@ import (
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
+	"github.com/hookgate/hookgate/internal/routes"
 )
 
 type dispatchBundle struct {
@@ -24,6 +25,8 @@ type dispatchBundle struct {
 	client *river.Client[pgx.Tx]
 	enq    *jobs.Enqueuer
 	store  *receipts.Store
+	guard  *routes.Guard
+	table  fanout.Table
 }
 
 type dispatchOpts struct {
@@ -31,9 +34,10 @@ type dispatchOpts struct {
 	forwardTimeout time.Duration
 	workers        int
 	pool           *pgxpool.Pool // share another bundle's database
+	table          fanout.Table  // the routes, with their limits, instead of parsing them
 }
 
-func setupDispatch(t testing.TB, routes string, handlers jobs.Handlers, opts ...dispatchOpts) *dispatchBundle {
+func setupDispatch(t testing.TB, spec string, handlers jobs.Handlers, opts ...dispatchOpts) *dispatchBundle {
 	t.Helper()
 	var o dispatchOpts
 	if len(opts) > 0 {
@@ -50,18 +54,30 @@ func setupDispatch(t testing.TB, routes string, handlers jobs.Handlers, opts ...
 		pool = dbtest.NewPool(t)
 	}
 	logger := slog.New(slog.DiscardHandler)
-	rs, err := fanout.Parse(routes, handlers.Names(), fanout.Defaults{})
-	if err != nil {
+	rs := o.table
+	if rs == nil {
+		var err error
+		if rs, err = fanout.Parse(spec, handlers.Names(), fanout.Defaults{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// As a gateway starts: the routes' shared state first.
+	if err := routes.Sync(context.Background(), pool, rs); err != nil {
+		t.Fatal(err)
+	}
+	guard := &routes.Guard{Pool: pool, Table: rs, Logger: logger}
+	if err := guard.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	store := &receipts.Store{Retention: 72 * time.Hour}
-	w := &jobs.DispatchWorker{Pool: pool, Routes: rs, Handlers: handlers, Receipts: store, Logger: logger,
+	w := &jobs.DispatchWorker{Pool: pool, Routes: rs, Handlers: handlers, Receipts: store, Logger: logger, Guard: guard,
 		Forwarder: jobs.NewForwarder(o.forwardSecret, o.forwardTimeout, o.workers)}
 	client, err := jobs.NewClient(pool, jobs.ClientConfig{Dispatch: w, Workers: o.workers, ForwardTimeout: o.forwardTimeout, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &dispatchBundle{pool: pool, client: client, enq: &jobs.Enqueuer{Client: client, Routes: rs, MaxAttempts: 3}, store: store}
+	return &dispatchBundle{pool: pool, client: client, enq: &jobs.Enqueuer{Client: client, Routes: rs, MaxAttempts: 3}, store: store,
+		guard: guard, table: rs}
 }
 
 func (b *dispatchBundle) accept(t testing.TB, d providers.Delivery) int {
@@ -87,6 +103,10 @@ func (b *dispatchBundle) accept(t testing.TB, d providers.Delivery) int {
 
 func (b *dispatchBundle) start(t testing.TB) {
 	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { b.guard.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
 	dbtest.StartRiver(t, b.client)
 }
 

@@ -226,7 +226,7 @@ func scanState(row pgx.Row, extra ...any) (state, error) {
 
 // Refresh reads every route's state.
 func (g *Guard) Refresh(ctx context.Context) error {
-	rows, err := g.Pool.Query(ctx, "SELECT name, "+stateColumns+" FROM hookgate_routes")
+	rows, err := g.Pool.Query(ctx, "SELECT "+stateColumns+", name FROM hookgate_routes")
 	if err != nil {
 		return fmt.Errorf("read routes: %w", err)
 	}
@@ -390,28 +390,37 @@ func (g *Guard) close(ctx context.Context, r fanout.Route) error {
 	return nil
 }
 
-// permitSQL takes a start from route $1's rate ring when its oldest start is
-// older than the window ($2 seconds), in one statement; else it says how long
-// until it is. A route with no ring (not synced) is not limited.
-const permitSQL = `WITH r AS (SELECT next FROM hookgate_route_rates WHERE route = $1 FOR UPDATE),
-	s AS (UPDATE hookgate_rate_slots sl SET at = clock_timestamp() FROM r
-		WHERE sl.route = $1 AND sl.slot = r.next AND sl.at <= clock_timestamp() - make_interval(secs => $2)
-		RETURNING sl.slot),
-	n AS (UPDATE hookgate_route_rates SET next = (next + 1) % size WHERE route = $1 AND EXISTS (SELECT 1 FROM s) RETURNING next)
-	SELECT EXISTS (SELECT 1 FROM s) OR NOT EXISTS (SELECT 1 FROM r),
-		coalesce((SELECT extract(epoch FROM sl.at + make_interval(secs => $2) - clock_timestamp())
-			FROM hookgate_rate_slots sl, r WHERE sl.route = $1 AND sl.slot = r.next), 0)::float8`
+// The rate ring of route $1, window $2 seconds: lockRingSQL takes the ring's
+// lock (in a statement of its own: a row locked earlier in the same statement
+// could not be updated by it), then permitSQL takes a start when the ring's
+// oldest is older than the window, or else says how long until it is. A
+// route with no ring (not synced) is not limited.
+const (
+	lockRingSQL = `SELECT next FROM hookgate_route_rates WHERE route = $1 FOR UPDATE`
+	permitSQL   = `WITH s AS (UPDATE hookgate_rate_slots sl SET at = clock_timestamp() FROM hookgate_route_rates r
+			WHERE r.route = $1 AND sl.route = $1 AND sl.slot = r.next AND sl.at <= clock_timestamp() - make_interval(secs => $2)
+			RETURNING sl.slot),
+		n AS (UPDATE hookgate_route_rates SET next = (next + 1) % size WHERE route = $1 AND EXISTS (SELECT 1 FROM s) RETURNING next)
+		SELECT EXISTS (SELECT 1 FROM s) OR NOT EXISTS (SELECT 1 FROM hookgate_route_rates WHERE route = $1),
+			coalesce((SELECT extract(epoch FROM sl.at + make_interval(secs => $2) - clock_timestamp())
+				FROM hookgate_rate_slots sl JOIN hookgate_route_rates r ON r.route = sl.route AND r.next = sl.slot
+				WHERE sl.route = $1), 0)::float8`
+)
 
 // permit takes a start from the route's rate, or returns how long to wait.
 func (g *Guard) permit(ctx context.Context, r fanout.Route) (time.Duration, error) {
 	b := &pgx.Batch{}
 	// A start lost with a crash of the database only lets one more through.
 	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
+	b.Queue(lockRingSQL, r.Name)
 	b.Queue(permitSQL, r.Name, r.Rate.Per.Seconds())
-	results := g.Pool.SendBatch(ctx, b)
+	results := g.Pool.SendBatch(ctx, b) // one implicit transaction
 	var ok bool
 	var wait float64
 	_, err := results.Exec()
+	if err == nil {
+		_, err = results.Exec()
+	}
 	if err == nil {
 		err = results.QueryRow().Scan(&ok, &wait)
 	}

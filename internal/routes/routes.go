@@ -68,7 +68,7 @@ func Sync(ctx context.Context, db *pgxpool.Pool, table fanout.Table) error {
 				return fmt.Errorf("sync route %s: rate: %w", r.Name, err)
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO hookgate_rate_slots (route, slot, at)
-				SELECT $1, g, '-infinity' FROM generate_series(0, $2 - 1) g`, r.Name, r.Rate.N); err != nil {
+				SELECT $1, g, 'epoch' FROM generate_series(0, $2 - 1) g`, r.Name, r.Rate.N); err != nil {
 				return fmt.Errorf("sync route %s: rate: %w", r.Name, err)
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO hookgate_route_rates (route, size) VALUES ($1, $2)
