@@ -277,4 +277,3 @@ func TestPauseOfAnUnknownRoute(t *testing.T) {
 		t.Fatalf("err = %v, want ErrNotFound", err)
 	}
 }
-
