@@ -1,0 +1,156 @@
+package fanout_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hookgate/hookgate/internal/fanout"
+)
+
+var defaults = fanout.Defaults{Concurrency: 50, Timeout: 10 * time.Second, MaxAttempts: 25}
+
+func writeFile(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "hookgate.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// The file's routes carry their limits; what a route leaves out comes from
+// the environment's defaults, its circuit from DefaultCircuit; a target_env
+// target is read from the variable it names.
+func TestReadFile(t *testing.T) {
+	t.Setenv("BILLING_TARGET", "https://user:pw@billing.internal/stripe?token=t")
+	path := writeFile(t, `
+routes:
+  - name: ci
+    match: ["github:push", "github:pull_request.*"]
+    target: http://127.0.0.1:9000/ci
+    concurrency: 8
+    rate: 20/s
+    timeout: 5s
+    max_attempts: 10
+    circuit: {failures: 5, cooldown: 1m}
+  - name: billing
+    match: ["stripe:invoice.*"]
+    target_env: BILLING_TARGET
+    rate: 600/m
+    circuit: {failures: 0}
+  - name: audit
+    match: ["*:*"]
+    target: builtin:log
+`)
+	table, err := fanout.Load("", path, []string{"log"}, defaults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fanout.Table{
+		{Name: "ci", Matches: []fanout.Match{{"github", "push"}, {"github", "pull_request.*"}}, Target: "http://127.0.0.1:9000/ci",
+			Concurrency: 8, Rate: fanout.Rate{N: 20, Per: time.Second}, Timeout: 5 * time.Second, MaxAttempts: 10,
+			Circuit: fanout.Circuit{Failures: 5, Cooldown: time.Minute}},
+		{Name: "billing", Matches: []fanout.Match{{"stripe", "invoice.*"}}, Target: "https://user:pw@billing.internal/stripe?token=t",
+			Concurrency: 50, Rate: fanout.Rate{N: 600, Per: time.Minute}, Timeout: 10 * time.Second, MaxAttempts: 25,
+			Circuit: fanout.Circuit{Failures: 0, Cooldown: 30 * time.Second}},
+		{Name: "audit", Matches: []fanout.Match{{"*", "*"}}, Target: "builtin:log",
+			Concurrency: 50, Timeout: 10 * time.Second, MaxAttempts: 25, Circuit: fanout.DefaultCircuit},
+	}
+	if len(table) != len(want) {
+		t.Fatalf("got %d routes, want %d", len(table), len(want))
+	}
+	for i := range want {
+		g, w := table[i], want[i]
+		if g.Name != w.Name || g.Target != w.Target || g.Concurrency != w.Concurrency || g.Rate != w.Rate ||
+			g.Timeout != w.Timeout || g.MaxAttempts != w.MaxAttempts || g.Circuit != w.Circuit || len(g.Matches) != len(w.Matches) {
+			t.Errorf("route %d = %+v, want %+v", i, g, w)
+		}
+		for j := range w.Matches {
+			if g.Matches[j] != w.Matches[j] {
+				t.Errorf("route %d match %d = %+v, want %+v", i, j, g.Matches[j], w.Matches[j])
+			}
+		}
+	}
+	if got := table[0].Rate.String(); got != "20/s" {
+		t.Errorf("rate shown as %q", got)
+	}
+}
+
+// A file without routes leaves them to GATEWAY_ROUTES; routes in both places
+// stop the gateway, naming both.
+func TestLoadTakesRoutesFromOnePlace(t *testing.T) {
+	t.Parallel()
+	env := "ci=github:push>http://127.0.0.1:9000/ci"
+	empty := writeFile(t, "# nothing yet\n")
+	table, err := fanout.Load(env, empty, nil, defaults)
+	if err != nil || len(table) != 1 || table[0].Name != "ci" || table[0].Concurrency != 50 || table[0].Circuit != fanout.DefaultCircuit {
+		t.Fatalf("Load = %+v, %v", table, err)
+	}
+	both := writeFile(t, "routes:\n  - {name: a, match: [\"github:push\"], target: \"http://x/\"}\n")
+	_, err = fanout.Load(env, both, nil, defaults)
+	if !errors.Is(err, fanout.ErrBadFile) || !strings.Contains(err.Error(), "GATEWAY_ROUTES") || !strings.Contains(err.Error(), both) {
+		t.Fatalf("both: %v", err)
+	}
+}
+
+// Whatever is wrong stops the gateway at start, with a message naming the
+// file, the route and the key, and never a credential in a target.
+func TestReadFileRefusesWhatIsWrong(t *testing.T) {
+	t.Setenv("EMPTY_TARGET", "")
+	ok := "    match: [\"github:push\"]\n    target: http://127.0.0.1:9000/ci\n"
+	for _, tt := range []struct{ text, want string }{
+		{"routes:\n  - name: ci\n" + ok + "    concurency: 8\n", `route "ci" (line 2): line 5: unknown key "concurency"`},
+		{"route:\n  - name: ci\n" + ok, `unknown key "route"`},
+		{"routes:\n  - name: ci\n" + ok + "  - name: ci\n" + ok, `route "ci" (line 5): the name ci is used twice`},
+		{"routes:\n  - name: Ci\n" + ok, `route "Ci" (line 2): key name`},
+		{"routes:\n  - name: ci\n" + ok + "    concurrency: 0\n", `route "ci" (line 2): key concurrency: must be 1 to 10000`},
+		{"routes:\n  - name: ci\n" + ok + "    rate: 20/h\n", `key rate: must be N/s or N/m`},
+		{"routes:\n  - name: ci\n" + ok + "    rate: 0/s\n", `key rate: N must be 1 to`},
+		{"routes:\n  - name: ci\n" + ok + "    timeout: forever\n", `key timeout`},
+		{"routes:\n  - name: ci\n" + ok + "    max_attempts: -1\n", `key max_attempts`},
+		{"routes:\n  - name: ci\n" + ok + "    circuit: {failures: 3, cooldown: 0s}\n", `key circuit.cooldown`},
+		{"routes:\n  - name: ci\n" + ok + "    circuit: {failure: 3}\n", `route "ci" (line 2): circuit: line 5: unknown key "failure"`},
+		{"routes:\n  - name: ci\n    match: [\"gitlab:push\"]\n    target: http://x/\n", `key match`},
+		{"routes:\n  - name: ci\n    match: []\n    target: http://x/\n", `key match`},
+		{"routes:\n  - name: ci\n    match: [\"github:push\"]\n", `key target: give target or target_env`},
+		{"routes:\n  - name: ci\n    match: [\"github:push\"]\n    target: ftp://u:secretpw@x/\n", `key target`},
+		{"routes:\n  - name: ci\n    match: [\"github:push\"]\n    target: http://x/\n    target_env: X\n", `give one`},
+		{"routes:\n  - name: ci\n    match: [\"github:push\"]\n    target_env: EMPTY_TARGET\n", `key target_env: EMPTY_TARGET is not set`},
+		{"routes:\n  - name: ci\n    match: [\"github:push\"]\n    target: builtin:nope\n", `no builtin handler`},
+		{"routes: {name: ci}\n", `routes must be a list`},
+		{"routes:\n  - name: ci\n" + ok + "    concurrency: many\n", `route "ci" (line 2)`},
+		{"routes: [\n", `did not find expected`},
+	} {
+		path := writeFile(t, tt.text)
+		_, err := fanout.Load("", path, []string{"log"}, defaults)
+		if !errors.Is(err, fanout.ErrBadFile) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q:\n got %v\nwant %s: ... %s", tt.text, err, path, tt.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "secretpw") {
+			t.Errorf("%q: the error shows a credential: %v", tt.text, err)
+		}
+	}
+}
+
+// A route's queue is a name River accepts, one per route.
+func TestQueueNames(t *testing.T) {
+	t.Parallel()
+	seen := map[string]string{}
+	for _, name := range []string{"ci", "a-b", "a--b", "a_", "x-", strings.Repeat("a", 64), strings.Repeat("a", 59), "route_x"} {
+		q := fanout.Route{Name: name}.Queue()
+		if len(q) > 64 || strings.Contains(q, "--") || strings.HasSuffix(q, "-") || strings.HasSuffix(q, "_") {
+			t.Errorf("%q: queue %q is not a River queue name", name, q)
+		}
+		if other, dup := seen[q]; dup {
+			t.Errorf("%q and %q share the queue %q", name, other, q)
+		}
+		seen[q] = name
+	}
+	if q := (fanout.Route{Name: "ci"}).Queue(); q != "route_ci" {
+		t.Errorf("ci's queue is %q, want route_ci", q)
+	}
+}
