@@ -144,7 +144,12 @@ func (w *DispatchWorker) work(ctx context.Context, job *river.Job[DispatchArgs])
 
 // admit asks the route's Guard whether an attempt may start now; when not,
 // the error snoozes the job (River keeps its attempt count) until it may.
-func (w *DispatchWorker) admit(ctx context.Context, route fanout.Route) (routes.Ticket, error) {
+// paused is the route's pause as the attempt read it from the database (the
+// Guard's own view may be half a second old).
+func (w *DispatchWorker) admit(ctx context.Context, route fanout.Route, paused bool) (routes.Ticket, error) {
+	if paused {
+		return routes.Ticket{}, river.JobSnooze(routes.PausedWait)
+	}
 	wait, t, err := w.Guard.Admit(ctx, route)
 	if err != nil {
 		return t, err
@@ -201,10 +206,11 @@ func (w *DispatchWorker) runBuiltin(ctx context.Context, job *river.Job[Dispatch
 	}
 
 	var state string
+	var paused bool
 	err = tx.QueryRow(ctx, `
-		SELECT state FROM hookgate_dispatches
+		SELECT state, `+routes.PausedSQL("route")+` FROM hookgate_dispatches
 		WHERE provider = $1 AND delivery_id = $2 AND route = $3 AND generation = $4
-		FOR UPDATE`, a.Provider, a.DeliveryID, a.Route, a.Generation).Scan(&state)
+		FOR UPDATE`, a.Provider, a.DeliveryID, a.Route, a.Generation).Scan(&state, &paused)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return errGone
 	}
@@ -239,7 +245,7 @@ func (w *DispatchWorker) runBuiltin(ctx context.Context, job *river.Job[Dispatch
 			return w.finish(ctx, tx, job, StateSuperseded, r.ReceivedAt)
 		}
 	}
-	ticket, err := w.admit(ctx, route)
+	ticket, err := w.admit(ctx, route, paused)
 	if err != nil {
 		return err
 	}
@@ -354,7 +360,7 @@ func (w *DispatchWorker) forward(ctx context.Context, job *river.Job[DispatchArg
 		o.mark = &watermark{route: a.Route, entity: c.r.Entity, eventTime: c.r.EventTime, provider: c.r.Provider, deliveryID: c.r.DeliveryID}
 	}
 	if o.state == StateSucceeded {
-		ticket, err := w.admit(ctx, route)
+		ticket, err := w.admit(ctx, route, c.paused)
 		if err != nil {
 			// Not admitted (paused, circuit open, over its rate): nothing
 			// was sent. A first attempt gives its lease back; a retry keeps
@@ -478,6 +484,7 @@ type claim struct {
 	r      receipts.Receipt // the event's first receipt
 	leased string           // the entity whose lease the dispatch holds for the route, or ""
 	newer  bool             // the route already handled a newer event of that entity
+	paused bool             // an operator paused the route
 }
 
 // leaseSQL takes the lease of (route $3, entity e) for the dispatch ($1, $2,
@@ -540,7 +547,7 @@ func (w *DispatchWorker) claim(ctx context.Context, a DispatchArgs, exact bool) 
 	// it; the entity comes back too, to be checked against the leased one.
 	b.Queue(`SELECT x.entity, (SELECT event_time FROM hookgate_watermarks w WHERE w.route = $3 AND w.entity = x.entity)
 		FROM (`+entitySQL+`) x`, a.Provider, a.DeliveryID, a.Route)
-	b.Queue(`SELECT d.state, `+receipts.Columns+`
+	b.Queue(`SELECT d.state, `+routes.PausedSQL("d.route")+`, `+receipts.Columns+`
 		FROM hookgate_dispatches d CROSS JOIN LATERAL (`+receipts.FirstSQL("d.provider", "d.delivery_id")+`) r
 		WHERE d.provider = $1 AND d.delivery_id = $2 AND d.route = $3 AND d.generation = $4`,
 		a.Provider, a.DeliveryID, a.Route, a.Generation)
@@ -564,7 +571,7 @@ func (w *DispatchWorker) claim(ctx context.Context, a DispatchArgs, exact bool) 
 		}
 	}
 	if err == nil {
-		c.r, err = receipts.Scan(results.QueryRow(), &c.state)
+		c.r, err = receipts.Scan(results.QueryRow(), &c.state, &c.paused)
 	}
 	if cerr := results.Close(); err == nil {
 		err = cerr

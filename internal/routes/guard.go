@@ -29,13 +29,20 @@ const (
 	CircuitProbing = "probing"
 )
 
-// How long a dispatch of a paused route, or one waiting for another's probe,
-// waits before it asks again. A paused route's River queue is paused too, so
+// How long a dispatch of a paused route (PausedWait), or one waiting for
+// another's probe, waits before it asks again. A paused route's River queue is paused too, so
 // only a dispatch fetched in the moment of the pause meets it.
 const (
-	pausedWait = time.Second
+	PausedWait = time.Second
 	probeWait  = time.Second
 )
+
+// PausedSQL is whether the route named by the SQL expression route is
+// paused, for a worker to read in the statement that starts an attempt: an
+// attempt that starts after a pause has committed sees it.
+func PausedSQL(route string) string {
+	return `coalesce((SELECT paused_at IS NOT NULL FROM hookgate_routes WHERE name = ` + route + `), false)`
+}
 
 // refreshEvery is how old a process's view of the routes' pause and circuit
 // may be; flushEvery how often its outcome counts are added to the database.
@@ -92,7 +99,7 @@ func (g *Guard) Admit(ctx context.Context, r fanout.Route) (wait time.Duration, 
 	s := g.state(r.Name)
 	now := time.Now()
 	if s.paused {
-		return pausedWait, t, nil
+		return PausedWait, t, nil
 	}
 	if r.Circuit.Failures > 0 && s.failures >= r.Circuit.Failures {
 		if s.openUntil.After(now) {

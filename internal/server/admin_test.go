@@ -29,6 +29,7 @@ import (
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
 	"github.com/hookgate/hookgate/internal/rejections"
+	"github.com/hookgate/hookgate/internal/routes"
 	"github.com/hookgate/hookgate/internal/server"
 	"github.com/hookgate/hookgate/internal/verify"
 )
@@ -43,6 +44,7 @@ type adminBundle struct {
 	client   *river.Client[pgx.Tx]
 	recorder *rejections.Recorder
 	target   *httptest.Server
+	guard    *routes.Guard
 	answer   atomic.Int32 // the target's status; 0 means 200
 	mu       sync.Mutex
 	got      []http.Header
@@ -64,16 +66,24 @@ func setupAdmin(t *testing.T, token string) *adminBundle {
 	t.Cleanup(b.target.Close)
 	logger := slog.New(slog.DiscardHandler)
 	handlers := jobs.DefaultHandlers(logger)
-	routes, err := fanout.Parse("fwd=github:push,stripe:invoice.*>"+b.target.URL+" audit=*:*>builtin:log", handlers.Names(), fanout.Defaults{})
+	// hidden is never sent to: its URL's credentials must never be shown.
+	table, err := fanout.Parse("fwd=github:push,stripe:invoice.*>"+b.target.URL+" audit=*:*>builtin:log"+
+		" hidden=stripe:never.sent>http://user:pw@127.0.0.1:1/x?token=sekret",
+		handlers.Names(), fanout.Defaults{Concurrency: 8, Timeout: 5 * time.Second, MaxAttempts: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := routes.Sync(context.Background(), b.pool, table); err != nil {
+		t.Fatal(err)
+	}
+	b.guard = &routes.Guard{Pool: b.pool, Table: table, Logger: logger}
 	m := metrics.New(b.pool)
+	m.Routes(b.guard.Gauges)
 	store := &receipts.Store{Retention: 72 * time.Hour}
-	enq := &jobs.Enqueuer{Routes: routes, MaxAttempts: 1}
+	enq := &jobs.Enqueuer{Routes: table, MaxAttempts: 1}
 	b.client, err = jobs.NewClient(b.pool, jobs.ClientConfig{
-		Dispatch: &jobs.DispatchWorker{Pool: b.pool, Routes: routes, Handlers: handlers, Receipts: store, Logger: logger,
-			Metrics: m, Forwarder: jobs.NewForwarder("", 5*time.Second, 8)},
+		Dispatch: &jobs.DispatchWorker{Pool: b.pool, Routes: table, Handlers: handlers, Receipts: store, Logger: logger,
+			Metrics: m, Guard: b.guard, Forwarder: jobs.NewForwarder("", 5*time.Second, 8)},
 		Replay:  &jobs.ReplayBatchWorker{Pool: b.pool, Enqueuer: enq},
 		Workers: 8, Logger: logger,
 	})
@@ -97,13 +107,17 @@ func setupAdmin(t *testing.T, token string) *adminBundle {
 		Now:        func() time.Time { return now },
 		Metrics:    m,
 		Rejections: b.recorder,
-		Admin:      server.AdminConfig{Token: token, Pool: b.pool, Enqueuer: enq, RiverUI: ui},
+		Admin:      server.AdminConfig{Token: token, Pool: b.pool, Enqueuer: enq, RiverUI: ui, Routes: table},
 	})
 	return b
 }
 
 func (b *adminBundle) start(t *testing.T) {
 	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { b.guard.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
 	dbtest.StartRiver(t, b.client)
 }
 
