@@ -6,7 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,5 +146,92 @@ func TestCLIAgainstRunningGateway(t *testing.T) {
 	_ = pool.QueryRow(context.Background(), "SELECT actor FROM hookgate_replays WHERE reason = 'cli test'").Scan(&actor)
 	if !strings.HasPrefix(actor, "cli:") {
 		t.Fatalf("replay logged by %q", actor)
+	}
+}
+
+// Routes from the configuration file, seen, paused and resumed from the
+// command line: a paused route's deliveries are accepted and wait; the pause
+// holds for the running gateway; resume lets them out.
+func TestCLIRoutesWithAConfigFile(t *testing.T) {
+	url := dbtest.URL(t)
+	addr := freeAddr(t)
+	var got atomic.Int64
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got.Add(1) }))
+	defer target.Close()
+	file := filepath.Join(t.TempDir(), "hookgate.yaml")
+	err := os.WriteFile(file, []byte(`
+routes:
+  - name: ci
+    match: ["github:pull_request"]
+    target_env: CI_TARGET
+    concurrency: 3
+    rate: 100/s
+    timeout: 2s
+  - name: audit
+    match: ["*:*"]
+    target: builtin:log
+`), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("DATABASE_URL", url)
+	t.Setenv("GATEWAY_ADDR", addr)
+	t.Setenv("GITHUB_WEBHOOK_SECRET", secret)
+	t.Setenv("GATEWAY_CONFIG_FILE", file)
+	t.Setenv("CI_TARGET", target.URL+"/hook?key=sekret")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"serve"}, io.Discard, io.Discard) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitFor(t, "http://"+addr+"/readyz", 200, 30*time.Second)
+
+	out, code := cliRun(t, "routes", "list", "--json")
+	var listed struct {
+		Routes []struct {
+			Name, Target, State, Circuit string
+			Concurrency                  int
+			Rate                         *string
+		} `json:"routes"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &listed) != nil || len(listed.Routes) != 2 || strings.Contains(out, "sekret") {
+		t.Fatalf("routes list: exit %d, %s", code, out)
+	}
+	ci := listed.Routes[0]
+	if ci.Name != "ci" || ci.Concurrency != 3 || ci.Rate == nil || *ci.Rate != "100/s" || ci.State != "active" || ci.Circuit != "closed" ||
+		ci.Target != target.URL+"/hook?key=" {
+		t.Fatalf("ci = %+v", ci)
+	}
+	if out, code := cliRun(t, "routes", "pause", "ci", "--reason", "deploying the CI service"); code != 0 || !strings.Contains(out, "paused") {
+		t.Fatalf("routes pause: exit %d, %s", code, out)
+	}
+	if _, code := cliRun(t, "routes", "pause", "nope"); code != cli.ExitNotFound {
+		t.Fatalf("pause of an unknown route: exit %d", code)
+	}
+	if _, code := cliRun(t, "routes", "pause"); code != cli.ExitUsage {
+		t.Fatalf("pause without a name: exit %d", code)
+	}
+	if out, code := cliRun(t, "send", "github", "--event", "pull_request.opened", "--url", "http://"+addr); code != 0 || !strings.Contains(out, "202") {
+		t.Fatalf("send: exit %d, %s", code, out)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if n := got.Load(); n != 0 {
+		t.Fatalf("a paused route's target got %d requests", n)
+	}
+	if out, code := cliRun(t, "routes", "list"); code != 0 || !strings.Contains(out, "ci") || !strings.Contains(out, "paused") {
+		t.Fatalf("routes list table: exit %d, %s", code, out)
+	}
+	if out, code := cliRun(t, "routes", "resume", "ci"); code != 0 || !strings.Contains(out, "active") {
+		t.Fatalf("routes resume: exit %d, %s", code, out)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for got.Load() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after resume the target got %d requests, want 1", got.Load())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

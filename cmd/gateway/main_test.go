@@ -231,6 +231,27 @@ func TestRunRefusesBadConfiguration(t *testing.T) {
 	if err := run(context.Background(), []string{"frobnicate"}, io.Discard, io.Discard); err == nil {
 		t.Fatal("unknown command accepted")
 	}
+
+	// Routes in the configuration file and in GATEWAY_ROUTES: refused, naming both.
+	file := filepath.Join(t.TempDir(), "hookgate.yaml")
+	if err := os.WriteFile(file, []byte("routes:\n  - {name: a, match: [\"github:push\"], target: builtin:log}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GATEWAY_ROUTES", "x=github:push>builtin:log")
+	t.Setenv("GATEWAY_CONFIG_FILE", file)
+	err = run(context.Background(), nil, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "GATEWAY_ROUTES") || !strings.Contains(err.Error(), file) {
+		t.Fatalf("routes in both places: err = %v", err)
+	}
+	// An unknown key stops it, naming the file, the route and the key.
+	if err := os.WriteFile(file, []byte("routes:\n  - {name: a, match: [\"github:push\"], target: builtin:log, concurency: 2}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GATEWAY_ROUTES", "")
+	err = run(context.Background(), nil, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), `route "a"`) || !strings.Contains(err.Error(), `"concurency"`) {
+		t.Fatalf("unknown key: err = %v", err)
+	}
 }
 
 // lockedBuffer lets the test read what run logs from other goroutines.
