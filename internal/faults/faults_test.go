@@ -201,6 +201,46 @@ func (tg *target) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
+// hungTarget accepts connections and never answers: each request waits until
+// the gateway gives up on it. It counts those it holds at once.
+type hungTarget struct {
+	inFlight, most, total atomic.Int64
+}
+
+func (h *hungTarget) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Read the body first: only then does the server notice the gateway
+	// hanging up (its background read ends the request's context).
+	_, _ = io.Copy(io.Discard, r.Body)
+	n := h.inFlight.Add(1)
+	h.total.Add(1)
+	for m := h.most.Load(); n > m && !h.most.CompareAndSwap(m, n); m = h.most.Load() {
+	}
+	<-r.Context().Done()
+	h.inFlight.Add(-1)
+}
+
+// flappingTarget is down (503) for 3 s of every 6 s, and counts what it
+// accepted per Idempotency-Key.
+type flappingTarget struct {
+	start    time.Time
+	mu       sync.Mutex
+	accepted map[string]int
+	refused  atomic.Int64
+}
+
+func (f *flappingTarget) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	if (time.Since(f.start)/(3*time.Second))%2 == 1 {
+		f.refused.Add(1)
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	f.mu.Lock()
+	f.accepted[r.Header.Get("Idempotency-Key")]++
+	f.mu.Unlock()
+}
+
 func envDuration(name string, def time.Duration) time.Duration {
 	if d, err := time.ParseDuration(os.Getenv(name)); err == nil && d > 0 {
 		return d
@@ -244,6 +284,27 @@ func TestFaults(t *testing.T) {
 	tg := &target{}
 	targetSrv := httptest.NewServer(tg)
 	t.Cleanup(targetSrv.Close)
+	hung := &hungTarget{}
+	hungSrv := httptest.NewServer(hung)
+	t.Cleanup(hungSrv.Close)
+	flapping := &flappingTarget{start: time.Now(), accepted: map[string]int{}}
+	flappingSrv := httptest.NewServer(flapping)
+	t.Cleanup(flappingSrv.Close)
+
+	// The routes, in the configuration file: a healthy target (fwd), a
+	// builtin (subs), a target that never answers (hung) and one that is
+	// down half the time (flapping). The last two must harm neither of the
+	// first two.
+	configFile := filepath.Join(tmp, "hookgate.yaml")
+	err = os.WriteFile(configFile, []byte(`routes:
+  - {name: fwd, match: ["*:*"], target: "`+targetSrv.URL+`/hook"}
+  - {name: subs, match: ["stripe:customer.subscription"], target: "builtin:stripe-subscriptions"}
+  - {name: hung, match: ["github:*"], target: "`+hungSrv.URL+`/hook", concurrency: 4, timeout: 1s}
+  - {name: flapping, match: ["stripe:*"], target: "`+flappingSrv.URL+`/hook", concurrency: 8, circuit: {failures: 5, cooldown: 2s}}
+`), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	logFile, err := os.Create(filepath.Join(tmp, "gateways.log"))
 	if err != nil {
@@ -254,7 +315,7 @@ func TestFaults(t *testing.T) {
 		"DATABASE_URL=" + dbURL,
 		"GITHUB_WEBHOOK_SECRET=" + ghSecret,
 		"STRIPE_WEBHOOK_SECRET=" + stripeSecret,
-		"GATEWAY_ROUTES=fwd=*:*>" + targetSrv.URL + "/hook subs=stripe:customer.subscription>builtin:stripe-subscriptions",
+		"GATEWAY_CONFIG_FILE=" + configFile,
 		"GATEWAY_FORWARD_TIMEOUT=2s",
 		"GATEWAY_WORKERS=16",
 		fmt.Sprintf("GATEWAY_MAX_BODY_BYTES=%d", maxBody),
@@ -400,7 +461,8 @@ func TestFaults(t *testing.T) {
 	const settleBound = 120 * time.Second
 	var unfinished int
 	for {
-		_ = pool.QueryRow(ctx, `SELECT count(*) FROM hookgate_dispatches WHERE state NOT IN ('succeeded', 'superseded', 'discarded', 'cancelled')`).Scan(&unfinished)
+		_ = pool.QueryRow(ctx, `SELECT count(*) FROM hookgate_dispatches
+			WHERE state NOT IN ('succeeded', 'superseded', 'discarded', 'cancelled') AND route <> 'hung'`).Scan(&unfinished)
 		if unfinished == 0 || time.Since(faultsStopped) > settleBound {
 			break
 		}
@@ -549,6 +611,47 @@ func TestFaults(t *testing.T) {
 		t.Errorf("%d subscriptions in the projection, %d sent", subs, len(newestStatus))
 	}
 
+	// The hung route held at most its concurrency in each process, and its
+	// dispatches are all still waiting (none lost, none given up).
+	var hungDispatches, hungWaiting int
+	_ = pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state IN ('pending', 'running', 'retrying'))
+		FROM hookgate_dispatches WHERE route = 'hung'`).Scan(&hungDispatches, &hungWaiting)
+	githubSent := 0
+	for _, d := range deliveries {
+		if d.provider == "github" {
+			githubSent++
+		}
+	}
+	if hungDispatches != githubSent || hungWaiting != hungDispatches {
+		t.Errorf("hung route: %d dispatches for %d GitHub deliveries, %d still waiting", hungDispatches, githubSent, hungWaiting)
+	}
+	if most := hung.most.Load(); most > 2*4 {
+		t.Errorf("the hung target held %d requests at once, more than concurrency 4 in each of 2 gateways", most)
+	}
+	// Every flapping dispatch was accepted by its target, or superseded.
+	var flappingDispatches, flappingSucceeded, flappingSuperseded int
+	rows, err = pool.Query(ctx, `SELECT provider || ':' || delivery_id || ':flapping', state FROM hookgate_dispatches WHERE route = 'flapping'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flapping.mu.Lock()
+	for rows.Next() {
+		var key, state string
+		if err := rows.Scan(&key, &state); err != nil {
+			t.Fatal(err)
+		}
+		flappingDispatches++
+		switch {
+		case state == "succeeded" && flapping.accepted[key] > 0:
+			flappingSucceeded++
+		case state == "superseded":
+			flappingSuperseded++
+		default:
+			t.Errorf("flapping dispatch %s: %s, accepted %d times", key, state, flapping.accepted[key])
+		}
+	}
+	flapping.mu.Unlock()
+
 	var badStored int
 	_ = pool.QueryRow(ctx, `SELECT count(*) FROM hookgate_receipts WHERE delivery_id LIKE 'bad-%'`).Scan(&badStored)
 	if badStored != 0 {
@@ -566,7 +669,11 @@ func TestFaults(t *testing.T) {
 	fmt.Fprintf(&out, "builtin: %d subscriptions, applied exactly once per succeeded dispatch: %d; at their newest event: %d\n", subs, exact, atNewest)
 	fmt.Fprintf(&out, "order: %d entities, arrivals of an older event after a newer one was accepted: %d; in the crash window (the newer one's outcome lost, it was accepted again): %d\n",
 		len(newest), violations, inWindow)
-	fmt.Fprintf(&out, "dispatches: %d not final; settled %s after the faults stopped (bound %s); traffic phase %s\n", unfinished, settled.Round(time.Millisecond), settleBound, faultsStopped.Sub(start).Round(time.Second))
+	fmt.Fprintf(&out, "hung route: %d dispatches all still waiting: %t; %d requests, at most %d at once (limit 2 x 4)\n",
+		hungDispatches, hungWaiting == hungDispatches, hung.total.Load(), hung.most.Load())
+	fmt.Fprintf(&out, "flapping route: %d dispatches: %d accepted, %d superseded; %d refusals while down\n",
+		flappingDispatches, flappingSucceeded, flappingSuperseded, flapping.refused.Load())
+	fmt.Fprintf(&out, "dispatches: %d not final (the hung route aside); settled %s after the faults stopped (bound %s); traffic phase %s\n", unfinished, settled.Round(time.Millisecond), settleBound, faultsStopped.Sub(start).Round(time.Second))
 	badMu.Lock()
 	kinds := make([]string, 0, len(badCounts))
 	for k := range badCounts {

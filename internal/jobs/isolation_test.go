@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -35,6 +36,7 @@ func newHungTarget(t *testing.T) *hungTarget {
 	release := make(chan struct{})
 	h := &hungTarget{release: sync.OnceFunc(func() { close(release) })}
 	h.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // so that the server notices a client hanging up
 		n := h.inFlight.Add(1)
 		for m := h.most.Load(); n > m && !h.most.CompareAndSwap(m, n); m = h.most.Load() {
 		}
