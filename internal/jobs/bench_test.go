@@ -2,11 +2,15 @@ package jobs_test
 
 import (
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hookgate/hookgate/internal/fanout"
 )
 
 // BenchmarkPickupLatency measures, per dispatch, the time from the commit of
@@ -48,4 +52,83 @@ func BenchmarkPickupLatency(b *testing.B) {
 	b.ReportMetric(ms(lat[len(lat)/2]), "p50-ms")
 	b.ReportMetric(ms(lat[len(lat)*99/100]), "p99-ms")
 	b.ReportMetric(ms(lat[len(lat)-1]), "max-ms")
+}
+
+// BenchmarkNoisyNeighbour measures a healthy route's latency (commit of the
+// receipt to its target receiving it) for b.N deliveries, 5 ms apart, alone
+// and beside a route whose target accepts connections and never answers,
+// with 500 of its dispatches waiting, its workers all hung, and its timeout
+// (30 s) longer than the run. Both routes have GATEWAY_WORKERS' default of 50.
+//
+//	go test -run '^$' -bench NoisyNeighbour -benchtime 400x ./internal/jobs/
+func BenchmarkNoisyNeighbour(b *testing.B) {
+	for _, hungDispatches := range []int{0, 500} {
+		b.Run(fmt.Sprintf("hung=%d", hungDispatches), func(b *testing.B) {
+			var mu sync.Mutex
+			arrived := map[string]time.Time{}
+			healthy := newTarget(b, func(_ int, r *http.Request) (int, map[string]string) {
+				mu.Lock()
+				arrived[r.Header.Get("X-Hookgate-Delivery")] = time.Now()
+				mu.Unlock()
+				return 200, nil
+			})
+			release := make(chan struct{})
+			hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				select {
+				case <-release:
+				case <-r.Context().Done():
+				}
+			}))
+			defer func() { close(release); hung.Close() }()
+			table := fanout.Table{
+				route("hung", hung.URL, 50, fanout.Rate{}, fanout.Circuit{}),
+				route("healthy", healthy.URL, 50, fanout.Rate{}, fanout.Circuit{}),
+			}
+			bundle := setupDispatch(b, "", nil, dispatchOpts{table: table, forwardTimeout: 30 * time.Second})
+			bundle.enq.Routes = table[:1]
+			for i := range hungDispatches {
+				bundle.accept(b, pushDelivery(fmt.Sprintf("hung-%d", i)))
+			}
+			bundle.enq.Routes = table[1:]
+			bundle.start(b)
+			time.Sleep(time.Second) // the hung route's workers take their dispatches
+
+			committed := make(map[string]time.Time, b.N)
+			b.ResetTimer()
+			for i := range b.N {
+				id := fmt.Sprintf("ok-%d", i)
+				bundle.accept(b, pushDelivery(id))
+				committed[id] = time.Now()
+				time.Sleep(5 * time.Millisecond)
+			}
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				mu.Lock()
+				n := len(arrived)
+				mu.Unlock()
+				if n == b.N || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			b.StopTimer()
+
+			mu.Lock()
+			defer mu.Unlock()
+			lat := make([]time.Duration, 0, b.N)
+			for id, c := range committed {
+				at, ok := arrived[id]
+				if !ok {
+					b.Fatalf("%s never arrived", id)
+				}
+				lat = append(lat, at.Sub(c))
+			}
+			slices.Sort(lat)
+			ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+			b.ReportMetric(ms(lat[len(lat)/2]), "p50-ms")
+			b.ReportMetric(ms(lat[len(lat)*99/100]), "p99-ms")
+			b.ReportMetric(ms(lat[len(lat)-1]), "max-ms")
+		})
+	}
 }
