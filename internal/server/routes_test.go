@@ -192,4 +192,3 @@ func (b *adminBundle) requests() []http.Header {
 	defer b.mu.Unlock()
 	return append([]http.Header(nil), b.got...)
 }
-
