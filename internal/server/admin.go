@@ -385,15 +385,25 @@ func readAdminBody(w http.ResponseWriter, r *http.Request, req adminRequest) ([]
 	return body, req.validate()
 }
 
+// limitParam is a list's limit query parameter: 100 when absent, at most
+// deliveries.MaxLimit; anything but a positive integer is a bad request.
+func limitParam(r *http.Request) (int, error) {
+	v := r.URL.Query().Get("limit")
+	if v == "" {
+		return 100, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%w: limit must be a positive integer", errBadRequest)
+	}
+	return min(n, deliveries.MaxLimit), nil
+}
+
 func (s *server) handleListReplays(w http.ResponseWriter, r *http.Request) {
-	limit := 100
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			writeError(w, r, s.Logger, fmt.Errorf("%w: limit must be a positive integer", errBadRequest))
-			return
-		}
-		limit = min(n, deliveries.MaxLimit)
+	limit, err := limitParam(r)
+	if err != nil {
+		writeError(w, r, s.Logger, err)
+		return
 	}
 	replays, err := jobs.ListReplays(r.Context(), s.Admin.Pool, limit)
 	if err != nil {

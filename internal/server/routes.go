@@ -2,9 +2,7 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"net/http"
-	"strconv"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
@@ -12,7 +10,6 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/internal/audit"
-	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/routes"
 )
@@ -67,14 +64,10 @@ func (s *server) changeRoute(w http.ResponseWriter, r *http.Request, change func
 }
 
 func (s *server) handleAudit(w http.ResponseWriter, r *http.Request) {
-	limit := 100
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			writeError(w, r, s.Logger, fmt.Errorf("%w: limit must be a positive integer", errBadRequest))
-			return
-		}
-		limit = min(n, deliveries.MaxLimit)
+	limit, err := limitParam(r)
+	if err != nil {
+		writeError(w, r, s.Logger, err)
+		return
 	}
 	entries, next, err := audit.List(r.Context(), s.Admin.Pool, limit, r.URL.Query().Get("cursor"))
 	if err != nil {
