@@ -3,6 +3,7 @@ package fanout
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -112,7 +113,7 @@ func ReadFile(path string, builtins []string, d Defaults) (t Table, listed bool,
 			return nil, true, bad("%s: %w", where, err)
 		}
 		if seen[r.Name] {
-			return nil, true, bad("%s: the name %s is used twice", where, r.Name)
+			return nil, true, bad("%s: key name: %s is used by another route", where, r.Name)
 		}
 		seen[r.Name] = true
 		t = append(t, r)
@@ -158,6 +159,10 @@ func readRoute(n *yaml.Node, builtins []string, d Defaults) (Route, error) {
 		}
 		r.Target = target
 	case f.Target != "":
+		if u, err := url.Parse(f.Target); err == nil && u.User != nil {
+			// Secrets never go in the file.
+			return r, errors.New("key target: a URL with a user or password is a credential; put it in a variable and name it with target_env")
+		}
 		r.Target = f.Target
 	default:
 		return r, errors.New("key target: give target or target_env")

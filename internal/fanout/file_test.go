@@ -105,7 +105,7 @@ func TestReadFileRefusesWhatIsWrong(t *testing.T) {
 	for _, tt := range []struct{ text, want string }{
 		{"routes:\n  - name: ci\n" + ok + "    concurency: 8\n", `route "ci" (line 2): line 5: unknown key "concurency"`},
 		{"route:\n  - name: ci\n" + ok, `unknown key "route"`},
-		{"routes:\n  - name: ci\n" + ok + "  - name: ci\n" + ok, `route "ci" (line 5): the name ci is used twice`},
+		{"routes:\n  - name: ci\n" + ok + "  - name: ci\n" + ok, `route "ci" (line 5): key name: ci is used by another route`},
 		{"routes:\n  - name: Ci\n" + ok, `route "Ci" (line 2): key name`},
 		{"routes:\n  - name: ci\n" + ok + "    concurrency: 0\n", `route "ci" (line 2): key concurrency: must be 1 to 10000`},
 		{"routes:\n  - name: ci\n" + ok + "    rate: 20/h\n", `key rate: must be N/s or N/m`},
@@ -121,6 +121,7 @@ func TestReadFileRefusesWhatIsWrong(t *testing.T) {
 		{"routes:\n  - name: ci\n    match: [\"github:push\"]\n    target: http://x/\n    target_env: X\n", `give one`},
 		{"routes:\n  - name: ci\n    match: [\"github:push\"]\n    target_env: EMPTY_TARGET\n", `key target_env: EMPTY_TARGET is not set`},
 		{"routes:\n  - name: ci\n    match: [\"github:push\"]\n    target: builtin:nope\n", `no builtin handler`},
+		{"routes:\n  - name: ci\n    match: [\"github:push\"]\n    target: http://u:secretpw@x/\n", `key target: a URL with a user or password`},
 		{"routes: {name: ci}\n", `routes must be a list`},
 		{"routes:\n  - name: ci\n" + ok + "    concurrency: many\n", `route "ci" (line 2)`},
 		{"routes: [\n", `did not find expected`},

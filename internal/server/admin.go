@@ -381,6 +381,9 @@ func readAdminBody(w http.ResponseWriter, r *http.Request, req adminRequest) ([]
 		if err := dec.Decode(req); err != nil {
 			return nil, fmt.Errorf("%w: the body must be a JSON object of the documented fields: %v", errBadRequest, err)
 		}
+		if _, err := dec.Token(); err != io.EOF {
+			return nil, fmt.Errorf("%w: the body must be one JSON object, with nothing after it", errBadRequest)
+		}
 	}
 	return body, req.validate()
 }

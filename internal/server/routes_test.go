@@ -170,6 +170,7 @@ func TestAdminRoutesRefuseBadRequests(t *testing.T) {
 		{adminReq{path: "/admin/routes/nope"}, 404, "not_found"},
 		{adminReq{method: "POST", path: "/admin/routes/fwd/pause", body: `{"reason":5}`}, 400, "bad_request"},
 		{adminReq{method: "POST", path: "/admin/routes/fwd/pause", body: `{"why":"x"}`}, 400, "bad_request"},
+		{adminReq{method: "POST", path: "/admin/routes/fwd/pause", body: `{"reason":"a"}{"x":1}`}, 400, "bad_request"},
 		{adminReq{method: "POST", path: "/admin/routes/fwd/pause", body: `{"reason":"a\u0000b"}`}, 400, "bad_request"},
 		{adminReq{method: "POST", path: "/admin/routes/fwd/pause", token: "wrong"}, 401, "unauthorized"},
 		{adminReq{path: "/admin/routes", token: "-"}, 401, "unauthorized"},
