@@ -251,7 +251,7 @@ func (w *DispatchWorker) runBuiltin(ctx context.Context, job *river.Job[Dispatch
 	}
 	if err := handler(ctx, tx, delivery(r, a, job.Attempt)); err != nil {
 		err = fmt.Errorf("handler: %w", err)
-		w.Guard.Done(ctx, route, ticket, routes.Failed, excerpt(err.Error(), 500))
+		w.Guard.Done(ctx, route, ticket, routes.Failed, errText(err))
 		return err
 	}
 	if ordered(r) {
@@ -698,7 +698,7 @@ func setState(ctx context.Context, db receipts.DBTX, a DispatchArgs, state strin
 // recordFailure stores a failed attempt on the dispatch row. It is best effort:
 // River retries the job whether or not the row could be updated.
 func (w *DispatchWorker) recordFailure(ctx context.Context, job *river.Job[DispatchArgs], state string, cause error) {
-	msg := excerpt(cause.Error(), 500)
+	msg := errText(cause)
 	if err := setState(context.WithoutCancel(ctx), w.Pool, job.Args, state, job.Attempt, &msg); err != nil {
 		w.Logger.ErrorContext(ctx, "record dispatch failure", "error", err, "route", job.Args.Route, "delivery_id", job.Args.DeliveryID)
 	}

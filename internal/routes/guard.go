@@ -451,14 +451,20 @@ func (g *Guard) Gauges() []metrics.RouteGauge {
 	gs := make([]metrics.RouteGauge, len(g.Table))
 	for i, r := range g.Table {
 		s := g.state(r.Name)
-		circuit := CircuitClosed
-		switch {
-		case s.probeUntil.After(now):
-			circuit = CircuitProbing
-		case r.Circuit.Failures > 0 && s.failures >= r.Circuit.Failures:
-			circuit = CircuitOpen
-		}
-		gs[i] = metrics.RouteGauge{Route: r.Name, Paused: s.paused, Circuit: circuit}
+		gs[i] = metrics.RouteGauge{Route: r.Name, Paused: s.paused, Circuit: circuitState(r.Circuit, s.failures, s.probeUntil.After(now))}
 	}
 	return gs
+}
+
+// circuitState names a route's circuit: probing while a probe runs, open
+// once its consecutive failures reach the route's threshold (0 turns the
+// circuit off), else closed.
+func circuitState(c fanout.Circuit, failures int, probing bool) string {
+	switch {
+	case probing:
+		return CircuitProbing
+	case c.Failures > 0 && failures >= c.Failures:
+		return CircuitOpen
+	}
+	return CircuitClosed
 }

@@ -243,11 +243,6 @@ func List(ctx context.Context, db *pgxpool.Pool, table fanout.Table) ([]View, er
 		at[r.Name] = v
 		names, queues = append(names, r.Name), append(queues, r.Queue())
 	}
-	failuresAt := map[string]int{}
-	for _, r := range table {
-		failuresAt[r.Name] = r.Circuit.Failures
-	}
-
 	b := &pgx.Batch{}
 	b.Queue(`SELECT name, paused_at, paused_by, pause_reason, failures, coalesce(probe_until > now(), false),
 		last_success_at, last_failure_at, last_error FROM hookgate_routes WHERE name = ANY($1)`, names).Query(func(rows pgx.Rows) error {
@@ -266,12 +261,8 @@ func List(ctx context.Context, db *pgxpool.Pool, table fanout.Table) ([]View, er
 			if v.PausedAt != nil {
 				cur.State = "paused"
 			}
-			switch threshold := failuresAt[name]; {
-			case probing:
-				cur.Circuit = CircuitProbing
-			case threshold > 0 && failures >= threshold:
-				cur.Circuit = CircuitOpen
-			}
+			r, _ := table.ByName(name)
+			cur.Circuit = circuitState(r.Circuit, failures, probing)
 		}
 		return rows.Err()
 	})
