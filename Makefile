@@ -4,9 +4,11 @@ GO ?= go
 
 .PHONY: run test faults build migrate postgres
 
-## run: install PostgreSQL when missing, then run the gateway on a private PostgreSQL under ./.data
-run: postgres
-	$(GO) run ./cmd/gateway serve
+## run: install PostgreSQL when missing, build, then run the gateway in the foreground on a private PostgreSQL
+## under ./.data. Make starts the binary itself (no shell, no `go run` between them), so Ctrl-C or a
+## SIGTERM to make reaches the gateway, which stops its PostgreSQL before it exits.
+run: postgres build
+	./gateway serve
 
 ## test: install PostgreSQL when missing, then run every test (each test binary starts its own private server)
 test: postgres

@@ -116,6 +116,26 @@ func TestCLIAgainstRunningGateway(t *testing.T) {
 	if _, code := cliRun(t, "deliveries", "show", "stripe", "evt_nope"); code != cli.ExitNotFound {
 		t.Fatalf("show unknown: exit %d", code)
 	}
+	// An unknown provider is a usage error wherever it is named, as with list --provider.
+	for _, args := range [][]string{{"deliveries", "show", "gitlab", "x"}, {"deliveries", "list", "--provider", "gitlab"}, {"replay", "gitlab", "x"}} {
+		if out, code := cliRun(t, args...); code != cli.ExitUsage {
+			t.Fatalf("%q: exit %d, %s", args, code, out)
+		}
+	}
+
+	// Paging: the first page names the cursor of the next, which --cursor reads.
+	out, code = cliRun(t, "deliveries", "list", "--limit", "1")
+	_, cursor, found := strings.Cut(out, "more: --cursor ")
+	if code != 0 || !found || !strings.Contains(out, "pull_request.opened") {
+		t.Fatalf("first page: exit %d, %s", code, out)
+	}
+	out, code = cliRun(t, "deliveries", "list", "--limit", "1", "--cursor", strings.TrimSpace(cursor))
+	if code != 0 || !strings.Contains(out, sent.DeliveryID) || strings.Contains(out, "pull_request.opened") || strings.Contains(out, "more:") {
+		t.Fatalf("second page: exit %d, %s", code, out)
+	}
+	if _, code := cliRun(t, "deliveries", "list", "--cursor", "not-a-cursor"); code != cli.ExitUsage {
+		t.Fatalf("bad cursor: exit %d", code)
+	}
 
 	// Nothing failed, so nothing to replay without --force; --force makes generation 2.
 	out, code = cliRun(t, "replay", "stripe", sent.DeliveryID, "--json")

@@ -28,6 +28,7 @@ import (
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/jobs"
+	"github.com/hookgate/hookgate/internal/providers"
 )
 
 // Exit codes.
@@ -63,7 +64,7 @@ type Env struct {
 }
 
 // Usage describes the operator commands.
-const Usage = `  deliveries list [--provider P] [--event E] [--state S] [--since T] [--until T] [--limit N] [--json]
+const Usage = `  deliveries list [--provider P] [--event E] [--state S] [--since T] [--until T] [--limit N] [--cursor C] [--json]
   deliveries show PROVIDER ID [--json]
   replay PROVIDER ID [--route R]... [--force] [--reason TEXT] [--json]
   replay [--provider P] [--event E] [--state S] [--since T] [--until T] [--force] [--reason TEXT] [--json]
@@ -72,7 +73,8 @@ const Usage = `  deliveries list [--provider P] [--event E] [--state S] [--since
   routes pause NAME [--reason TEXT] [--json]
   routes resume NAME [--reason TEXT] [--json]
 
-  T is an RFC 3339 time or a duration ago (24h). Exit codes: 0 done, 1 failed, 2 usage, 3 no such delivery or route.
+  T is an RFC 3339 time or a duration ago (24h). C is the next_cursor a listing printed (the next page).
+  Exit codes: 0 done, 1 failed, 2 usage (including an unknown provider), 3 no such delivery or route.
 `
 
 // Run runs an operator command: args[0] is "deliveries", "replay", "send" or "routes".
@@ -152,32 +154,44 @@ func list(ctx context.Context, env Env, args []string) error {
 	fs := flag.NewFlagSet("deliveries list", flag.ContinueOnError)
 	ff := addFilterFlags(fs)
 	limit := fs.Int("limit", 50, "at most this many, newest first (max 500)")
+	cursor := fs.String("cursor", "", "the next_cursor of the previous page")
 	asJSON := fs.Bool("json", false, "JSON output")
 	if rest, err := parse(fs, args); err != nil {
 		return err
 	} else if len(rest) > 0 {
 		return usageErr("deliveries list takes no arguments, got %q", rest)
 	}
+	if *limit < 1 {
+		return usageErr("deliveries list: --limit must be a positive integer")
+	}
 	f, err := ff.filter(env.Now())
 	if err != nil {
 		return err
+	}
+	var after *deliveries.Cursor
+	if *cursor != "" {
+		c, err := deliveries.DecodeCursor(*cursor)
+		if err != nil {
+			return &ExitError{Code: ExitUsage, Err: err}
+		}
+		after = &c
 	}
 	pool, closeDB, err := env.Open(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeDB()
-	items, next, err := deliveries.List(ctx, pool, f, *limit, nil)
+	items, next, err := deliveries.List(ctx, pool, f, *limit, after)
 	if err != nil {
 		return err
 	}
+	var nextCursor *string
+	if next != nil {
+		c := next.Encode()
+		nextCursor = &c
+	}
 	if *asJSON {
-		var cursor *string
-		if next != nil {
-			c := next.Encode()
-			cursor = &c
-		}
-		return writeJSON(env.Stdout, map[string]any{"deliveries": items, "next_cursor": cursor})
+		return writeJSON(env.Stdout, map[string]any{"deliveries": items, "next_cursor": nextCursor})
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "RECEIVED_AT\tPROVIDER\tDELIVERY_ID\tEVENT\tSTATE\tRECEIPTS\tENTITY")
@@ -189,7 +203,13 @@ func list(ctx context.Context, env Env, args []string) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", it.ReceivedAt.UTC().Format(time.RFC3339), it.Provider, it.DeliveryID,
 			it.Event, it.State, it.Receipts, entity)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if nextCursor != nil {
+		fmt.Fprintf(env.Stdout, "\nmore: --cursor %s\n", *nextCursor)
+	}
+	return nil
 }
 
 func show(ctx context.Context, env Env, args []string) error {
@@ -201,6 +221,9 @@ func show(ctx context.Context, env Env, args []string) error {
 	}
 	if len(rest) != 2 {
 		return usageErr("usage: deliveries show PROVIDER ID")
+	}
+	if err := knownProvider(rest[0]); err != nil {
+		return err
 	}
 	pool, closeDB, err := env.Open(ctx)
 	if err != nil {
@@ -239,6 +262,15 @@ func show(ctx context.Context, env Env, args []string) error {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", x.Route, x.Generation, x.State, x.Attempts, x.UpdatedAt.UTC().Format(time.RFC3339), lastError)
 	}
 	return tw.Flush()
+}
+
+// knownProvider is a usage error for a provider no adapter has, as the
+// --provider filter is: such a name is a typo, not a missing delivery.
+func knownProvider(name string) error {
+	if !providers.Known(name) {
+		return usageErr("unknown provider %q (known: %s)", name, strings.Join(providers.Names, ", "))
+	}
+	return nil
 }
 
 func dash(s string) string {
@@ -281,6 +313,11 @@ func replay(ctx context.Context, env Env, args []string) error {
 		return usageErr("replay PROVIDER ID takes no filter flags")
 	case !single && len(routes) > 0:
 		return usageErr("--route is for replay PROVIDER ID")
+	}
+	if single {
+		if err := knownProvider(rest[0]); err != nil {
+			return err
+		}
 	}
 	var f deliveries.Filter
 	if !single {

@@ -50,9 +50,9 @@ var StateSQL = `CASE
 	WHEN j.state IN ('cancelled', 'discarded') THEN j.state::text
 	ELSE d.state END`
 
-// latestStatesSQL lists the live state of the latest dispatch of each route of
+// LatestStatesSQL lists the live state of the latest dispatch of each route of
 // the event r (a hookgate_receipts row alias).
-var latestStatesSQL = `SELECT DISTINCT ON (d.route) ` + StateSQL + ` AS state
+var LatestStatesSQL = `SELECT DISTINCT ON (d.route) ` + StateSQL + ` AS state
 	FROM hookgate_dispatches d LEFT JOIN river_job j ON j.id = d.job_id
 	WHERE d.provider = r.provider AND d.delivery_id = r.delivery_id
 	ORDER BY d.route, d.generation DESC`
@@ -137,6 +137,27 @@ func CheckKey(provider, deliveryID string) error {
 	return nil
 }
 
+// UnescapeKey returns the provider and delivery id of a request path's two
+// segments, each decoded exactly once, or ErrNotFound when they could name no
+// stored delivery. escaped says the segments are still escaped: chi matches on
+// the raw path when the URL has one (so that an id may hold %2F), and on the
+// decoded path otherwise, where decoding again would turn a%2541 into aA.
+func UnescapeKey(provider, deliveryID string, escaped bool) (string, string, error) {
+	if escaped {
+		var err error
+		if provider, err = url.PathUnescape(provider); err != nil {
+			return "", "", fmt.Errorf("%w: the path is not validly escaped", ErrNotFound)
+		}
+		if deliveryID, err = url.PathUnescape(deliveryID); err != nil {
+			return "", "", fmt.Errorf("%w: the path is not validly escaped", ErrNotFound)
+		}
+	}
+	if err := CheckKey(provider, deliveryID); err != nil {
+		return "", "", err
+	}
+	return provider, deliveryID, nil
+}
+
 // FilterFromQuery reads the list filters from URL query values.
 func FilterFromQuery(q url.Values, now time.Time) (Filter, error) {
 	f := Filter{Provider: q.Get("provider"), Event: q.Get("event"), State: q.Get("state")}
@@ -188,7 +209,7 @@ func (f Filter) where(args []any) (string, []any) {
 	case "stored":
 		conds = append(conds, "NOT EXISTS (SELECT 1 FROM hookgate_dispatches d WHERE d.provider = r.provider AND d.delivery_id = r.delivery_id)")
 	default:
-		conds = append(conds, "EXISTS (SELECT 1 FROM ("+latestStatesSQL+") l WHERE l.state = "+arg(f.State)+")")
+		conds = append(conds, "EXISTS (SELECT 1 FROM ("+LatestStatesSQL+") l WHERE l.state = "+arg(f.State)+")")
 	}
 	return strings.Join(conds, " AND "), args
 }
@@ -262,7 +283,7 @@ func List(ctx context.Context, db DB, f Filter, limit int, after *Cursor) ([]Ite
 	rows, err := db.Query(ctx, `
 		SELECT r.provider, r.delivery_id, r.event, r.entity, r.received_at,
 			(SELECT count(*) FROM hookgate_receipts c WHERE c.provider = r.provider AND c.delivery_id = r.delivery_id),
-			ARRAY(`+latestStatesSQL+`)
+			ARRAY(`+LatestStatesSQL+`)
 		FROM hookgate_receipts r
 		WHERE `+where+`
 		ORDER BY r.received_at DESC, r.provider DESC, r.delivery_id DESC

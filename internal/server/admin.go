@@ -55,24 +55,34 @@ func Actor(token string) string {
 const maxAdminBody = 64 << 10
 
 func (s *server) adminRoutes(r chi.Router) {
-	r.Use(s.adminAuth)
-	r.Get("/deliveries", s.handleListDeliveries)
-	r.Get("/deliveries/{provider}/{id}", s.handleShowDelivery)
-	r.Get("/deliveries/{provider}/{id}/body", s.handleDeliveryBody)
-	r.Post("/deliveries/{provider}/{id}/replay", s.handleReplayOne)
-	r.Post("/replays", s.handleBulkReplay)
-	r.Get("/replays", s.handleListReplays)
-	r.Get("/replays/{replay_id}", s.handleShowReplay)
-	r.Get("/rejections", s.handleRejections)
-	r.Get("/routes", s.handleListRoutes)
-	r.Get("/routes/{name}", s.handleShowRoute)
-	r.Post("/routes/{name}/pause", s.handlePauseRoute)
-	r.Post("/routes/{name}/resume", s.handleResumeRoute)
-	r.Get("/audit", s.handleAudit)
+	r.Use(s.adminOn)
+	if s.console != nil {
+		s.console.Register(r)
+	}
+	r.Group(func(r chi.Router) {
+		r.Use(s.bearerOnly)
+		r.Get("/openapi.json", handleOpenAPI)
+		r.Get("/deliveries", s.handleListDeliveries)
+		r.Get("/deliveries/{provider}/{id}", s.handleShowDelivery)
+		r.Get("/deliveries/{provider}/{id}/body", s.handleDeliveryBody)
+		r.Post("/deliveries/{provider}/{id}/replay", s.handleReplayOne)
+		r.Post("/replays", s.handleBulkReplay)
+		r.Get("/replays", s.handleListReplays)
+		r.Get("/replays/{replay_id}", s.handleShowReplay)
+		r.Get("/rejections", s.handleRejections)
+		r.Get("/routes", s.handleListRoutes)
+		r.Get("/routes/{name}", s.handleShowRoute)
+		r.Post("/routes/{name}/pause", s.handlePauseRoute)
+		r.Post("/routes/{name}/resume", s.handleResumeRoute)
+		r.Get("/audit", s.handleAudit)
+	})
 	if s.Admin.RiverUI != nil {
-		ui := s.printableOnly(s.Admin.RiverUI)
-		r.Handle("/river", ui)
-		r.Handle("/river/*", ui)
+		r.Group(func(r chi.Router) {
+			r.Use(s.bearerOrSession)
+			ui := s.printableOnly(s.Admin.RiverUI)
+			r.Handle("/river", ui)
+			r.Handle("/river/*", ui)
+		})
 	}
 }
 
@@ -112,48 +122,65 @@ func printableURL(u *url.URL) bool {
 	return true
 }
 
-// adminAuth answers 404 for everything under /admin when no token is set, and
-// 401 without the right bearer token. The comparison is of SHA-256 digests in
-// constant time, so neither the token's bytes nor its length leak.
-func (s *server) adminAuth(next http.Handler) http.Handler {
-	want := sha256.Sum256([]byte(s.Admin.Token))
+// adminOn answers 404 for everything under /admin when no token is set.
+func (s *server) adminOn(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.Admin.Token == "" {
 			writeError(w, r, s.Logger, fmt.Errorf("%w: operator endpoints are off (GATEWAY_ADMIN_TOKEN is unset)", errNotFound))
-			return
-		}
-		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		got := sha256.Sum256([]byte(token))
-		if !ok || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="hookgate"`)
-			writeError(w, r, s.Logger, fmt.Errorf("%w: a valid Authorization: Bearer token is required", errUnauthorized))
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// pathParams returns the provider and delivery id of a delivery path, each
-// decoded exactly once, or deliveries.ErrNotFound when they could name no
-// stored delivery. chi matches on r.URL.RawPath when it is set, and its
-// parameters are then still escaped (so that an id may hold %2F); otherwise
-// it matches on the already decoded r.URL.Path, and decoding again would turn
-// a%2541 into aA.
-func pathParams(r *http.Request) (string, string, error) {
-	params := []string{chi.URLParam(r, "provider"), chi.URLParam(r, "id")}
-	if r.URL.RawPath != "" {
-		for i, p := range params {
-			u, err := url.PathUnescape(p)
-			if err != nil {
-				return "", "", fmt.Errorf("%w: the path is not validly escaped", deliveries.ErrNotFound)
-			}
-			params[i] = u
+// bearerToken reports whether the request carries the admin token as a
+// bearer token. The comparison is of SHA-256 digests in constant time, so
+// neither the token's bytes nor its length leak.
+func (s *server) bearerToken(r *http.Request) bool {
+	want := sha256.Sum256([]byte(s.Admin.Token))
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	got := sha256.Sum256([]byte(token))
+	return ok && subtle.ConstantTimeCompare(got[:], want[:]) == 1
+}
+
+func (s *server) unauthorized(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="hookgate"`)
+	writeError(w, r, s.Logger, fmt.Errorf("%w: a valid Authorization: Bearer token is required", errUnauthorized))
+}
+
+// bearerOnly lets only requests with the bearer token through: the JSON API
+// takes no cookie, so no other site can make a browser call it.
+func (s *server) bearerOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.bearerToken(r) {
+			s.unauthorized(w, r)
+			return
 		}
-	}
-	if err := deliveries.CheckKey(params[0], params[1]); err != nil {
-		return "", "", err
-	}
-	return params[0], params[1], nil
+		next.ServeHTTP(w, r)
+	})
+}
+
+// bearerOrSession lets River UI's requests through with the bearer token or
+// a console session (see console.Console.Allows). A browser that has neither
+// and asks for a page is sent to the console's sign-in.
+func (s *server) bearerOrSession(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case s.bearerToken(r), s.console != nil && s.console.Allows(r):
+			next.ServeHTTP(w, r)
+		case s.console != nil && r.Method == http.MethodGet && r.Header.Get("Authorization") == "" &&
+			strings.Contains(r.Header.Get("Accept"), "text/html"):
+			http.Redirect(w, r, "/admin/ui/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+		default:
+			s.unauthorized(w, r)
+		}
+	})
+}
+
+// pathParams returns the provider and delivery id of a delivery path (see
+// deliveries.UnescapeKey).
+func pathParams(r *http.Request) (string, string, error) {
+	return deliveries.UnescapeKey(chi.URLParam(r, "provider"), chi.URLParam(r, "id"), r.URL.RawPath != "")
 }
 
 type listResponse struct {

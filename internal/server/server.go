@@ -17,6 +17,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/hookgate/hookgate/internal/console"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/providers"
@@ -60,6 +61,7 @@ type server struct {
 	inflight  *semaphore.Weighted
 	held      atomic.Int64 // bytes taken from inflight, for metrics
 	ready     *throttle.Value[struct{}]
+	console   *console.Console // nil without a token or a database
 }
 
 // New returns the gateway's HTTP handler with its whole route table.
@@ -83,6 +85,12 @@ func New(cfg Config) http.Handler {
 		}}}
 	for _, p := range cfg.Providers {
 		s.providers[p.Name()] = p
+	}
+	if cfg.Admin.Token != "" && cfg.Admin.Pool != nil && cfg.Admin.Enqueuer != nil {
+		s.console = console.New(console.Config{
+			Token: cfg.Admin.Token, Actor: Actor(cfg.Admin.Token), Pool: cfg.Admin.Pool, Enqueuer: cfg.Admin.Enqueuer,
+			Routes: cfg.Admin.Routes, Logger: cfg.Logger, Now: cfg.Now, Classify: classify,
+		})
 	}
 	s.Metrics.Gauge("hookgate_ingest_inflight_bytes", "Request bodies held in memory, against GATEWAY_MAX_INFLIGHT_BYTES.",
 		func() float64 { return float64(s.held.Load()) })

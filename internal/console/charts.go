@@ -1,0 +1,246 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/hookgate/hookgate/internal/deliveries"
+	"github.com/hookgate/hookgate/internal/providers"
+)
+
+// chartRange is a span the overview charts, cut into equal buckets.
+type chartRange struct {
+	name    string
+	span    time.Duration
+	bucket  time.Duration
+	refresh time.Duration // how stale the charts may be
+}
+
+// chartRanges are the overview's spans: the last hour by the minute, and the
+// last day by the quarter hour (a bar a minute would be 1,440 bars).
+var chartRanges = []chartRange{
+	{name: "hour", span: time.Hour, bucket: time.Minute, refresh: 5 * time.Second},
+	{name: "day", span: 24 * time.Hour, bucket: 15 * time.Minute, refresh: time.Minute},
+}
+
+// overviewCharts are the overview's charts of one range.
+type overviewCharts struct {
+	// Deliveries has one chart per provider, stacked by delivery state.
+	Deliveries []Chart
+	// Forwards is every route's attempts, stacked by outcome.
+	Forwards Chart
+	At       time.Time
+}
+
+// Chart is a stacked bar chart, laid out for an SVG of Width by Height.
+type Chart struct {
+	Title string
+	// Unit says what one bar counts ("per minute").
+	Unit   string
+	Width  int
+	Height int
+	Bars   []Bar
+	Legend []Swatch
+	// Max is the top of the scale; Total all bars together.
+	Max, Total int64
+	// Labels are the time axis' ticks.
+	Labels []Tick
+}
+
+// Bar is one bucket's stacked segments.
+type Bar struct {
+	X, Width int
+	Segments []Segment
+	// Title is the bucket's time and counts, shown on hover.
+	Title string
+}
+
+// Segment is one series' part of a bar.
+type Segment struct {
+	Y, Height int
+	Class     string
+}
+
+// Swatch is one series in the legend.
+type Swatch struct {
+	Name, Class string
+	Total       int64
+}
+
+// Tick is a label on the time axis.
+type Tick struct {
+	X    int
+	Text string
+}
+
+// chart geometry: the plot is inset for the axis labels.
+const (
+	chartWidth  = 720
+	chartHeight = 180
+	plotTop     = 8
+	plotBottom  = 156 // the time axis' labels go below
+	plotLeft    = 40  // the scale's labels go left
+)
+
+// series is counts by bucket index, for one named series.
+type series struct {
+	name   string
+	counts map[int]int64
+}
+
+// layout builds a chart of the buckets from start, stacking series in order.
+func layout(title, unit string, start time.Time, rg chartRange, all []series) Chart {
+	n := int(rg.span / rg.bucket)
+	c := Chart{Title: title, Unit: unit, Width: chartWidth, Height: chartHeight}
+	totals := make([]int64, n)
+	for _, s := range all {
+		var sum int64
+		for i, v := range s.counts {
+			if i >= 0 && i < n {
+				totals[i] += v
+				sum += v
+			}
+		}
+		c.Legend = append(c.Legend, Swatch{Name: s.name, Class: "s-" + s.name, Total: sum})
+		c.Total += sum
+	}
+	c.Max = niceMax(slices.Max(totals))
+	plotW := chartWidth - plotLeft - 4
+	plotH := plotBottom - plotTop
+	step := float64(plotW) / float64(n)
+	for i := 0; i < n; i++ {
+		x := plotLeft + int(float64(i)*step)
+		w := max(1, int(float64(i+1)*step)-int(float64(i)*step)-1)
+		at := start.Add(time.Duration(i) * rg.bucket)
+		bar := Bar{X: x, Width: w, Title: at.UTC().Format("15:04") + " UTC: " + strconv.FormatInt(totals[i], 10)}
+		y := plotBottom
+		for _, s := range all {
+			v := s.counts[i]
+			if v == 0 {
+				continue
+			}
+			h := int(float64(v) / float64(c.Max) * float64(plotH))
+			if h < 1 {
+				h = 1
+			}
+			y -= h
+			bar.Segments = append(bar.Segments, Segment{Y: y, Height: h, Class: "s-" + s.name})
+			bar.Title += fmt.Sprintf(", %s %d", s.name, v)
+		}
+		c.Bars = append(c.Bars, bar)
+		if ticks := n / 6; ticks > 0 && i%ticks == 0 {
+			c.Labels = append(c.Labels, Tick{X: x, Text: at.UTC().Format("15:04")})
+		}
+	}
+	return c
+}
+
+// niceMax rounds a scale's top up to 1, 2 or 5 times a power of ten.
+func niceMax(v int64) int64 {
+	if v <= 1 {
+		return 1
+	}
+	for p := int64(1); ; p *= 10 {
+		for _, m := range []int64{1, 2, 5} {
+			if m*p >= v {
+				return m * p
+			}
+		}
+	}
+}
+
+// chartStates are the delivery states a chart stacks, bottom up.
+var chartStates = []string{deliveries.Succeeded, deliveries.Superseded, deliveries.Pending, deliveries.Running,
+	deliveries.Retrying, deliveries.Cancelled, deliveries.Discarded, "stored"}
+
+// readCharts reads the range's counts: deliveries by the minute of their
+// first receipt, provider and present state; forwards by minute and outcome.
+func (c *Console) readCharts(ctx context.Context, rg chartRange) (overviewCharts, error) {
+	var now time.Time
+	if err := c.Pool.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+		return overviewCharts{}, fmt.Errorf("charts: %w", err)
+	}
+	end := now.Truncate(rg.bucket).Add(rg.bucket)
+	start := end.Add(-rg.span)
+	byProvider := map[string]map[string]map[int]int64{} // provider → state → bucket → n
+	rows, err := c.Pool.Query(ctx, deliveriesPerBucketSQL, start, rg.bucket.Seconds())
+	if err != nil {
+		return overviewCharts{}, fmt.Errorf("charts: deliveries: %w", err)
+	}
+	for rows.Next() {
+		var provider string
+		var states []string
+		var bucket int
+		var n int64
+		if err := rows.Scan(&bucket, &provider, &states, &n); err != nil {
+			rows.Close()
+			return overviewCharts{}, fmt.Errorf("charts: deliveries: %w", err)
+		}
+		state := deliveries.Summary(states)
+		if byProvider[provider] == nil {
+			byProvider[provider] = map[string]map[int]int64{}
+		}
+		if byProvider[provider][state] == nil {
+			byProvider[provider][state] = map[int]int64{}
+		}
+		byProvider[provider][state][bucket] += n
+	}
+	if err := rows.Err(); err != nil {
+		return overviewCharts{}, fmt.Errorf("charts: deliveries: %w", err)
+	}
+	unit := "per " + bucketName(rg.bucket)
+	out := overviewCharts{At: now}
+	for _, p := range providers.Names {
+		var all []series
+		for _, st := range chartStates {
+			all = append(all, series{name: st, counts: byProvider[p][st]})
+		}
+		out.Deliveries = append(out.Deliveries, layout("Deliveries from "+p, unit, start, rg, all))
+	}
+
+	succeeded, failed := map[int]int64{}, map[int]int64{}
+	rows, err = c.Pool.Query(ctx, `SELECT floor(extract(epoch FROM minute - $1) / $2)::int AS bucket, sum(succeeded)::bigint, sum(failed)::bigint
+		FROM hookgate_route_minutes WHERE minute >= $1 GROUP BY 1`, start, rg.bucket.Seconds())
+	if err != nil {
+		return overviewCharts{}, fmt.Errorf("charts: forwards: %w", err)
+	}
+	for rows.Next() {
+		var bucket int
+		var s, f int64
+		if err := rows.Scan(&bucket, &s, &f); err != nil {
+			rows.Close()
+			return overviewCharts{}, fmt.Errorf("charts: forwards: %w", err)
+		}
+		succeeded[bucket], failed[bucket] = s, f
+	}
+	if err := rows.Err(); err != nil {
+		return overviewCharts{}, fmt.Errorf("charts: forwards: %w", err)
+	}
+	out.Forwards = layout("Forward attempts, all routes", unit, start, rg,
+		[]series{{name: "succeeded", counts: succeeded}, {name: "failed", counts: failed}})
+	return out, nil
+}
+
+func bucketName(d time.Duration) string {
+	if d == time.Minute {
+		return "minute"
+	}
+	return strconv.Itoa(int(d.Minutes())) + " minutes"
+}
+
+// deliveriesPerBucketSQL counts the deliveries first received since $1, by
+// bucket ($2 seconds wide), provider and the live states of their routes'
+// latest dispatches (which deliveries.Summary turns into the delivery's
+// state). It walks receipts by received_at, and each delivery's dispatches by
+// their primary key.
+var deliveriesPerBucketSQL = `
+	SELECT floor(extract(epoch FROM r.received_at - $1) / $2)::int AS bucket, r.provider,
+		ARRAY(` + deliveries.LatestStatesSQL + `) AS states, count(*)
+	FROM hookgate_receipts r
+	WHERE r.received_at >= $1
+		AND NOT EXISTS (SELECT 1 FROM hookgate_receipts e WHERE e.provider = r.provider AND e.delivery_id = r.delivery_id
+			AND (e.received_at, e.scope) < (r.received_at, r.scope))
+	GROUP BY 1, 2, 3`

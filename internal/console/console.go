@@ -1,0 +1,201 @@
+// Package console is the operator console: server-rendered pages under
+// /admin/ for people with a browser. It signs in with the admin token and
+// then keeps a session (a cookie naming a row in PostgreSQL), checks a CSRF
+// token on every form that changes anything, and draws its charts as SVG on
+// the server. Templates, styles and its one small script are embedded: the
+// console needs nothing from outside the gateway, and its
+// Content-Security-Policy allows no inline script.
+//
+// The console reads and acts through the same packages as the JSON API
+// (deliveries, jobs, routes, audit, rejections); it has no queries of its
+// own but its charts'.
+package console
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/jobs"
+	"github.com/hookgate/hookgate/internal/throttle"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Config is what the console needs.
+type Config struct {
+	// Token is GATEWAY_ADMIN_TOKEN, which signs a person in.
+	Token string
+	// Actor names whoever holds the token in the replay and audit logs.
+	Actor string
+	// Pool is the database.
+	Pool *pgxpool.Pool
+	// Enqueuer creates replays' dispatches; its client pauses and resumes
+	// routes' queues.
+	Enqueuer *jobs.Enqueuer
+	// Routes is the fan-out table.
+	Routes fanout.Table
+	// Logger logs server-side failures.
+	Logger *slog.Logger
+	// Now is the clock; defaults to time.Now.
+	Now func() time.Time
+	// Classify turns an error into the status code and error code of the
+	// server's one table of them.
+	Classify func(error) (status int, code string)
+}
+
+// Console serves the console's pages.
+type Console struct {
+	Config
+	sessions *sessions
+	pages    map[string]*template.Template
+	charts   map[string]*throttle.Value[overviewCharts]
+}
+
+// New returns the console, its templates parsed. The templates are part of
+// the binary, so a template that does not parse is a bug (which every test
+// of the console finds): New panics on one.
+func New(cfg Config) *Console {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	c := &Console{Config: cfg, sessions: &sessions{pool: cfg.Pool, actor: cfg.Actor}, pages: map[string]*template.Template{}}
+	names, _ := fs.Glob(templateFS, "templates/*.html")
+	for _, name := range names {
+		page := strings.TrimSuffix(strings.TrimPrefix(name, "templates/"), ".html")
+		if page == "layout" {
+			continue
+		}
+		c.pages[page] = template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", name))
+	}
+	c.charts = map[string]*throttle.Value[overviewCharts]{}
+	for _, rg := range chartRanges {
+		c.charts[rg.name] = &throttle.Value[overviewCharts]{Every: rg.refresh, Timeout: 10 * time.Second, RetryErrors: true,
+			Read: func(ctx context.Context) (overviewCharts, error) { return c.readCharts(ctx, rg) }}
+	}
+	return c
+}
+
+// contentSecurityPolicy allows the gateway's own scripts, styles and images
+// only, and no inline script or style.
+const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; " +
+	"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+// Register adds the console's pages to the /admin router: /admin/ is the
+// overview, everything else is under /admin/ui/.
+func (c *Console) Register(r chi.Router) {
+	r.Group(func(r chi.Router) {
+		r.Use(securityHeaders)
+		r.Get("/ui/static/*", c.handleStatic)
+		r.Get("/ui/login", c.handleLoginForm)
+		r.Post("/ui/login", c.handleLogin)
+		r.Group(func(r chi.Router) {
+			r.Use(c.signedIn)
+			r.Get("/", c.handleOverview)
+			r.Post("/ui/logout", c.handleLogout)
+			r.Get("/ui/deliveries", c.handleDeliveries)
+			r.Get("/ui/deliveries/{provider}/{id}", c.handleDelivery)
+			r.Get("/ui/deliveries/{provider}/{id}/replay", c.handleReplayConfirm)
+			r.Post("/ui/deliveries/{provider}/{id}/replay", c.handleReplay)
+			r.Get("/ui/replay", c.handleBulkConfirm)
+			r.Post("/ui/replay", c.handleBulkReplay)
+			r.Get("/ui/replays/{replay_id}", c.handleReplayProgress)
+			r.Get("/ui/routes", c.handleRoutes)
+			r.Post("/ui/routes/{name}/{action}", c.handleRouteAction)
+			r.Get("/ui/rejections", c.handleRejections)
+			r.Get("/ui/audit", c.handleAudit)
+		})
+	})
+}
+
+// Allows reports whether a request may reach River UI on the strength of a
+// console session: a live session, and, for anything but reading, a request
+// from the gateway's own pages (River UI's forms cannot carry the console's
+// CSRF token; SameSite=Strict and the browser's Sec-Fetch-Site or Origin
+// stand in for it).
+func (c *Console) Allows(r *http.Request) bool {
+	if _, err := c.sessions.get(r.Context(), r); err != nil {
+		return false
+	}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return true
+	}
+	return sameOrigin(r)
+}
+
+func securityHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", contentSecurityPolicy)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cache-Control", "no-store")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// ctxKey keys the request's session in its context.
+type ctxKey struct{}
+
+// signedIn lets a request with a live session through. Without one, a page
+// is sent to the sign-in form (which comes back to it) and a form answers
+// 403. A form also needs the session's CSRF token, or it answers 403.
+func (c *Console) signedIn(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sess, err := c.sessions.get(r.Context(), r)
+		switch {
+		case errors.Is(err, errNoSession) && r.Method == http.MethodGet:
+			http.Redirect(w, r, "/admin/ui/login?next="+urlQueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+			return
+		case errors.Is(err, errNoSession):
+			c.fail(w, r, http.StatusForbidden, "Your session has ended: sign in again, then repeat what you did.")
+			return
+		case err != nil:
+			c.serverError(w, r, err)
+			return
+		}
+		if r.Method == http.MethodPost {
+			r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+			if err := r.ParseForm(); err != nil {
+				c.fail(w, r, http.StatusBadRequest, "The form could not be read.")
+				return
+			}
+			if !sameToken(r.PostForm.Get("csrf"), sess.csrf) {
+				c.fail(w, r, http.StatusForbidden, "This form is missing its CSRF token or carries a stale one: reload the page and try again.")
+				return
+			}
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, sess)))
+	})
+}
+
+func sessionOf(r *http.Request) session {
+	s, _ := r.Context().Value(ctxKey{}).(session)
+	return s
+}
+
+func (c *Console) handleStatic(w http.ResponseWriter, r *http.Request) {
+	sub, _ := fs.Sub(staticFS, "static")
+	h := http.StripPrefix("/admin/ui/static/", http.FileServer(http.FS(sub)))
+	w.Header().Set("Cache-Control", "max-age=3600")
+	h.ServeHTTP(w, r)
+}

@@ -1,0 +1,669 @@
+package console
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hookgate/hookgate/internal/audit"
+	"github.com/hookgate/hookgate/internal/deliveries"
+	"github.com/hookgate/hookgate/internal/jobs"
+	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/rejections"
+	"github.com/hookgate/hookgate/internal/routes"
+)
+
+// page is what every template gets.
+type page struct {
+	Title string
+	// Nav is the menu entry to mark as current.
+	Nav string
+	// CSRF is the session's token for the page's forms; empty when signed out.
+	CSRF string
+	// Notice and Problem are a line at the top of the page: what just
+	// happened, or what is wrong with the request.
+	Notice, Problem string
+	// Refresh, when set, reloads the page after that many seconds.
+	Refresh int
+	Data    any
+}
+
+// render writes a page with its status.
+func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
+	t, ok := c.pages[name]
+	if !ok {
+		c.serverError(w, r, fmt.Errorf("no console page %q", name))
+		return
+	}
+	if p.CSRF == "" {
+		p.CSRF = sessionOf(r).csrf
+	}
+	var buf bytes.Buffer
+	if err := t.Execute(&buf, p); err != nil {
+		c.serverError(w, r, fmt.Errorf("render %s: %w", name, err))
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// fail shows a page that says what went wrong.
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, status int, message string) {
+	c.render(w, r, status, "error", page{Title: http.StatusText(status), Problem: message})
+}
+
+// failWith shows err by the server's table: a client's mistake with its
+// text, anything else logged and told in general terms.
+func (c *Console) failWith(w http.ResponseWriter, r *http.Request, err error) {
+	status, _ := c.Classify(err)
+	if status >= 500 {
+		c.serverError(w, r, err)
+		return
+	}
+	c.fail(w, r, status, err.Error())
+}
+
+func (c *Console) serverError(w http.ResponseWriter, r *http.Request, err error) {
+	status, _ := c.Classify(err)
+	if status < 500 {
+		status = http.StatusInternalServerError
+	}
+	c.Logger.ErrorContext(r.Context(), "console request failed", "error", err, "method", r.Method, "path", r.URL.Path)
+	msg := "The gateway could not complete this; its log says why. Try again in a moment."
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "5")
+		msg = "The database is unavailable; nothing was changed. Try again in a moment."
+	}
+	if t, ok := c.pages["error"]; ok {
+		var buf bytes.Buffer
+		if t.Execute(&buf, page{Title: http.StatusText(status), Problem: msg}) == nil {
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			w.WriteHeader(status)
+			_, _ = w.Write(buf.Bytes())
+			return
+		}
+	}
+	http.Error(w, msg, status)
+}
+
+// --- sign in and out ---
+
+type loginData struct {
+	Next  string
+	Login string // the form's CSRF token, also in the hookgate_login cookie
+}
+
+// localNext returns where to go after signing in: a console path, never
+// another site.
+func localNext(next string) string {
+	if strings.HasPrefix(next, "/admin/") && !strings.HasPrefix(next, "//") && !strings.Contains(next, `\`) &&
+		!strings.HasPrefix(next, "/admin/ui/login") && utf8.ValidString(next) && len(next) < 2048 {
+		return next
+	}
+	return "/admin/"
+}
+
+func (c *Console) loginForm(w http.ResponseWriter, r *http.Request, status int, next, problem string) {
+	token := randomToken()
+	http.SetCookie(w, cookie(r, loginCookie, token, 3600))
+	c.render(w, r, status, "login", page{Title: "Sign in", Problem: problem, CSRF: "-", Data: loginData{Next: localNext(next), Login: token}})
+}
+
+func (c *Console) handleLoginForm(w http.ResponseWriter, r *http.Request) {
+	if _, err := c.sessions.get(r.Context(), r); err == nil {
+		http.Redirect(w, r, localNext(r.URL.Query().Get("next")), http.StatusSeeOther)
+		return
+	}
+	c.loginForm(w, r, http.StatusOK, r.URL.Query().Get("next"), "")
+}
+
+// handleLogin signs a person in with the admin token. The form carries a
+// token that must equal the hookgate_login cookie set with the form (a
+// double-submit CSRF token): another site cannot sign a browser in to a
+// session of its choosing.
+func (c *Console) handleLogin(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
+	if err := r.ParseForm(); err != nil {
+		c.fail(w, r, http.StatusBadRequest, "The form could not be read.")
+		return
+	}
+	next := r.PostForm.Get("next")
+	lc, err := r.Cookie(loginCookie)
+	if err != nil || !sameToken(r.PostForm.Get("csrf"), lc.Value) {
+		c.render(w, r, http.StatusForbidden, "error", page{Title: "Forbidden", CSRF: "-",
+			Problem: "The sign-in form is missing its CSRF token or it has expired: open the sign-in page again."})
+		return
+	}
+	if !sameToken(r.PostForm.Get("token"), c.Token) {
+		c.Logger.WarnContext(r.Context(), "console sign-in refused: wrong token", "remote_addr", r.RemoteAddr)
+		time.Sleep(500 * time.Millisecond) // a guesser gets two tries a second per connection
+		c.loginForm(w, r, http.StatusUnauthorized, next, "That is not the admin token.")
+		return
+	}
+	id, err := c.sessions.create(r.Context())
+	if err != nil {
+		c.serverError(w, r, err)
+		return
+	}
+	http.SetCookie(w, cookie(r, loginCookie, "", -1))
+	http.SetCookie(w, cookie(r, sessionCookie, id, 0))
+	http.Redirect(w, r, localNext(next), http.StatusSeeOther)
+}
+
+func (c *Console) handleLogout(w http.ResponseWriter, r *http.Request) {
+	if err := c.sessions.remove(r.Context(), r); err != nil {
+		c.serverError(w, r, err)
+		return
+	}
+	http.SetCookie(w, cookie(r, sessionCookie, "", -1))
+	http.Redirect(w, r, "/admin/ui/login", http.StatusSeeOther)
+}
+
+// --- overview ---
+
+type overviewData struct {
+	Range     string
+	Ranges    []string
+	Charts    overviewCharts
+	Backlog   routes.Backlog
+	Waiting   int64 // the backlog's three counts together
+	Open      []routes.View // routes whose circuit is open or probing
+	Paused    []routes.View
+	Routes    int
+	Refreshed time.Time
+}
+
+func (c *Console) handleOverview(w http.ResponseWriter, r *http.Request) {
+	rg := r.URL.Query().Get("range")
+	if rg == "" {
+		rg = "hour"
+	}
+	cache, ok := c.charts[rg]
+	if !ok {
+		c.fail(w, r, http.StatusBadRequest, "range must be hour or day")
+		return
+	}
+	charts, _, err := cache.Get(r.Context())
+	if err != nil {
+		c.serverError(w, r, err)
+		return
+	}
+	list, err := routes.List(r.Context(), c.Pool, c.Routes)
+	if err != nil {
+		c.serverError(w, r, err)
+		return
+	}
+	d := overviewData{Range: rg, Charts: charts, Routes: len(list), Refreshed: charts.At}
+	for _, rg := range chartRanges {
+		d.Ranges = append(d.Ranges, rg.name)
+	}
+	for _, v := range list {
+		d.Backlog.Pending += v.Backlog.Pending
+		d.Backlog.Running += v.Backlog.Running
+		d.Backlog.Retrying += v.Backlog.Retrying
+		d.Waiting += v.Backlog.Pending + v.Backlog.Running + v.Backlog.Retrying
+		if v.Circuit != "closed" {
+			d.Open = append(d.Open, v)
+		}
+		if v.State == "paused" {
+			d.Paused = append(d.Paused, v)
+		}
+	}
+	c.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Nav: "overview", Refresh: 60, Data: d})
+}
+
+// --- deliveries ---
+
+type deliveriesData struct {
+	Query      url.Values
+	Providers  []string
+	States     []string
+	Items      []deliveries.Item
+	Next       string // the next page's URL, or ""
+	ReplayLink string // the bulk replay of this filter
+	Limit      int
+}
+
+// filterQuery keeps the filter's own parameters of q.
+func filterQuery(q url.Values) url.Values {
+	out := url.Values{}
+	for _, k := range []string{"provider", "event", "state", "since", "until"} {
+		if v := strings.TrimSpace(q.Get(k)); v != "" {
+			out.Set(k, v)
+		}
+	}
+	return out
+}
+
+func (c *Console) handleDeliveries(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	d := deliveriesData{Query: q, Providers: providers.Names, States: deliveries.States, Limit: 50}
+	fq := filterQuery(q)
+	f, err := deliveries.FilterFromQuery(fq, c.Now())
+	if err == nil && q.Get("limit") != "" {
+		n, convErr := strconv.Atoi(q.Get("limit"))
+		if convErr != nil || n < 1 {
+			err = fmt.Errorf("%w: limit must be a positive integer", deliveries.ErrBadFilter)
+		}
+		d.Limit = min(n, deliveries.MaxLimit)
+	}
+	var after *deliveries.Cursor
+	if err == nil && q.Get("cursor") != "" {
+		var cur deliveries.Cursor
+		if cur, err = deliveries.DecodeCursor(q.Get("cursor")); err == nil {
+			after = &cur
+		}
+	}
+	if err != nil {
+		status, _ := c.Classify(err)
+		c.render(w, r, status, "deliveries", page{Title: "Deliveries", Nav: "deliveries", Problem: err.Error(), Data: d})
+		return
+	}
+	items, next, err := deliveries.List(r.Context(), c.Pool, f, d.Limit, after)
+	if err != nil {
+		c.serverError(w, r, err)
+		return
+	}
+	d.Items = items
+	if next != nil {
+		nq := filterQuery(q)
+		nq.Set("limit", strconv.Itoa(d.Limit))
+		nq.Set("cursor", next.Encode())
+		d.Next = "/admin/ui/deliveries?" + nq.Encode()
+	}
+	d.ReplayLink = "/admin/ui/replay?" + fq.Encode()
+	c.render(w, r, http.StatusOK, "deliveries", page{Title: "Deliveries", Nav: "deliveries", Data: d})
+}
+
+// deliveryKey reads a delivery's provider and id from the path, each decoded
+// exactly once (see deliveries.UnescapeKey).
+func deliveryKey(r *http.Request) (string, string, error) {
+	return deliveries.UnescapeKey(chi.URLParam(r, "provider"), chi.URLParam(r, "id"), r.URL.RawPath != "")
+}
+
+type deliveryData struct {
+	Detail   deliveries.Detail
+	Path     string // the delivery's console path
+	Body     string // pretty-printed when it is JSON, else as received
+	BodyNote string
+	Routes   []routeTimeline
+	Replay   string // a replay just made, from the query
+}
+
+// maxShownBody bounds the body the page shows; the rest is a link away.
+const maxShownBody = 1 << 20
+
+func (c *Console) handleDelivery(w http.ResponseWriter, r *http.Request) {
+	provider, id, err := deliveryKey(r)
+	if err != nil {
+		c.failWith(w, r, err)
+		return
+	}
+	detail, err := deliveries.Show(r.Context(), c.Pool, provider, id)
+	if err != nil {
+		c.failWith(w, r, err)
+		return
+	}
+	body, contentType, err := deliveries.Body(r.Context(), c.Pool, provider, id)
+	if err != nil {
+		c.failWith(w, r, err)
+		return
+	}
+	timeline, err := c.timeline(r.Context(), provider, id)
+	if err != nil {
+		c.serverError(w, r, err)
+		return
+	}
+	d := deliveryData{Detail: detail, Path: deliveryPath(provider, id), Routes: timeline}
+	d.Body, d.BodyNote = showBody(body, contentType)
+	if rid := r.URL.Query().Get("replayed"); rid != "" && providers.Printable(rid) {
+		d.Replay = rid
+	}
+	c.render(w, r, http.StatusOK, "delivery", page{Title: provider + " " + id, Nav: "deliveries", Data: d})
+}
+
+// showBody returns a body as text for the page: JSON indented (json.Indent
+// keeps every byte of every string as sent, where re-encoding would turn < into
+// \u003c), anything else as received. The template escapes it, so markup in
+// a payload is shown, never run.
+func showBody(body []byte, contentType string) (string, string) {
+	note := ""
+	if len(body) > maxShownBody {
+		body = body[:maxShownBody]
+		note = fmt.Sprintf("Only the first %d bytes are shown; the raw body link has all of it.", maxShownBody)
+	}
+	if strings.Contains(contentType, "json") || json.Valid(body) {
+		var out bytes.Buffer
+		if json.Indent(&out, body, "", "  ") == nil {
+			return out.String(), note
+		}
+	}
+	if !utf8.Valid(body) {
+		return strings.ToValidUTF8(string(body), "\uFFFD"), "The body is not valid UTF-8; invalid bytes are shown as \uFFFD."
+	}
+	return string(body), note
+}
+
+func deliveryPath(provider, id string) string {
+	return "/admin/ui/deliveries/" + url.PathEscape(provider) + "/" + url.PathEscape(id)
+}
+
+type replayConfirmData struct {
+	Provider, ID, Path string
+	Routes             []string
+	Force              bool
+	Reason             string
+}
+
+// replayForm reads and checks a replay's routes, force and reason.
+func (c *Console) replayForm(v url.Values) (routes []string, force bool, reason string, err error) {
+	routes = v["route"]
+	for _, name := range routes {
+		if _, ok := c.Routes.ByName(name); !ok {
+			return nil, false, "", fmt.Errorf("%w: no route %q", jobs.ErrUnknownRoute, name)
+		}
+	}
+	reason = strings.TrimSpace(v.Get("reason"))
+	if !providers.Printable(reason) || len(reason) > 1000 {
+		return nil, false, "", fmt.Errorf("%w: the reason must be printable text of at most 1,000 bytes", deliveries.ErrBadFilter)
+	}
+	return routes, v.Get("force") == "on" || v.Get("force") == "true", reason, nil
+}
+
+func (c *Console) handleReplayConfirm(w http.ResponseWriter, r *http.Request) {
+	provider, id, err := deliveryKey(r)
+	if err != nil {
+		c.failWith(w, r, err)
+		return
+	}
+	if _, err := deliveries.Show(r.Context(), c.Pool, provider, id); err != nil {
+		c.failWith(w, r, err)
+		return
+	}
+	names, force, reason, err := c.replayForm(r.URL.Query())
+	if err != nil {
+		c.failWith(w, r, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "replay", page{Title: "Replay " + id, Nav: "deliveries",
+		Data: replayConfirmData{Provider: provider, ID: id, Path: deliveryPath(provider, id), Routes: names, Force: force, Reason: reason}})
+}
+
+func (c *Console) handleReplay(w http.ResponseWriter, r *http.Request) {
+	provider, id, err := deliveryKey(r)
+	if err != nil {
+		c.failWith(w, r, err)
+		return
+	}
+	names, force, reason, err := c.replayForm(r.PostForm)
+	if err != nil {
+		c.failWith(w, r, err)
+		return
+	}
+	var replayID string
+	err = pgx.BeginFunc(r.Context(), c.Pool, func(tx pgx.Tx) error {
+		replayID, _, err = c.Enqueuer.ReplayOneTx(r.Context(), tx, c.Actor, provider, id, jobs.ReplayRequest{Routes: names, Force: force}, reason)
+		return err
+	})
+	if err != nil {
+		c.failWith(w, r, err)
+		return
+	}
+	http.Redirect(w, r, deliveryPath(provider, id)+"?replayed="+url.QueryEscape(replayID), http.StatusSeeOther)
+}
+
+type bulkData struct {
+	Query   url.Values
+	Filter  string // the filter, as a person reads it
+	Matched int
+	Force   bool
+	Reason  string
+}
+
+// describe says what a filter selects.
+func describe(q url.Values) string {
+	var parts []string
+	for _, k := range []string{"provider", "event", "state", "since", "until"} {
+		if v := q.Get(k); v != "" {
+			parts = append(parts, k+" "+v)
+		}
+	}
+	if len(parts) == 0 {
+		return "every stored delivery"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (c *Console) handleBulkConfirm(w http.ResponseWriter, r *http.Request) {
+	fq := filterQuery(r.URL.Query())
+	f, err := deliveries.FilterFromQuery(fq, c.Now())
+	if err != nil {
+		c.failWith(w, r, err)
+		return
+	}
+	// The database's clock, which the replay itself reads too.
+	var now time.Time
+	if err := c.Pool.QueryRow(r.Context(), "SELECT now()").Scan(&now); err != nil {
+		c.serverError(w, r, err)
+		return
+	}
+	if f.Until == nil || f.Until.After(now) {
+		f.Until = &now
+	}
+	n, err := deliveries.Count(r.Context(), c.Pool, f)
+	if err != nil {
+		c.serverError(w, r, err)
+		return
+	}
+	// The confirmed form carries the filter as fixed times, so that it
+	// replays what was counted, not what arrived since.
+	fixed := url.Values{}
+	for k, v := range fq {
+		fixed[k] = v
+	}
+	fixed.Set("until", f.Until.UTC().Format(time.RFC3339Nano))
+	if f.Since != nil {
+		fixed.Set("since", f.Since.UTC().Format(time.RFC3339Nano))
+	}
+	c.render(w, r, http.StatusOK, "bulk", page{Title: "Bulk replay", Nav: "deliveries",
+		Data: bulkData{Query: fixed, Filter: describe(fq), Matched: n}})
+}
+
+func (c *Console) handleBulkReplay(w http.ResponseWriter, r *http.Request) {
+	f, err := deliveries.FilterFromQuery(filterQuery(r.PostForm), c.Now())
+	if err != nil {
+		c.failWith(w, r, err)
+		return
+	}
+	_, force, reason, err := c.replayForm(url.Values{"force": r.PostForm["force"], "reason": r.PostForm["reason"]})
+	if err != nil {
+		c.failWith(w, r, err)
+		return
+	}
+	var replayID string
+	err = pgx.BeginFunc(r.Context(), c.Pool, func(tx pgx.Tx) error {
+		replayID, _, err = c.Enqueuer.BulkReplayTx(r.Context(), tx, c.Actor, f, force, reason)
+		return err
+	})
+	if err != nil {
+		c.failWith(w, r, err)
+		return
+	}
+	http.Redirect(w, r, "/admin/ui/replays/"+url.PathEscape(replayID), http.StatusSeeOther)
+}
+
+type progressData struct {
+	Replay  jobs.Replay
+	Percent int
+	Filter  string
+}
+
+func (c *Console) handleReplayProgress(w http.ResponseWriter, r *http.Request) {
+	rep, err := jobs.GetReplay(r.Context(), c.Pool, chi.URLParam(r, "replay_id"))
+	if err != nil {
+		c.failWith(w, r, err)
+		return
+	}
+	d := progressData{Replay: rep, Percent: 100}
+	if rep.Deliveries > 0 {
+		d.Percent = min(100, rep.Done*100/rep.Deliveries)
+	}
+	var f map[string]any
+	if json.Unmarshal(rep.Filter, &f) == nil {
+		q := url.Values{}
+		for k, v := range f {
+			q.Set(k, fmt.Sprint(v))
+		}
+		d.Filter = describe(q)
+	}
+	p := page{Title: "Replay " + rep.ReplayID, Nav: "audit", Data: d}
+	if rep.State != "done" {
+		p.Refresh = 1
+	}
+	c.render(w, r, http.StatusOK, "progress", p)
+}
+
+// --- routes ---
+
+type routesData struct {
+	Routes []routeRow
+}
+
+type routeRow struct {
+	routes.View
+	// SuccessRate is the share of the last five minutes' attempts that
+	// succeeded, as text ("-" with none).
+	SuccessRate string
+}
+
+func (c *Console) handleRoutes(w http.ResponseWriter, r *http.Request) {
+	list, err := routes.List(r.Context(), c.Pool, c.Routes)
+	if err != nil {
+		c.serverError(w, r, err)
+		return
+	}
+	d := routesData{}
+	for _, v := range list {
+		row := routeRow{View: v, SuccessRate: "-"}
+		if n := v.Succeeded5m + v.Failed5m; n > 0 {
+			row.SuccessRate = strconv.FormatFloat(float64(v.Succeeded5m)*100/float64(n), 'f', 1, 64) + "%"
+		}
+		d.Routes = append(d.Routes, row)
+	}
+	p := page{Title: "Routes", Nav: "routes", Data: d}
+	switch r.URL.Query().Get("done") {
+	case "pause":
+		p.Notice = "Paused " + r.URL.Query().Get("route") + "."
+	case "resume":
+		p.Notice = "Resumed " + r.URL.Query().Get("route") + "."
+	}
+	c.render(w, r, http.StatusOK, "routes", p)
+}
+
+func (c *Console) handleRouteAction(w http.ResponseWriter, r *http.Request) {
+	name, action := chi.URLParam(r, "name"), chi.URLParam(r, "action")
+	if r.URL.RawPath != "" {
+		if u, err := url.PathUnescape(name); err == nil {
+			name = u
+		}
+	}
+	reason := strings.TrimSpace(r.PostForm.Get("reason"))
+	if !providers.Printable(reason) || len(reason) > 1000 {
+		c.fail(w, r, http.StatusBadRequest, "The reason must be printable text of at most 1,000 bytes.")
+		return
+	}
+	change := routes.Change{Actor: c.Actor, Reason: reason}
+	var err error
+	switch action {
+	case "pause":
+		_, err = routes.Pause(r.Context(), c.Pool, c.Enqueuer.Client, c.Routes, name, change)
+	case "resume":
+		_, err = routes.Resume(r.Context(), c.Pool, c.Enqueuer.Client, c.Routes, name, change)
+	default:
+		c.fail(w, r, http.StatusNotFound, "No such action: routes are paused or resumed.")
+		return
+	}
+	if err != nil {
+		c.failWith(w, r, err)
+		return
+	}
+	http.Redirect(w, r, "/admin/ui/routes?"+url.Values{"done": {action}, "route": {name}}.Encode(), http.StatusSeeOther)
+}
+
+// --- rejections and the audit log ---
+
+func (c *Console) handleRejections(w http.ResponseWriter, r *http.Request) {
+	list, err := rejections.List(r.Context(), c.Pool)
+	if err != nil {
+		c.serverError(w, r, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "rejections", page{Title: "Rejections", Nav: "rejections", Data: list})
+}
+
+type auditData struct {
+	Entries []audit.Entry
+	Next    string
+}
+
+func (c *Console) handleAudit(w http.ResponseWriter, r *http.Request) {
+	entries, next, err := audit.List(r.Context(), c.Pool, 100, r.URL.Query().Get("cursor"))
+	if errors.Is(err, audit.ErrBadCursor) {
+		c.fail(w, r, http.StatusBadRequest, "That page of the audit log does not exist: start again from its first page.")
+		return
+	}
+	if err != nil {
+		c.serverError(w, r, err)
+		return
+	}
+	d := auditData{Entries: entries}
+	if next != "" {
+		d.Next = "/admin/ui/audit?cursor=" + url.QueryEscape(next)
+	}
+	c.render(w, r, http.StatusOK, "audit", page{Title: "Audit log", Nav: "audit", Data: d})
+}
+
+// --- template helpers ---
+
+var funcs = template.FuncMap{
+	"when": func(t any) string {
+		switch v := t.(type) {
+		case time.Time:
+			if v.IsZero() {
+				return "-"
+			}
+			return v.UTC().Format("2006-01-02 15:04:05Z")
+		case *time.Time:
+			if v == nil {
+				return "-"
+			}
+			return v.UTC().Format("2006-01-02 15:04:05Z")
+		}
+		return "-"
+	},
+	"deref": func(s *string) string {
+		if s == nil {
+			return "-"
+		}
+		return *s
+	},
+	"deliveryPath": deliveryPath,
+	"pathEscape":   url.PathEscape,
+	"has":          func(list []string, s string) bool { return slices.Contains(list, s) },
+	"join":         strings.Join,
+}
+
+func urlQueryEscape(s string) string { return url.QueryEscape(s) }

@@ -1,0 +1,88 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/hookgate/hookgate/internal/deliveries"
+)
+
+// routeTimeline is one route's dispatches of a delivery, oldest generation
+// first, each with what happened to it in time order.
+type routeTimeline struct {
+	Route       string
+	Generations []generation
+	// Replayable says a replay without force would re-dispatch it.
+	Replayable bool
+}
+
+type generation struct {
+	Generation int
+	State      string
+	Attempts   int
+	LastError  *string
+	Events     []timelineEvent
+}
+
+// timelineEvent is one moment of a dispatch: created, an attempt that
+// failed (from River's record of the job's errors), or where it ended.
+type timelineEvent struct {
+	At    time.Time
+	What  string
+	Error string
+	Class string
+}
+
+// timeline reads a delivery's dispatches with their River jobs' errors. A
+// job River has already cleaned away leaves the dispatch's own row: its
+// creation, attempts, last error and last change.
+func (c *Console) timeline(ctx context.Context, provider, id string) ([]routeTimeline, error) {
+	rows, err := c.Pool.Query(ctx, `SELECT d.route, d.generation, `+deliveries.StateSQL+`, d.attempts, d.last_error,
+			d.created_at, d.updated_at, coalesce(j.errors::text[], '{}')
+		FROM hookgate_dispatches d LEFT JOIN river_job j ON j.id = d.job_id
+		WHERE d.provider = $1 AND d.delivery_id = $2
+		ORDER BY d.route, d.generation`, provider, id)
+	if err != nil {
+		return nil, fmt.Errorf("timeline: %w", err)
+	}
+	defer rows.Close()
+	var out []routeTimeline
+	for rows.Next() {
+		var route string
+		var g generation
+		var created, updated time.Time
+		var jobErrors []string
+		if err := rows.Scan(&route, &g.Generation, &g.State, &g.Attempts, &g.LastError, &created, &updated, &jobErrors); err != nil {
+			return nil, fmt.Errorf("timeline: %w", err)
+		}
+		g.Events = append(g.Events, timelineEvent{At: created, What: "created", Class: "s-pending"})
+		for _, raw := range jobErrors {
+			var e struct {
+				At      time.Time `json:"at"`
+				Attempt int       `json:"attempt"`
+				Error   string    `json:"error"`
+			}
+			if json.Unmarshal([]byte(raw), &e) == nil {
+				g.Events = append(g.Events, timelineEvent{At: e.At, What: fmt.Sprintf("attempt %d failed", e.Attempt), Error: e.Error, Class: "s-failed"})
+			}
+		}
+		end := timelineEvent{At: updated, What: g.State, Class: "s-" + g.State}
+		if g.State == deliveries.Discarded && g.LastError != nil {
+			end.Error = *g.LastError
+		}
+		if g.State != deliveries.Pending || updated.After(created) {
+			g.Events = append(g.Events, end)
+		}
+		sort.SliceStable(g.Events, func(i, j int) bool { return g.Events[i].At.Before(g.Events[j].At) })
+		if n := len(out); n == 0 || out[n-1].Route != route {
+			out = append(out, routeTimeline{Route: route})
+		}
+		last := &out[len(out)-1]
+		last.Generations = append(last.Generations, g)
+		last.Replayable = g.State == deliveries.Discarded || g.State == deliveries.Cancelled
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,262 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// screenshotDir is where the browser tests write a PNG of every page they
+// visit, for a person to look at.
+const screenshotDir = "testdata/screenshots"
+
+// findChromium returns the path of a Chromium, or "" with none. A machine
+// without one skips the browser tests (make test installs Debian's chromium
+// first); with HOOKGATE_REQUIRE_BROWSER=1, as in CI, they fail instead.
+func findChromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	msg := "no chromium on this machine: the console's browser tests need Debian's chromium (scripts/ensure-chromium installs it)"
+	if os.Getenv("HOOKGATE_REQUIRE_BROWSER") == "1" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// chrome is a headless Chromium on a console, at a phone's width or a
+// desktop's.
+type chrome struct {
+	t    *testing.T
+	ctx  context.Context
+	base string
+	shot int
+}
+
+func newChrome(t *testing.T, base string, width, height int64) *chrome {
+	t.Helper()
+	path := findChromium(t)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(int(width), int(height)))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
+	t.Cleanup(func() { cancelTimeout(); cancel(); cancelAlloc() })
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(width, height)); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	if err := os.MkdirAll(screenshotDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return &chrome{t: t, ctx: ctx, base: base}
+}
+
+func (c *chrome) run(steps ...chromedp.Action[chromedp.Void]) {
+	c.t.Helper()
+	if err := chromedp.Do(c.ctx, steps...); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// get runs one action that returns a value.
+func get[T any](c *chrome, a chromedp.Action[T]) T {
+	c.t.Helper()
+	v, err := chromedp.Run(c.ctx, a)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return v
+}
+
+// text returns the visible text of the first element matching the CSS selector.
+func (c *chrome) text(sel string) string {
+	c.t.Helper()
+	return get(c, chromedp.Text(chromedp.CSS(sel), chromedp.NodeVisible))
+}
+
+// page checks what a person sees on the current page: it holds want, the
+// page does not scroll sideways at this width, and a screenshot is written.
+func (c *chrome) page(name string, want ...string) {
+	c.t.Helper()
+	body := c.text("body")
+	for _, w := range want {
+		if !strings.Contains(body, w) {
+			c.t.Fatalf("page %s lacks %q; it shows:\n%s", name, w, body)
+		}
+	}
+	scrollW := get(c, chromedp.Evaluate[int](`document.documentElement.scrollWidth`))
+	clientW := get(c, chromedp.Evaluate[int](`document.documentElement.clientWidth`))
+	if scrollW > clientW {
+		c.t.Fatalf("page %s scrolls sideways: %d px wide in a %d px window", name, scrollW, clientW)
+	}
+	png := get(c, chromedp.FullScreenshot(100)) // 100: PNG; anything less is JPEG
+	c.shot++
+	file := filepath.Join(screenshotDir, fmt.Sprintf("%s-%02d-%s.png", c.t.Name(), c.shot, name))
+	if err := os.WriteFile(file, png, 0o644); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// waitText waits until the body shows want (a page that refreshes itself).
+func (c *chrome) waitText(want string) {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		body, _ := chromedp.Run(c.ctx, chromedp.Text(chromedp.CSS("body")))
+		if strings.Contains(body, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("the page never showed %q; it shows:\n%s", want, body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (c *chrome) signIn(token string) {
+	c.t.Helper()
+	c.run(chromedp.Navigate(c.base+"/admin/"), chromedp.WaitVisible(chromedp.ID(`#token`)),
+		chromedp.SendKeys(chromedp.ID(`#token`), token), chromedp.Submit(chromedp.ID(`#token`)))
+}
+
+// The flows a person uses, in a real browser at a desktop's width: sign in
+// (a wrong token refused), list and filter, open a delivery, replay a
+// discarded route and see its new generation, a bulk replay's progress to
+// its end, pause and resume a route, sign out.
+func TestConsoleInABrowser(t *testing.T) {
+	a := setupAdmin(t, adminToken)
+	a.answer.Store(500) // every forward fails: fwd's single attempt is discarded
+	a.ingest(t, githubRequest(ghReq{id: "gh-1"}))
+	a.ingest(t, githubRequest(ghReq{id: "gh-2"}))
+	a.ingest(t, stripeEvent("evt_1", "invoice.paid"))
+	a.ingest(t, githubRequest(ghReq{id: "gh-issue", event: "issues",
+		body: []byte(`{"action":"opened","issue":{"number":1,"title":"<script>alert(1)</script>"},"repository":{"id":5678}}`)}))
+	a.start(t)
+	for _, id := range []string{"gh-1", "gh-2", "evt_1"} {
+		a.waitDispatch(t, id, "fwd", 1, "discarded")
+	}
+	a.answer.Store(0)
+	srv := httptest.NewServer(a.handler)
+	t.Cleanup(srv.Close)
+	c := newChrome(t, srv.URL, 1280, 900)
+
+	// Sign in: a wrong token is refused, the right one opens the overview.
+	c.signIn("not-the-token")
+	c.page("login-refused", "That is not the admin token.")
+	c.run(chromedp.Clear(chromedp.ID(`#token`)))
+	c.signIn(adminToken)
+	c.run(chromedp.WaitVisible(chromedp.ID(`#backlog`)))
+	c.page("overview", "Deliveries from github", "Deliveries from stripe", "Forward attempts, all routes", "dispatches waiting")
+	c.run(chromedp.Navigate(srv.URL+"/admin/?range=day"), chromedp.WaitVisible(chromedp.ID(`#backlog`)))
+	c.page("overview-day", "per 15 minutes")
+
+	// The list, filtered to one provider.
+	c.run(chromedp.Navigate(srv.URL+"/admin/ui/deliveries"), chromedp.WaitVisible(chromedp.ID(`#deliveries`)))
+	c.page("deliveries", "gh-1", "gh-2", "evt_1", "discarded")
+	c.run(chromedp.SetValue(chromedp.CSS(`select[name=provider]`), "stripe"), chromedp.Submit(chromedp.CSS(`select[name=provider]`)),
+		chromedp.WaitVisible(chromedp.ID(`#deliveries`)))
+	list := c.text("#deliveries")
+	if !strings.Contains(list, "evt_1") || strings.Contains(list, "gh-1") {
+		t.Fatalf("filtered to stripe, the list shows:\n%s", list)
+	}
+	c.page("deliveries-stripe", "evt_1")
+
+	// A delivery: its markup shown as text, its discarded route replayed.
+	c.run(chromedp.Navigate(srv.URL+"/admin/ui/deliveries/github/gh-issue"), chromedp.WaitVisible(chromedp.ID(`#body`)))
+	if body := c.text("#body"); !strings.Contains(body, `"title": "<script>alert(1)</script>"`) {
+		t.Fatalf("the body shows:\n%s", body)
+	}
+	c.page("delivery-markup", "issues", "audit")
+	c.run(chromedp.Navigate(srv.URL+"/admin/ui/deliveries/github/gh-1"), chromedp.WaitVisible(chromedp.ID(`#body`)))
+	c.page("delivery", "generation 1", "discarded", "attempt 1 failed", "500")
+	c.run(chromedp.SendKeys(chromedp.CSS(`input[name=reason]`), "target fixed"),
+		chromedp.Click(chromedp.CSS(`form.replay button`)), chromedp.WaitVisible(chromedp.ID(`#confirm`)))
+	c.page("replay-confirm", "Replay github gh-1 to fwd", "Reason: target fixed")
+	c.run(chromedp.Click(chromedp.ID(`#confirm`)), chromedp.WaitVisible(chromedp.ID(`#replayed`)))
+	a.waitDispatch(t, "gh-1", "fwd", 2, "succeeded")
+	c.run(chromedp.Reload(), chromedp.WaitVisible(chromedp.ID(`#body`)))
+	c.page("delivery-replayed", "generation 2", "succeeded")
+
+	// A bulk replay of what is still discarded: the count first, then its progress until done.
+	c.run(chromedp.Navigate(srv.URL+"/admin/ui/deliveries?state=discarded"), chromedp.WaitVisible(chromedp.ID(`#bulk-replay`)),
+		chromedp.Click(chromedp.ID(`#bulk-replay`)), chromedp.WaitVisible(chromedp.ID(`#matched`)))
+	if n := c.text("#matched"); n != "2" {
+		t.Fatalf("the bulk replay would replay %s deliveries, want 2 (gh-2 and evt_1)", n)
+	}
+	c.page("bulk-confirm", "state discarded")
+	c.run(chromedp.Click(chromedp.ID(`#confirm`)), chromedp.WaitVisible(chromedp.ID(`#progress`)))
+	c.waitText("done: 2 of 2 deliveries handled (100%)")
+	c.page("bulk-progress", "2 dispatches created")
+	a.waitDispatch(t, "gh-2", "fwd", 2, "succeeded")
+	a.waitDispatch(t, "evt_1", "fwd", 2, "succeeded")
+
+	// Pause and resume a route.
+	c.run(chromedp.Navigate(srv.URL+"/admin/ui/routes"), chromedp.WaitVisible(chromedp.ID(`#routes`)),
+		chromedp.SendKeys(chromedp.CSS(`#route-fwd input[name=reason]`), "maintenance"),
+		chromedp.Click(chromedp.CSS(`#route-fwd button`)), chromedp.WaitVisible(chromedp.CSS(`.notice`)))
+	c.page("routes-paused", "Paused fwd.", "maintenance")
+	if st := a.route(t, "fwd"); st.State != "paused" {
+		t.Fatalf("after Pause, fwd is %s", st.State)
+	}
+	c.run(chromedp.Navigate(srv.URL+"/admin/"), chromedp.WaitVisible(chromedp.ID(`#paused-routes`)))
+	if n := c.text("#paused-routes"); n != "1" {
+		t.Fatalf("the overview shows %s paused routes", n)
+	}
+	c.run(chromedp.Navigate(srv.URL+"/admin/ui/routes"), chromedp.WaitVisible(chromedp.ID(`#routes`)),
+		chromedp.Click(chromedp.CSS(`#route-fwd button`)), chromedp.WaitVisible(chromedp.CSS(`.notice`)))
+	c.page("routes-resumed", "Resumed fwd.")
+	if st := a.route(t, "fwd"); st.State != "active" {
+		t.Fatalf("after Resume, fwd is %s", st.State)
+	}
+
+	// The other pages, and River UI with the same session.
+	c.run(chromedp.Navigate(srv.URL+"/admin/ui/rejections"), chromedp.WaitVisible(chromedp.ID(`#rejections`)))
+	c.page("rejections", "Nothing refused.")
+	c.run(chromedp.Navigate(srv.URL+"/admin/ui/audit"), chromedp.WaitVisible(chromedp.ID(`#audit`)))
+	c.page("audit", "pause", "resume", "replay", "maintenance")
+	c.run(chromedp.Navigate(srv.URL+"/admin/river/queues"), chromedp.WaitReady(chromedp.CSS(`body`)))
+	c.waitText("Queues")
+
+	// Sign out: the console asks for the token again.
+	c.run(chromedp.Navigate(srv.URL+"/admin/"), chromedp.WaitVisible(chromedp.CSS(`.signout button`)),
+		chromedp.Click(chromedp.CSS(`.signout button`)), chromedp.WaitVisible(chromedp.ID(`#token`)))
+	c.run(chromedp.Navigate(srv.URL+"/admin/ui/deliveries"), chromedp.WaitVisible(chromedp.ID(`#token`)))
+	c.page("signed-out", "Admin token")
+}
+
+// At a phone's width (390 px) no page scrolls sideways: wide tables scroll
+// inside their own box.
+func TestConsoleAtPhoneWidth(t *testing.T) {
+	a := setupAdmin(t, adminToken)
+	a.ingest(t, githubRequest(ghReq{id: "a-rather-long-delivery-id-0123456789-0123456789-0123456789"}))
+	a.start(t)
+	srv := httptest.NewServer(a.handler)
+	t.Cleanup(srv.Close)
+	c := newChrome(t, srv.URL, 390, 844)
+	c.signIn(adminToken)
+	c.run(chromedp.WaitVisible(chromedp.ID(`#backlog`)))
+	c.page("overview", "Deliveries from github")
+	for _, p := range []struct{ path, name, wait string }{
+		{"/admin/ui/deliveries", "deliveries", "#deliveries"},
+		{"/admin/ui/deliveries/github/a-rather-long-delivery-id-0123456789-0123456789-0123456789", "delivery", "#body"},
+		{"/admin/ui/routes", "routes", "#routes"},
+		{"/admin/ui/rejections", "rejections", "#rejections"},
+		{"/admin/ui/audit", "audit", "#audit"},
+	} {
+		c.run(chromedp.Navigate(srv.URL+p.path), chromedp.WaitVisible(chromedp.CSS(p.wait)))
+		c.page(p.name)
+	}
+}

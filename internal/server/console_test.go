@@ -1,0 +1,245 @@
+package server_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// browser is a cookie-keeping HTTP client that does not follow redirects, so
+// that a test sees each answer.
+type browser struct {
+	t      *testing.T
+	srv    *httptest.Server
+	client *http.Client
+}
+
+func newBrowser(t *testing.T, h http.Handler) *browser {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	jar, _ := cookiejar.New(nil)
+	return &browser{t: t, srv: srv, client: &http.Client{Jar: jar,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+func (b *browser) do(method, path string, form url.Values, header ...string) (*http.Response, string) {
+	b.t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, b.srv.URL+path, body)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	res, err := b.client.Do(req)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	text, _ := io.ReadAll(res.Body)
+	return res, string(text)
+}
+
+var hiddenCSRF = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// csrfOf returns the CSRF token of the first form on a page.
+func csrfOf(t *testing.T, page string) string {
+	t.Helper()
+	m := hiddenCSRF.FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no csrf field in %s", page)
+	}
+	return m[1]
+}
+
+// signIn signs the browser in and returns a page's CSRF token.
+func (b *browser) signIn(token string) string {
+	b.t.Helper()
+	_, form := b.do("GET", "/admin/ui/login", nil)
+	res, _ := b.do("POST", "/admin/ui/login", url.Values{"csrf": {csrfOf(b.t, form)}, "token": {token}, "next": {"/admin/"}})
+	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/admin/" {
+		b.t.Fatalf("sign in = %d to %q", res.StatusCode, res.Header.Get("Location"))
+	}
+	_, page := b.do("GET", "/admin/ui/routes", nil)
+	return csrfOf(b.t, page)
+}
+
+// A person signs in with the admin token through a form, gets a session
+// cookie that scripts cannot read and other sites cannot send, and signs out.
+func TestConsoleSignInAndOut(t *testing.T) {
+	t.Parallel()
+	a := setupAdmin(t, adminToken)
+	b := newBrowser(t, a.handler)
+
+	res, _ := b.do("GET", "/admin/", nil)
+	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/admin/ui/login?next=%2Fadmin%2F" {
+		t.Fatalf("signed out, GET /admin/ = %d to %q", res.StatusCode, res.Header.Get("Location"))
+	}
+	res, form := b.do("GET", "/admin/ui/login", nil)
+	if res.StatusCode != 200 || !strings.Contains(form, `type="password"`) {
+		t.Fatalf("login form = %d %s", res.StatusCode, form)
+	}
+	csrf := csrfOf(t, form)
+
+	// Without the form's token (another site posting a sign-in): 403.
+	res, _ = b.do("POST", "/admin/ui/login", url.Values{"token": {adminToken}})
+	if res.StatusCode != http.StatusForbidden || res.Header.Get("Set-Cookie") != "" && strings.Contains(res.Header.Get("Set-Cookie"), "hookgate_session=") {
+		t.Fatalf("sign in without csrf = %d %v", res.StatusCode, res.Header["Set-Cookie"])
+	}
+	// A wrong token: 401, no session.
+	res, page := b.do("POST", "/admin/ui/login", url.Values{"csrf": {csrf}, "token": {"wrong"}})
+	if res.StatusCode != http.StatusUnauthorized || !strings.Contains(page, "not the admin token") {
+		t.Fatalf("wrong token = %d %s", res.StatusCode, page)
+	}
+	for _, c := range res.Cookies() {
+		if c.Name == "hookgate_session" {
+			t.Fatalf("a wrong token got a session: %v", c)
+		}
+	}
+
+	// The right one: a session cookie, HttpOnly, SameSite=Strict, for /admin.
+	csrf = csrfOf(t, page)
+	res, _ = b.do("POST", "/admin/ui/login", url.Values{"csrf": {csrf}, "token": {adminToken}, "next": {"https://evil.example/"}})
+	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/admin/" {
+		t.Fatalf("sign in = %d to %q", res.StatusCode, res.Header.Get("Location"))
+	}
+	var session *http.Cookie
+	for _, c := range res.Cookies() {
+		if c.Name == "hookgate_session" {
+			session = c
+		}
+	}
+	if session == nil || !session.HttpOnly || session.SameSite != http.SameSiteStrictMode || session.Path != "/admin" || session.Secure {
+		t.Fatalf("session cookie = %+v", session)
+	}
+	if !strings.Contains(res.Header.Get("Set-Cookie"), "SameSite=Strict") {
+		t.Fatalf("Set-Cookie = %v", res.Header["Set-Cookie"])
+	}
+
+	res, page = b.do("GET", "/admin/", nil)
+	csp := res.Header.Get("Content-Security-Policy")
+	if res.StatusCode != 200 || !strings.Contains(page, "Deliveries from github") || !strings.Contains(csp, "script-src 'self'") ||
+		strings.Contains(csp, "unsafe-inline") || strings.Contains(page, "<script>") {
+		t.Fatalf("overview = %d, CSP %q", res.StatusCode, csp)
+	}
+	// The session opens River UI, not the JSON API (which takes the bearer token only).
+	if res, _ := b.do("GET", "/admin/river/api/queues", nil); res.StatusCode != 200 {
+		t.Fatalf("River UI with a session = %d", res.StatusCode)
+	}
+	if res, _ := b.do("GET", "/admin/deliveries", nil); res.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("JSON API with a session only = %d", res.StatusCode)
+	}
+	// River UI's own changes from another site (no Origin of ours) are refused.
+	if res, _ := b.do("POST", "/admin/river/api/queues/default/pause", url.Values{}, "Origin", "https://evil.example"); res.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("River UI POST from another origin = %d", res.StatusCode)
+	}
+
+	// Sign out needs the CSRF token too; then the session is gone for good.
+	csrf = csrfOf(t, page)
+	if res, _ := b.do("POST", "/admin/ui/logout", url.Values{}); res.StatusCode != http.StatusForbidden {
+		t.Fatalf("sign out without csrf = %d", res.StatusCode)
+	}
+	if res, _ := b.do("POST", "/admin/ui/logout", url.Values{"csrf": {csrf}}); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign out = %d", res.StatusCode)
+	}
+	var left int
+	if err := a.pool.QueryRow(context.Background(), "SELECT count(*) FROM hookgate_console_sessions").Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d sessions left after sign out (%v)", left, err)
+	}
+	// The old cookie, replayed, opens nothing.
+	req, _ := http.NewRequest("GET", b.srv.URL+"/admin/", nil)
+	req.AddCookie(&http.Cookie{Name: "hookgate_session", Value: session.Value})
+	old, err := (&http.Client{CheckRedirect: b.client.CheckRedirect}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Body.Close()
+	if old.StatusCode != http.StatusSeeOther {
+		t.Fatalf("a signed-out cookie = %d", old.StatusCode)
+	}
+}
+
+// Every form that changes something needs the session's CSRF token: without
+// it the answer is 403 and nothing changes.
+func TestConsoleFormsNeedTheCSRFToken(t *testing.T) {
+	t.Parallel()
+	a := setupAdmin(t, adminToken)
+	b := newBrowser(t, a.handler)
+	csrf := b.signIn(adminToken)
+
+	for _, bad := range []url.Values{{}, {"csrf": {"forged"}}} {
+		res, page := b.do("POST", "/admin/ui/routes/fwd/pause", bad)
+		if res.StatusCode != http.StatusForbidden || !strings.Contains(page, "CSRF") {
+			t.Fatalf("pause with csrf %q = %d", bad.Get("csrf"), res.StatusCode)
+		}
+	}
+	if got := a.route(t, "fwd").State; got != "active" {
+		t.Fatalf("after refused forms fwd is %s", got)
+	}
+	res, _ := b.do("POST", "/admin/ui/routes/fwd/pause", url.Values{"csrf": {csrf}, "reason": {"deploy"}})
+	if res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("pause = %d", res.StatusCode)
+	}
+	if r := a.route(t, "fwd"); r.State != "paused" || r.PauseReason == nil || *r.PauseReason != "deploy" {
+		t.Fatalf("fwd = %+v", r)
+	}
+	// A form from a browser with no session at all is refused the same way.
+	other := newBrowser(t, a.handler)
+	if res, _ := other.do("POST", "/admin/ui/routes/fwd/resume", url.Values{"csrf": {csrf}}); res.StatusCode != http.StatusForbidden {
+		t.Fatalf("resume without a session = %d", res.StatusCode)
+	}
+	// A session idle for longer than 12 hours has ended.
+	if _, err := a.pool.Exec(context.Background(), "UPDATE hookgate_console_sessions SET seen_at = now() - interval '13 hours'"); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := b.do("GET", "/admin/ui/routes", nil); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("an idle session = %d", res.StatusCode)
+	}
+}
+
+// A payload holding markup and script is shown as the text it is, byte for
+// byte as sent (pretty-printing keeps <, > and & as they were), and nothing in
+// it runs: the page escapes it and allows no inline script.
+func TestConsoleShowsAPayloadAsInertText(t *testing.T) {
+	t.Parallel()
+	a := setupAdmin(t, adminToken)
+	body := []byte(`{"action":"opened","issue":{"number":7,"title":"<script>alert(1)</script><img src=x onerror=alert(2)> & \"quotes\""},` +
+		`"repository":{"id":5678}}`)
+	req := githubRequest(ghReq{id: "xss-1", event: "issues", body: body})
+	req.Header.Set("User-Agent", `GitHub-Hookshot/<b>bold</b>`)
+	a.ingest(t, req)
+	b := newBrowser(t, a.handler)
+	b.signIn(adminToken)
+
+	res, page := b.do("GET", "/admin/ui/deliveries/github/xss-1", nil)
+	if res.StatusCode != 200 {
+		t.Fatalf("delivery page = %d %s", res.StatusCode, page)
+	}
+	for _, bad := range []string{"<script>alert", "<img src=x", `\u003c`, "<b>bold"} {
+		if strings.Contains(page, bad) {
+			t.Fatalf("the page holds %q", bad)
+		}
+	}
+	for _, want := range []string{
+		`&#34;title&#34;: &#34;&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt; &amp; \&#34;quotes\&#34;&#34;`,
+		`  &#34;issue&#34;: {`, // indented
+	} {
+		if !strings.Contains(page, want) {
+			t.Fatalf("the page lacks %q:\n%s", want, page)
+		}
+	}
+}
