@@ -179,7 +179,7 @@ type overviewData struct {
 	Ranges    []string
 	Charts    overviewCharts
 	Backlog   routes.Backlog
-	Waiting   int64 // the backlog's three counts together
+	Waiting   int64         // the backlog's three counts together
 	Open      []routes.View // routes whose circuit is open or probing
 	Paused    []routes.View
 	Routes    int
