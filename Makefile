@@ -2,7 +2,7 @@
 
 GO ?= go
 
-.PHONY: run test faults build migrate postgres
+.PHONY: run test faults build migrate postgres chromium
 
 ## run: install PostgreSQL when missing, build, then run the gateway in the foreground on a private PostgreSQL
 ## under ./.data. Make starts the binary itself (no shell, no `go run` between them), so Ctrl-C or a
@@ -10,8 +10,9 @@ GO ?= go
 run: postgres build
 	./gateway serve
 
-## test: install PostgreSQL when missing, then run every test (each test binary starts its own private server)
-test: postgres
+## test: install PostgreSQL and Chromium when missing, then run every test (each test binary starts its own
+## private server; the console's tests drive a headless Chromium)
+test: postgres chromium
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 
@@ -29,3 +30,6 @@ migrate: postgres
 
 postgres:
 	@./scripts/ensure-postgres
+
+chromium:
+	@./scripts/ensure-chromium

@@ -96,10 +96,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if command != "serve" && command != "migrate" {
 		quiet := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		open := func(ctx context.Context) (*pgxpool.Pool, func(), error) {
-			return openDatabase(ctx, cfg, quiet, true, 0)
+			return openDatabase(ctx, cfg, quiet, shareOrStart, 0)
 		}
 		if command == "bench" {
-			return bench.Run(ctx, bench.Env{Config: cfg, Open: open, Stdout: stdout}, args[1:])
+			// The load tool measures a running gateway: it uses that
+			// gateway's database and never starts one beside it.
+			shared := func(ctx context.Context) (*pgxpool.Pool, func(), error) {
+				return openDatabase(ctx, cfg, quiet, shareOnly, 0)
+			}
+			return bench.Run(ctx, bench.Env{Config: cfg, Open: shared, Stdout: stdout}, args[1:])
 		}
 		return cli.Run(ctx, cli.Env{Config: cfg, Open: open, Stdout: stdout, Stderr: stderr}, args)
 	}
@@ -113,7 +118,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	// serve owns the private server; migrate may use the one a gateway runs.
-	pool, closeDB, err := openDatabase(ctx, cfg, logger, command == "migrate", builtinWorkers(table, cfg.Workers))
+	mode := startOwn // serve owns the private server
+	if command == "migrate" {
+		mode = shareOrStart
+	}
+	pool, closeDB, err := openDatabase(ctx, cfg, logger, mode, builtinWorkers(table, cfg.Workers))
 	if err != nil {
 		return err
 	}
@@ -140,14 +149,31 @@ func builtinWorkers(table fanout.Table, workers int) int {
 	return n
 }
 
-// openDatabase connects to DATABASE_URL, or starts the private PostgreSQL;
-// shared, it first looks for the private server a running gateway started.
-// The returned func closes the pool and stops a private server it started.
-func openDatabase(ctx context.Context, cfg config.Config, logger *slog.Logger, shared bool, builtins int) (*pgxpool.Pool, func(), error) {
+// dbMode says whether a command may use, or start, the private PostgreSQL
+// under GATEWAY_DATA_DIR when DATABASE_URL is unset.
+type dbMode int
+
+const (
+	// startOwn starts the private server (serve).
+	startOwn dbMode = iota
+	// shareOrStart uses the one a running gateway started, or starts it
+	// (the operator commands, migrate).
+	shareOrStart
+	// shareOnly uses the one a running gateway started, or fails (bench).
+	shareOnly
+)
+
+// openDatabase connects to DATABASE_URL, or to the private PostgreSQL as mode
+// says. The returned func closes the pool and stops a private server it
+// started.
+func openDatabase(ctx context.Context, cfg config.Config, logger *slog.Logger, mode dbMode, builtins int) (*pgxpool.Pool, func(), error) {
 	url := cfg.DatabaseURL.Value()
 	var embedded *pgembed.Server
-	if url == "" && shared {
+	if url == "" && mode != startOwn {
 		url, _ = pgembed.Running(ctx, cfg.DataDir, "")
+		if url == "" && mode == shareOnly {
+			return nil, nil, fmt.Errorf("no running gateway's PostgreSQL under %s: set DATABASE_URL or GATEWAY_DATA_DIR as the gateway has them", cfg.DataDir)
+		}
 	}
 	if url == "" {
 		var err error

@@ -23,6 +23,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -51,8 +52,12 @@ type Env struct {
 }
 
 // Usage describes the command.
-const Usage = `  bench [--url URL] [--concurrency N] [--duration D] [--pid PID] [--ceiling]
+const Usage = `  bench [--url URL] [--concurrency N] [--duration D] [--pid PID] [--ceiling] [--wait D] [--drain D]
   bench --e2e [--url URL] [--rate N] [--duration D] [--target-addr ADDR]
+
+  bench measures a gateway already running (it waits up to --wait for its /readyz), keeps its
+  forward target up until the gateway has forwarded what it accepted (up to --drain), and
+  exits 1 when fewer than half the requests were accepted.
 `
 
 type options struct {
@@ -65,6 +70,8 @@ type options struct {
 	rate        int
 	targetAddr  string
 	bodyBytes   int
+	drain       time.Duration
+	wait        time.Duration
 }
 
 // Run runs the load tool.
@@ -75,12 +82,14 @@ func Run(ctx context.Context, env Env, args []string) error {
 	fs.StringVar(&o.url, "url", "http://localhost:8080", "the gateway")
 	fs.IntVar(&o.concurrency, "concurrency", 64, "requests in flight")
 	fs.DurationVar(&o.duration, "duration", 20*time.Second, "how long to send")
-	fs.IntVar(&o.pid, "pid", 0, "the gateway's process id, for its peak RSS (default: found by name)")
+	fs.IntVar(&o.pid, "pid", 0, "the gateway's process id, for its peak RSS (default: the process listening on --url's port)")
 	fs.BoolVar(&o.ceiling, "ceiling", false, "also measure the database work alone, and print the ratio")
 	fs.BoolVar(&o.e2e, "e2e", false, "measure end to end: offered rate to a forward target")
 	fs.IntVar(&o.rate, "rate", 1000, "deliveries per second offered (--e2e)")
 	fs.StringVar(&o.targetAddr, "target-addr", "127.0.0.1:9900", "where the tool's forward target listens (it answers 200)")
 	fs.IntVar(&o.bodyBytes, "body-bytes", 6000, "approximate payload size")
+	fs.DurationVar(&o.wait, "wait", 2*time.Minute, "wait this long at most for the gateway's /readyz before sending")
+	fs.DurationVar(&o.drain, "drain", 2*time.Minute, "after sending, wait this long at most for the gateway to forward what it accepted")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
@@ -92,8 +101,13 @@ func Run(ctx context.Context, env Env, args []string) error {
 		// rows or River jobs, and come out several times too high.
 		return fmt.Errorf("bench: --ceiling does the gateway's database work: set GATEWAY_ROUTES as the gateway has it")
 	}
+	// The gateway first: a gateway just started may still be starting its
+	// database, and the tool must never start one of its own beside it.
+	if err := waitReady(ctx, o.url, o.wait); err != nil {
+		return err
+	}
 	if o.pid == 0 {
-		o.pid = findGateway()
+		o.pid = listeningPID(o.url)
 	}
 	sink, err := startSink(o.targetAddr)
 	if err != nil {
@@ -121,6 +135,73 @@ func Run(ctx context.Context, env Env, args []string) error {
 	if o.ceiling && ceiling > 0 {
 		fmt.Fprintf(env.Stdout, "ratio:   %.2fx the one-transaction-per-delivery ceiling\n", r.perSecond()/ceiling)
 	}
+	// The forward target stays up until the gateway has forwarded what it
+	// accepted: stopped earlier, every job left would retry for hours.
+	drainErr := drain(ctx, env, o)
+	if err := mostlyFailed(r); err != nil {
+		return err
+	}
+	return drainErr
+}
+
+// mostlyFailed is an error when fewer than half the requests were accepted:
+// the figures then measure a failing gateway, not a working one.
+func mostlyFailed(r result) error {
+	total := r.ok + r.errors
+	for code, n := range r.statuses {
+		if code/100 != 2 {
+			total += n
+		}
+	}
+	if total == 0 || r.ok*2 < total {
+		return fmt.Errorf("bench: only %d of %d requests were accepted: these figures measure a failing gateway (see its log)", r.ok, total)
+	}
+	return nil
+}
+
+// waitReady waits until the gateway at base answers /readyz with 200.
+func waitReady(ctx context.Context, base string, within time.Duration) error {
+	client := &http.Client{Timeout: 5 * time.Second}
+	deadline := time.Now().Add(within)
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+"/readyz", nil)
+		if err != nil {
+			return fmt.Errorf("bench: --url: %w", err)
+		}
+		res, err := client.Do(req)
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("bench: the gateway at %s is not ready after %s (start it first: gateway serve)", base, within)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// drain waits, up to o.drain, until the gateway's database holds no job
+// waiting or running. It reads the database the gateway uses (DATABASE_URL,
+// or the private server the running gateway started); without one it says
+// how long to leave the target up instead.
+func drain(ctx context.Context, env Env, o options) error {
+	if o.drain <= 0 {
+		return nil
+	}
+	pool, closeDB, err := env.Open(ctx)
+	if err != nil {
+		fmt.Fprintf(env.Stdout, "drain:   cannot read the gateway's database (%v); jobs not yet forwarded will retry against a stopped target\n", err)
+		return nil
+	}
+	defer closeDB()
+	t0 := time.Now()
+	if err := waitQueueEmpty(ctx, pool, o.drain); err != nil {
+		return fmt.Errorf("bench: the gateway did not forward everything within --drain %s: %w; "+
+			"its jobs retry until they succeed or run out of attempts: stop the gateway and delete its data directory (GATEWAY_DATA_DIR) to start afresh", o.drain, err)
+	}
+	fmt.Fprintf(env.Stdout, "drain:   every accepted delivery forwarded %s after the last request\n", time.Since(t0).Round(time.Millisecond))
 	return nil
 }
 
@@ -392,28 +473,57 @@ func backlog(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 	return n, err
 }
 
-// findGateway returns the pid of the one running "gateway serve", or 0.
-func findGateway() int {
-	entries, _ := os.ReadDir("/proc")
-	found := 0
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
+// listeningPID returns the pid of the process that listens on the TCP port
+// of base (the gateway being measured), or 0: a socket's inode from
+// /proc/net/tcp and tcp6, then the process holding it.
+func listeningPID(base string) int {
+	u, err := url.Parse(base)
+	if err != nil {
+		return 0
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"https": "443"}[u.Scheme]
+		if port == "" {
+			port = "80"
 		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		return 0
+	}
+	want := fmt.Sprintf(":%04X", n)
+	inodes := map[string]bool{}
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(table)
 		if err != nil {
 			continue
 		}
-		args := strings.Split(string(cmdline), "\x00")
-		if filepath.Base(args[0]) == "gateway" && (len(args) < 2 || args[1] == "serve" || args[1] == "") {
-			if found != 0 {
-				return 0 // more than one: ambiguous
+		for line := range strings.SplitSeq(string(b), "\n") {
+			f := strings.Fields(line)
+			// local_address is f[1], st is f[3] (0A: LISTEN), inode is f[9].
+			if len(f) > 9 && strings.HasSuffix(f[1], want) && f[3] == "0A" {
+				inodes["socket:["+f[9]+"]"] = true
 			}
-			found = pid
 		}
 	}
-	return found
+	if len(inodes) == 0 {
+		return 0
+	}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		fds, _ := os.ReadDir(filepath.Join("/proc", p.Name(), "fd"))
+		for _, fd := range fds {
+			if link, err := os.Readlink(filepath.Join("/proc", p.Name(), "fd", fd.Name())); err == nil && inodes[link] {
+				return pid
+			}
+		}
+	}
+	return 0
 }
 
 // peakRSS reads a process's peak resident set size.

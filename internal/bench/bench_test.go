@@ -1,8 +1,16 @@
 package bench
 
 import (
+	"bufio"
 	"context"
+	"errors"
+	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -65,5 +73,81 @@ func TestCeilingNeedsTheGatewaysRoutes(t *testing.T) {
 	err := Run(context.Background(), env, []string{"--ceiling", "--url", "http://127.0.0.1:1"})
 	if err == nil || !strings.Contains(err.Error(), "GATEWAY_ROUTES") {
 		t.Fatalf("Run = %v, want an error naming GATEWAY_ROUTES", err)
+	}
+}
+
+// The tool measures a gateway that is up: it waits for /readyz, and gives up
+// with an error (not figures of a dead gateway) when it never is.
+func TestBenchWaitsForAReadyGateway(t *testing.T) {
+	t.Parallel()
+	notReady := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer notReady.Close()
+	err := Run(context.Background(), benchEnv(t), []string{"--url", notReady.URL, "--wait", "1s", "--duration", "100ms"})
+	if err == nil || !strings.Contains(err.Error(), "not ready") {
+		t.Fatalf("Run = %v, want not ready", err)
+	}
+}
+
+// When most requests fail the tool exits non-zero, whatever it printed.
+func TestBenchFailsWhenMostRequestsFail(t *testing.T) {
+	t.Parallel()
+	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/readyz" {
+			return
+		}
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	defer refusing.Close()
+	var out strings.Builder
+	env := benchEnv(t)
+	env.Stdout = &out
+	err := Run(context.Background(), env, []string{"--url", refusing.URL, "--duration", "200ms", "--concurrency", "2",
+		"--target-addr", "127.0.0.1:0", "--drain", "0"})
+	if err == nil || !strings.Contains(err.Error(), "only 0 of") || !strings.Contains(out.String(), "401:") {
+		t.Fatalf("Run = %v; printed %s", err, out.String())
+	}
+}
+
+func benchEnv(t *testing.T) Env {
+	return Env{
+		Config: config.Config{GitHubSecrets: config.SecretList{"gh"}, StripeSecrets: config.SecretList{"whsec_s"}},
+		Open: func(context.Context) (*pgxpool.Pool, func(), error) {
+			return nil, nil, errors.New("no database in this test")
+		},
+		Stdout: io.Discard,
+	}
+}
+
+// The gateway's process is the one that listens on the measured port, not
+// any process named gateway.
+func TestListeningPIDFindsTheListener(t *testing.T) {
+	if os.Getenv("BENCH_LISTEN_HELPER") == "1" {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			os.Exit(1)
+		}
+		fmt.Println(ln.Addr().String())
+		time.Sleep(time.Minute)
+		os.Exit(0)
+	}
+	t.Parallel()
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestListeningPIDFindsTheListener$")
+	cmd.Env = append(os.Environ(), "BENCH_LISTEN_HELPER=1")
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	addr, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := listeningPID("http://" + strings.TrimSpace(addr)); got != cmd.Process.Pid {
+		t.Fatalf("listeningPID = %d, want the helper's %d", got, cmd.Process.Pid)
+	}
+	if got := listeningPID("http://127.0.0.1:1"); got != 0 {
+		t.Fatalf("nothing listens on port 1, yet listeningPID = %d", got)
 	}
 }
