@@ -52,7 +52,13 @@ type adminBundle struct {
 
 func setupAdmin(t *testing.T, token string) *adminBundle {
 	t.Helper()
-	b := &adminBundle{pool: dbtest.NewPool(t)}
+	return setupAdminOn(t, dbtest.NewPool(t), token)
+}
+
+// setupAdminOn builds a gateway on an existing database, as a restart does.
+func setupAdminOn(t *testing.T, pool *pgxpool.Pool, token string) *adminBundle {
+	t.Helper()
+	b := &adminBundle{pool: pool}
 	b.target = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b.mu.Lock()
 		b.got = append(b.got, r.Header.Clone())

@@ -243,3 +243,62 @@ func TestConsoleShowsAPayloadAsInertText(t *testing.T) {
 		}
 	}
 }
+
+// Over TLS the session cookie is Secure: a browser never sends it in clear.
+func TestConsoleSessionCookieIsSecureOverTLS(t *testing.T) {
+	t.Parallel()
+	a := setupAdmin(t, adminToken)
+	srv := httptest.NewTLSServer(a.handler)
+	defer srv.Close()
+	client := srv.Client()
+	jar, _ := cookiejar.New(nil)
+	client.Jar = jar
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	res, err := client.Get(srv.URL + "/admin/ui/login")
+	if err != nil {
+		t.Fatal(err)
+	}
+	form, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	res, err = client.PostForm(srv.URL+"/admin/ui/login", url.Values{"csrf": {csrfOf(t, string(form))}, "token": {adminToken}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	var session *http.Cookie
+	for _, c := range res.Cookies() {
+		if c.Name == "hookgate_session" {
+			session = c
+		}
+	}
+	if res.StatusCode != http.StatusSeeOther || session == nil || !session.Secure || !session.HttpOnly || session.SameSite != http.SameSiteStrictMode {
+		t.Fatalf("over TLS: %d, session cookie %+v", res.StatusCode, session)
+	}
+}
+
+// A new admin token ends the sessions of the old one.
+func TestConsoleSessionsEndWithTheirToken(t *testing.T) {
+	t.Parallel()
+	a := setupAdmin(t, adminToken)
+	b := newBrowser(t, a.handler)
+	b.signIn(adminToken)
+	// The same database, a gateway restarted with another token.
+	rotated := setupAdminOn(t, a.pool, "another-token-456")
+	b2 := &browser{t: t, srv: httptest.NewServer(rotated.handler), client: b.client}
+	defer b2.srv.Close()
+	for _, c := range b.client.Jar.Cookies(mustURL(t, b.srv.URL+"/admin/")) {
+		b2.client.Jar.SetCookies(mustURL(t, b2.srv.URL+"/admin/"), []*http.Cookie{{Name: c.Name, Value: c.Value, Path: "/admin"}})
+	}
+	if res, _ := b2.do("GET", "/admin/", nil); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("a session of the old token = %d", res.StatusCode)
+	}
+}
+
+func mustURL(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
