@@ -14,8 +14,8 @@ import (
 
 // openAPIDoc is the part of an OpenAPI document the test reads.
 type openAPIDoc struct {
-	OpenAPI    string                                `json:"openapi"`
-	Paths      map[string]map[string]openAPIOp       `json:"paths"`
+	OpenAPI    string                                  `json:"openapi"`
+	Paths      map[string]map[string]openAPIOp         `json:"paths"`
 	Components struct{ Schemas map[string]jsonSchema } `json:"components"`
 }
 
