@@ -204,6 +204,11 @@ func openDatabase(ctx context.Context, cfg config.Config, logger *slog.Logger, m
 	// holds none while its target answers, only for its brief reads and
 	// writes. Ingest's committers, the outcome recorder, River and the
 	// routes' guard need more.
+	// JIT compilation costs hundreds of milliseconds on the console's larger
+	// queries and gains nothing on short ones; a URL may still turn it on.
+	if _, set := poolCfg.ConnConfig.RuntimeParams["jit"]; !set {
+		poolCfg.ConnConfig.RuntimeParams["jit"] = "off"
+	}
 	poolCfg.MaxConns = max(poolCfg.MaxConns, int32(builtins+min(cfg.Workers, 50)+24))
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {

@@ -5,8 +5,12 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/audit"
 	"github.com/hookgate/hookgate/internal/dbtest"
@@ -66,6 +70,11 @@ func BenchmarkPageQueries(b *testing.B) {
 	}
 	c := New(Config{Pool: pool, Routes: table, Logger: slog.New(slog.DiscardHandler), Classify: func(error) (int, string) { return 500, "" }})
 	day := time.Now().Add(-24 * time.Hour)
+	if os.Getenv("HOOKGATE_BENCH_EXPLAIN") != "" {
+		explain(b, pool, deliveriesPerBucketSQL, day, chartRanges[1].bucket.Seconds(), deliveries.States)
+		sql, args := deliveries.CountSQL(deliveries.Filter{State: "discarded", Since: &day})
+		explain(b, pool, sql, args...)
+	}
 	for _, q := range []struct {
 		name string
 		run  func() error
@@ -112,4 +121,28 @@ func BenchmarkPageQueries(b *testing.B) {
 			}
 		})
 	}
+}
+
+// explain logs the plan PostgreSQL ran for a query, with its timings.
+func explain(b *testing.B, pool *pgxpool.Pool, sql string, args ...any) {
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if set := os.Getenv("HOOKGATE_BENCH_EXPLAIN"); strings.HasPrefix(set, "SET") {
+		if _, err := tx.Exec(ctx, set); err != nil {
+			b.Fatal(err)
+		}
+	}
+	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE) "+sql, args...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Log("\n" + strings.Join(lines, "\n"))
 }

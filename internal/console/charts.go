@@ -238,7 +238,9 @@ func bucketName(d time.Duration) string {
 // and state: the rank in $3 (deliveries.States, the summary's order) of the
 // first state among their routes' latest dispatches, 0 for none. It joins
 // rather than asking per delivery, so that a day of deliveries is two scans
-// and a sort.
+// and a sort. A dispatch is created in its event's first receipt's transaction
+// or later, so only dispatches created since $1 (less an hour for clocks that
+// differ) are read, through their created_at index.
 var deliveriesPerBucketSQL = `
 	WITH r AS (
 		SELECT provider, delivery_id, min(received_at) AS t
@@ -249,6 +251,7 @@ var deliveriesPerBucketSQL = `
 		FROM (SELECT DISTINCT ON (d.provider, d.delivery_id, d.route) d.provider, d.delivery_id, ` + deliveries.StateSQL + ` AS state
 			FROM hookgate_dispatches d JOIN r ON r.provider = d.provider AND r.delivery_id = d.delivery_id
 			LEFT JOIN river_job j ON j.id = d.job_id
+			WHERE d.created_at >= $1::timestamptz - interval '1 hour'
 			ORDER BY d.provider, d.delivery_id, d.route, d.generation DESC) l
 		GROUP BY provider, delivery_id
 	)

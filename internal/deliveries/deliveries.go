@@ -314,11 +314,17 @@ func List(ctx context.Context, db DB, f Filter, limit int, after *Cursor) ([]Ite
 	return items, next, nil
 }
 
+// CountSQL returns the query Count runs, and its arguments.
+func CountSQL(f Filter) (string, []any) {
+	where, args := f.where(nil)
+	return "SELECT count(*) FROM hookgate_receipts r WHERE " + where, args
+}
+
 // Count returns how many deliveries match f.
 func Count(ctx context.Context, db DB, f Filter) (int, error) {
-	where, args := f.where(nil)
+	sql, args := CountSQL(f)
 	var n int
-	if err := db.QueryRow(ctx, "SELECT count(*) FROM hookgate_receipts r WHERE "+where, args...).Scan(&n); err != nil {
+	if err := db.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count deliveries: %w", err)
 	}
 	return n, nil

@@ -152,6 +152,8 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		"-c", "unix_socket_directories=" + quoteListItem(socketDir),
 		"-c", "unix_socket_permissions=0700",
 		"-c", "max_connections=200",
+		// hookgate's queries are short; compiling one costs more than it saves.
+		"-c", "jit=off",
 	}
 	if opts.Ephemeral {
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
