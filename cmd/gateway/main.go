@@ -4,7 +4,7 @@
 //
 //	gateway [serve]   run the gateway (the default)
 //	gateway migrate   apply pending migrations and exit
-//	gateway deliveries list|show, replay, send: the operator's commands
+//	gateway deliveries list|show, replay, send, routes, recover: the operator's commands
 //
 // Configuration is read from the environment; see the README.
 package main
@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 	"riverqueue.com/riverui"
 
 	"github.com/hookgate/hookgate/internal/bench"
@@ -36,6 +37,7 @@ import (
 	"github.com/hookgate/hookgate/internal/pgembed"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
+	"github.com/hookgate/hookgate/internal/recovery"
 	"github.com/hookgate/hookgate/internal/rejections"
 	"github.com/hookgate/hookgate/internal/routes"
 	"github.com/hookgate/hookgate/internal/schema"
@@ -78,7 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		command = args[0]
 	}
 	switch command {
-	case "serve", "migrate", "deliveries", "replay", "send", "routes", "bench":
+	case "serve", "migrate", "deliveries", "replay", "send", "routes", "bench", "recover":
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -109,11 +111,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cli.Run(ctx, cli.Env{Config: cfg, Open: open, Stdout: stdout, Stderr: stderr}, args)
 	}
 
-	// A bad route table stops serve before anything starts.
+	// A bad route table or recovery setting stops serve before anything
+	// starts.
 	handlers := jobs.DefaultHandlers(logger)
 	var table fanout.Table
+	recoverer := &recovery.Recoverer{Lookback: cfg.RecoveryLookback, Retention: cfg.Retention, Logger: logger}
 	if command == "serve" {
 		if table, err = cfg.LoadRoutes(handlers.Names()); err != nil {
+			return fmt.Errorf("configuration: %w", err)
+		}
+		if recoverer.GitHub, recoverer.Stripe, err = recovery.FromConfig(cfg); err != nil {
 			return fmt.Errorf("configuration: %w", err)
 		}
 	}
@@ -134,7 +141,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, "migrations applied")
 		return nil
 	}
-	return serve(ctx, cfg, pool, table, handlers, logger)
+	return serve(ctx, cfg, pool, table, handlers, recoverer, logger)
 }
 
 // builtinWorkers is how many builtin dispatches one process may run at once:
@@ -258,7 +265,8 @@ func serveMetrics(addr string, m *metrics.Metrics, logger *slog.Logger) (*http.S
 
 // serve runs the HTTP server and the River client until ctx is cancelled, then
 // stops accepting, finishes requests in flight, and stops River softly.
-func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, table fanout.Table, handlers jobs.Handlers, logger *slog.Logger) error {
+func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, table fanout.Table, handlers jobs.Handlers,
+	recoverer *recovery.Recoverer, logger *slog.Logger) error {
 	if err := routes.Sync(ctx, pool, table); err != nil {
 		return err
 	}
@@ -273,6 +281,8 @@ func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, table fan
 	}
 	m.Routes(guard.Gauges)
 	enqueuer := &jobs.Enqueuer{Routes: table, MaxAttempts: cfg.MaxAttempts}
+	ingester := &ingest.Ingester{Pool: pool, Receipts: store, Enqueuer: enqueuer}
+	recoverer.Pool, recoverer.Ingester, recoverer.Metrics = pool, ingester, m
 	client, err := jobs.NewClient(pool, jobs.ClientConfig{
 		Dispatch: &jobs.DispatchWorker{
 			Pool: pool, Routes: table, Handlers: handlers, Receipts: store, Logger: logger, Metrics: m, Guard: guard,
@@ -284,6 +294,10 @@ func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, table fan
 		Workers:        cfg.Workers,
 		ForwardTimeout: cfg.ForwardTimeout,
 		Logger:         logger,
+		Extra: func(w *river.Workers) error {
+			return river.AddWorkerSafely(w, &recovery.Worker{Recoverer: recoverer})
+		},
+		Periodic: recoverer.PeriodicJobs(cfg.RecoveryInterval),
 	})
 	if err != nil {
 		return err
@@ -329,7 +343,7 @@ func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, table fan
 	handler := server.New(server.Config{
 		Logger:           logger,
 		Providers:        provs,
-		Ingester:         &ingest.Ingester{Pool: pool, Receipts: store, Enqueuer: enqueuer},
+		Ingester:         ingester,
 		Ready:            readiness(pool),
 		MaxBodyBytes:     cfg.MaxBodyBytes,
 		MaxInflightBytes: cfg.MaxInflightBytes,
@@ -365,7 +379,7 @@ func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, table fan
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	logger.InfoContext(ctx, "gateway listening", "addr", ln.Addr().String(), "routes", len(table),
-		"operator_endpoints", cfg.AdminToken != "")
+		"operator_endpoints", cfg.AdminToken != "", "recovery", recoverer.Providers())
 
 	select {
 	case <-ctx.Done():

@@ -1,5 +1,6 @@
 // Package cli is the operator's command line: list and show deliveries,
-// replay them, list, pause and resume routes, and send signed sample
+// replay them, list, pause and resume routes, recover what the providers'
+// APIs hold and the gateway missed, and send signed sample
 // deliveries to a gateway. It runs the same code as the operator endpoints
 // (packages deliveries, jobs and routes), directly against the database, with
 // the gateway's own configuration (its routes decide what a replay
@@ -72,6 +73,7 @@ const Usage = `  deliveries list [--provider P] [--event E] [--state S] [--since
   routes list [--json]
   routes pause NAME [--reason TEXT] [--json]
   routes resume NAME [--reason TEXT] [--json]
+  recover github|stripe [--since T] [--dry-run] [--json]
 
   T is an RFC 3339 time or a duration ago (24h). C is the next_cursor a listing printed (the next page).
   Exit codes: 0 done, 1 failed, 2 usage (including an unknown provider), 3 no such delivery or route.
@@ -100,6 +102,8 @@ func Run(ctx context.Context, env Env, args []string) error {
 		return send(ctx, env, args[1:])
 	case "routes":
 		return routesCmd(ctx, env, args[1:])
+	case "recover":
+		return recoverCmd(ctx, env, args[1:])
 	}
 	return usageErr("unknown command %q", args[0])
 }

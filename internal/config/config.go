@@ -65,6 +65,26 @@ type Config struct {
 	// ConfigFile names the YAML configuration file (routes with their
 	// limits). Empty: none.
 	ConfigFile string `envconfig:"GATEWAY_CONFIG_FILE"`
+
+	// GitHubRecoveryHooks are the GitHub hooks whose deliveries recovery
+	// lists: repo:OWNER/NAME:HOOK_ID, org:ORG:HOOK_ID or app, space-separated.
+	GitHubRecoveryHooks string `envconfig:"GITHUB_RECOVERY_HOOKS"`
+	// GitHubToken authenticates recovery's GitHub API requests; or a GitHub
+	// App: GitHubAppID and GitHubAppKeyFile (its private key, PEM).
+	GitHubToken      Secret `envconfig:"GITHUB_TOKEN"`
+	GitHubAppID      int64  `envconfig:"GITHUB_APP_ID"`
+	GitHubAppKeyFile string `envconfig:"GITHUB_APP_PRIVATE_KEY_FILE"`
+	// GitHubAPIURL is GitHub's REST API (a GitHub Enterprise Server's is
+	// https://HOST/api/v3).
+	GitHubAPIURL string `envconfig:"GITHUB_API_URL" default:"https://api.github.com"`
+	// StripeAPIKey is a key that can read Stripe's events, for recovery.
+	StripeAPIKey Secret `envconfig:"STRIPE_API_KEY"`
+	// StripeAPIURL is Stripe's API.
+	StripeAPIURL string `envconfig:"STRIPE_API_URL" default:"https://api.stripe.com"`
+	// RecoveryInterval is how often recovery runs; RecoveryLookback how far
+	// back a run looks at most.
+	RecoveryInterval time.Duration `envconfig:"GATEWAY_RECOVERY_INTERVAL" default:"5m"`
+	RecoveryLookback time.Duration `envconfig:"GATEWAY_RECOVERY_LOOKBACK" default:"72h"`
 }
 
 // RouteDefaults are the limits of a route that sets none of its own.
@@ -150,6 +170,16 @@ func (c Config) Validate() error {
 	if c.Workers < 1 || c.Workers > fanout.MaxConcurrency {
 		bad("GATEWAY_WORKERS", "must be 1 to %d, got %d", fanout.MaxConcurrency, c.Workers)
 	}
+	if c.RecoveryInterval < time.Minute {
+		bad("GATEWAY_RECOVERY_INTERVAL", "must be at least 1m, got %s", c.RecoveryInterval)
+	}
+	if c.RecoveryLookback < time.Hour || c.RecoveryLookback > 30*24*time.Hour {
+		// Stripe keeps events for 30 days; GitHub keeps deliveries for fewer.
+		bad("GATEWAY_RECOVERY_LOOKBACK", "must be 1h to 720h, got %s", c.RecoveryLookback)
+	}
+	if c.GitHubAppID < 0 {
+		bad("GITHUB_APP_ID", "must be a positive number, got %d", c.GitHubAppID)
+	}
 	if c.ConfigFile != "" {
 		if _, err := os.Stat(c.ConfigFile); err != nil {
 			bad("GATEWAY_CONFIG_FILE", "%v", err)
@@ -159,7 +189,8 @@ func (c Config) Validate() error {
 }
 
 // secretVars may be given as files through their _FILE variants.
-var secretVars = []string{"DATABASE_URL", "GITHUB_WEBHOOK_SECRET", "STRIPE_WEBHOOK_SECRET", "GATEWAY_ADMIN_TOKEN", "GATEWAY_FORWARD_SECRET"}
+var secretVars = []string{"DATABASE_URL", "GITHUB_WEBHOOK_SECRET", "STRIPE_WEBHOOK_SECRET", "GATEWAY_ADMIN_TOKEN", "GATEWAY_FORWARD_SECRET",
+	"GITHUB_TOKEN", "STRIPE_API_KEY"}
 
 // readSecretFiles sets each secret variable from its _FILE variant, when that
 // is set; setting both is an error.

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/batch"
@@ -242,7 +243,20 @@ func (in *Ingester) AcceptMany(ctx context.Context, ds []providers.Delivery) ([]
 	// After any error the transaction is rolled back: River does not use
 	// savepoints, and nothing of a failed decision may remain.
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	outcomes, err := in.AcceptManyTx(ctx, tx, ds)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	return outcomes, nil
+}
 
+// AcceptManyTx is AcceptMany inside the caller's transaction, for a decision
+// that records more than deliveries (recovery writes its audit entries in the
+// same transaction). After an error the caller must roll tx back.
+func (in *Ingester) AcceptManyTx(ctx context.Context, tx pgx.Tx, ds []providers.Delivery) ([]Outcome, error) {
 	kinds, err := in.Receipts.InsertManyTx(ctx, tx, ds)
 	if err != nil {
 		return nil, err
@@ -270,9 +284,6 @@ func (in *Ingester) AcceptMany(ctx context.Context, ds []providers.Delivery) ([]
 		for j, i := range newIdx {
 			outcomes[i].Result.Routes = counts[j]
 		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("commit: %w", err)
 	}
 	return outcomes, nil
 }

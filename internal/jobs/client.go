@@ -32,6 +32,10 @@ type ClientConfig struct {
 	ForwardTimeout time.Duration
 	// Logger receives River's logs.
 	Logger *slog.Logger
+	// Extra registers more workers (recovery's), and Periodic schedules
+	// their jobs; both optional.
+	Extra    func(*river.Workers) error
+	Periodic []*river.PeriodicJob
 }
 
 // Timings derived from the forward timeout. A job may run for the forward plus
@@ -74,6 +78,12 @@ func NewClient(pool *pgxpool.Pool, cfg ClientConfig) (*river.Client[pgx.Tx], err
 		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(time.Minute),
 			func() (river.JobArgs, *river.InsertOpts) { return ReconcileArgs{}, nil }, &river.PeriodicJobOpts{RunOnStart: true}))
 	}
+	if cfg.Extra != nil {
+		if err := cfg.Extra(workers); err != nil {
+			return nil, fmt.Errorf("register workers: %w", err)
+		}
+	}
+	periodic = append(periodic, cfg.Periodic...)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Logger: cfg.Logger,
 		// A new dispatch is announced by LISTEN/NOTIFY when its transaction

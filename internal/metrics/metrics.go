@@ -1,6 +1,7 @@
 // Package metrics holds hookgate's Prometheus metrics (client_golang) and the
 // /metrics handler: ingest outcomes and ack latency, deliveries accepted with a
-// non-primary secret, dispatch outcomes and receipt-to-success latency, the
+// non-primary secret, dispatch outcomes and receipt-to-success latency,
+// recoveries through the providers' APIs, the
 // River queue's depth, and Go's runtime and process metrics.
 //
 // A nil *Metrics records nothing, so code under test needs none.
@@ -29,6 +30,7 @@ type Metrics struct {
 	dispatches *prometheus.CounterVec
 	toSuccess  *prometheus.HistogramVec
 	attempts   *prometheus.CounterVec
+	recovery   *prometheus.CounterVec
 }
 
 // New returns metrics registered in a new registry; pool, when not nil, is
@@ -63,7 +65,11 @@ func New(pool *pgxpool.Pool) *Metrics {
 		Name: "hookgate_forward_attempts_total",
 		Help: "Forward attempts by route and outcome: succeeded, status_4xx, status_5xx, timeout, connection (no answer).",
 	}, []string{"route", "outcome"})
-	m.registry.MustRegister(m.ingest, m.secondary, m.ack, m.dispatches, m.toSuccess, m.attempts,
+	m.recovery = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hookgate_recovery_total",
+		Help: "Recovery through the providers' APIs, by provider and outcome: found (missing here), requested (a redelivery asked of GitHub), stored (a Stripe event stored from the API), failed (a request or a store that failed), given_up (asked 3 times, never arrived).",
+	}, []string{"provider", "outcome"})
+	m.registry.MustRegister(m.ingest, m.secondary, m.ack, m.dispatches, m.toSuccess, m.attempts, m.recovery,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if pool != nil {
 		c := &queueCollector{pool: pool,
@@ -172,6 +178,14 @@ func (m *Metrics) ForwardAttempt(route, outcome string) {
 		return
 	}
 	m.attempts.WithLabelValues(route, outcome).Inc()
+}
+
+// Recovery counts n recoveries of a provider's deliveries with an outcome.
+func (m *Metrics) Recovery(provider, outcome string, n int) {
+	if m == nil || n == 0 {
+		return
+	}
+	m.recovery.WithLabelValues(provider, outcome).Add(float64(n))
 }
 
 // queueCollector reads River's queue depth, at most once a second however

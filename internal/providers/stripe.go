@@ -52,10 +52,21 @@ func (s Stripe) Verify(req Request, pieces Body) (Delivery, error) {
 	if err != nil {
 		return Delivery{}, fmt.Errorf("Stripe-Signature: %w", err)
 	}
-	body := pieces.Bytes()
+	d, err := StripeEvent(pieces.Bytes())
+	if err != nil {
+		return Delivery{}, err
+	}
+	d.ContentType, d.Headers, d.SecretIndex = req.ContentType, req.Headers, idx
+	return d, nil
+}
+
+// StripeEvent reads a Stripe event's id, type, object and time into a
+// delivery of body, as Verify does after the signature: recovery uses it for
+// an event read from Stripe's API.
+func StripeEvent(body []byte) (Delivery, error) {
 	var id, typ, object string
 	var created time.Time
-	err = parseObject(body, func(v *fastjson.Value) {
+	err := parseObject(body, func(v *fastjson.Value) {
 		id, typ = text(v.Get("id")), text(v.Get("type"))
 		if object = idText(v.Get("data", "object", "id")); object != "" {
 			created = timeValue(v.Get("created"))
@@ -70,15 +81,7 @@ func (s Stripe) Verify(req Request, pieces Body) (Delivery, error) {
 	if typ == "" || !ValidID(typ) {
 		return Delivery{}, fmt.Errorf("%w: the payload's type must be a non-empty printable string of at most %d bytes", ErrBadPayload, MaxIDLen)
 	}
-	d := Delivery{
-		Provider:    "stripe",
-		DeliveryID:  id,
-		Event:       typ,
-		ContentType: req.ContentType,
-		Headers:     req.Headers,
-		Body:        body,
-		SecretIndex: idx,
-	}
+	d := Delivery{Provider: "stripe", DeliveryID: id, Event: typ, Body: body}
 	if object != "" {
 		d.Entity, d.EventTime = "stripe:"+object, created
 	}

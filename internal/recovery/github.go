@@ -1,0 +1,589 @@
+package recovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bradleyfalzon/ghinstallation/v2"
+	"github.com/google/go-github/v88/github"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hookgate/hookgate/internal/providers"
+)
+
+// Hook is one GitHub webhook whose deliveries recovery lists: a repository's
+// ("repo:OWNER/NAME:ID"), an organization's ("org:ORG:ID"), or the GitHub
+// App's own ("app").
+type Hook struct {
+	// Kind is "repo", "org" or "app".
+	Kind string
+	// Owner is the repository's owner or the organization; Repo the
+	// repository's name.
+	Owner, Repo string
+	// ID is the hook's id (X-GitHub-Hook-ID); 0 for the App's hook.
+	ID int64
+}
+
+// String returns the hook as GITHUB_RECOVERY_HOOKS spells it.
+func (h Hook) String() string {
+	switch h.Kind {
+	case "repo":
+		return "repo:" + h.Owner + "/" + h.Repo + ":" + strconv.FormatInt(h.ID, 10)
+	case "org":
+		return "org:" + h.Owner + ":" + strconv.FormatInt(h.ID, 10)
+	}
+	return h.Kind
+}
+
+// scope is the receipt scope the hook's deliveries are stored under: its id.
+// The App's hook id is not in its configuration, so its deliveries are
+// looked for under any scope ("" here).
+func (h Hook) scope() string {
+	if h.Kind == "app" {
+		return ""
+	}
+	return strconv.FormatInt(h.ID, 10)
+}
+
+// ParseHooks reads GITHUB_RECOVERY_HOOKS: hooks separated by white space.
+func ParseHooks(s string) ([]Hook, error) {
+	var hooks []Hook
+	seen := map[Hook]bool{}
+	for _, f := range strings.Fields(s) {
+		h, err := parseHook(f)
+		if err != nil {
+			return nil, err
+		}
+		if seen[h] {
+			return nil, fmt.Errorf("%q is listed twice", f)
+		}
+		seen[h] = true
+		hooks = append(hooks, h)
+	}
+	return hooks, nil
+}
+
+func parseHook(f string) (Hook, error) {
+	if f == "app" {
+		return Hook{Kind: "app"}, nil
+	}
+	bad := fmt.Errorf("%q is not repo:OWNER/NAME:HOOK_ID, org:ORG:HOOK_ID or app", f)
+	kind, rest, ok := strings.Cut(f, ":")
+	if !ok {
+		return Hook{}, bad
+	}
+	i := strings.LastIndexByte(rest, ':')
+	if i < 0 {
+		return Hook{}, bad
+	}
+	id, err := strconv.ParseInt(rest[i+1:], 10, 64)
+	if err != nil || id <= 0 {
+		return Hook{}, fmt.Errorf("%q: the hook id must be a positive number", f)
+	}
+	name := rest[:i]
+	h := Hook{Kind: kind, ID: id}
+	switch kind {
+	case "repo":
+		owner, repo, ok := strings.Cut(name, "/")
+		if !ok || !validName(owner) || !validName(repo) {
+			return Hook{}, bad
+		}
+		h.Owner, h.Repo = owner, repo
+	case "org":
+		if !validName(name) {
+			return Hook{}, bad
+		}
+		h.Owner = name
+	default:
+		return Hook{}, bad
+	}
+	return h, nil
+}
+
+// validName accepts what GitHub allows in an owner's or repository's name.
+func validName(s string) bool {
+	if s == "" || len(s) > 100 || s == "." || s == ".." {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// GitHubConfig configures the GitHub API client.
+type GitHubConfig struct {
+	Hooks []Hook
+	// Token is a personal access token or any token the API takes; or
+	// AppID and AppKeyFile, a GitHub App's id and private key (PEM).
+	Token      string
+	AppID      int64
+	AppKeyFile string
+	// APIURL is GitHub's REST API: https://api.github.com (the default), or
+	// a GitHub Enterprise Server's https://HOST/api/v3.
+	APIURL string
+	// Transport carries the requests; http.DefaultTransport when nil.
+	Transport http.RoundTripper
+	// MutationGap is the least time between two redelivery requests: GitHub
+	// asks integrations to leave a second between requests that change
+	// something. 1s when 0.
+	MutationGap time.Duration
+	// MaxWait is the longest a run waits for a rate limit to pass; past it
+	// the run stops (ErrRateLimited) and the next one carries on. 2m when 0.
+	MaxWait time.Duration
+}
+
+// GitHub lists GitHub hooks' deliveries and asks for redeliveries, through
+// go-github.
+type GitHub struct {
+	cfg   GitHubConfig
+	base  *url.URL
+	token *github.Client
+	apps  *ghinstallation.AppsTransport
+
+	mu        sync.Mutex
+	clients   map[Hook]*github.Client
+	lastAsked time.Time
+}
+
+// NewGitHub checks cfg and returns its client; it makes no request.
+func NewGitHub(cfg GitHubConfig) (*GitHub, error) {
+	if len(cfg.Hooks) == 0 {
+		return nil, errors.New("GITHUB_RECOVERY_HOOKS names no hook")
+	}
+	if cfg.APIURL == "" {
+		cfg.APIURL = "https://api.github.com"
+	}
+	base, err := url.Parse(strings.TrimRight(cfg.APIURL, "/") + "/")
+	if err != nil || (base.Scheme != "https" && base.Scheme != "http") || base.Host == "" || base.User != nil {
+		return nil, fmt.Errorf("GITHUB_API_URL: %q is not an http(s) URL without credentials", cfg.APIURL)
+	}
+	if cfg.Transport == nil {
+		cfg.Transport = http.DefaultTransport
+	}
+	if cfg.MutationGap <= 0 {
+		cfg.MutationGap = time.Second
+	}
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = 2 * time.Minute
+	}
+	g := &GitHub{cfg: cfg, base: base, clients: map[Hook]*github.Client{}}
+	hasApp := cfg.AppID != 0 || cfg.AppKeyFile != ""
+	switch {
+	case hasApp && (cfg.AppID <= 0 || cfg.AppKeyFile == ""):
+		return nil, errors.New("a GitHub App needs both GITHUB_APP_ID (a positive number) and GITHUB_APP_PRIVATE_KEY_FILE")
+	case hasApp:
+		g.apps, err = ghinstallation.NewAppsTransportKeyFromFile(cfg.Transport, cfg.AppID, cfg.AppKeyFile)
+		if err != nil {
+			// Not err's text alone: it may not name the variable.
+			return nil, fmt.Errorf("GITHUB_APP_PRIVATE_KEY_FILE: %w", err)
+		}
+		g.apps.BaseURL = strings.TrimRight(base.String(), "/")
+	case cfg.Token == "":
+		return nil, errors.New("GITHUB_RECOVERY_HOOKS needs GITHUB_TOKEN or a GitHub App (GITHUB_APP_ID and GITHUB_APP_PRIVATE_KEY_FILE)")
+	}
+	for _, h := range cfg.Hooks {
+		if h.Kind == "app" && g.apps == nil {
+			return nil, errors.New("GITHUB_RECOVERY_HOOKS: the hook \"app\" needs a GitHub App (GITHUB_APP_ID and GITHUB_APP_PRIVATE_KEY_FILE); a token cannot read an App's deliveries")
+		}
+	}
+	if cfg.Token != "" {
+		if g.token, err = g.newClient(cfg.Transport, github.WithAuthToken(cfg.Token)); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// Hooks are the hooks recovery lists.
+func (g *GitHub) Hooks() []Hook { return g.cfg.Hooks }
+
+func (g *GitHub) newClient(tr http.RoundTripper, more ...github.ClientOptionsFunc) (*github.Client, error) {
+	base := g.base.String()
+	c, err := github.NewClient(append([]github.ClientOptionsFunc{
+		github.WithHTTPClient(&http.Client{Transport: tr, Timeout: time.Minute}),
+		github.WithURLs(&base, nil),
+	}, more...)...)
+	if err != nil {
+		return nil, fmt.Errorf("GitHub client: %w", err)
+	}
+	return c, nil
+}
+
+// client returns the API client for a hook: the App's own for its hook, the
+// token's when there is one, else the App's installation on the hook's
+// repository or organization.
+func (g *GitHub) client(ctx context.Context, h Hook) (*github.Client, error) {
+	g.mu.Lock()
+	c := g.clients[h]
+	g.mu.Unlock()
+	if c != nil {
+		return c, nil
+	}
+	var err error
+	switch {
+	case h.Kind == "app":
+		if c, err = g.newClient(g.apps); err != nil {
+			return nil, err
+		}
+	case g.token != nil:
+		c = g.token
+	default:
+		app, err := g.newClient(g.apps)
+		if err != nil {
+			return nil, err
+		}
+		var inst *github.Installation
+		_, err = g.call(ctx, func(ctx context.Context) (*github.Response, error) {
+			var resp *github.Response
+			var err error
+			if h.Kind == "repo" {
+				inst, resp, err = app.Apps.GetRepositoryInstallation(ctx, h.Owner, h.Repo)
+			} else {
+				inst, resp, err = app.Apps.GetOrganizationInstallation(ctx, h.Owner)
+			}
+			return resp, err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("find the App's installation: %w", err)
+		}
+		itr := ghinstallation.NewFromAppsTransport(g.apps, inst.GetID())
+		itr.BaseURL = g.apps.BaseURL
+		if c, err = g.newClient(itr); err != nil {
+			return nil, err
+		}
+	}
+	g.mu.Lock()
+	g.clients[h] = c
+	g.mu.Unlock()
+	return c, nil
+}
+
+// list reads one page of a hook's deliveries, newest first.
+func (g *GitHub) list(ctx context.Context, c *github.Client, h Hook, opts *github.ListCursorOptions) ([]*github.HookDelivery, *github.Response, error) {
+	switch h.Kind {
+	case "repo":
+		return c.Repositories.ListHookDeliveries(ctx, h.Owner, h.Repo, h.ID, opts)
+	case "org":
+		return c.Organizations.ListHookDeliveries(ctx, h.Owner, h.ID, opts)
+	}
+	return c.Apps.ListHookDeliveries(ctx, opts)
+}
+
+// redeliver asks GitHub to send a delivery again, a MutationGap after the
+// previous ask.
+func (g *GitHub) redeliver(ctx context.Context, c *github.Client, h Hook, id int64) error {
+	g.mu.Lock()
+	wait := time.Until(g.lastAsked.Add(g.cfg.MutationGap))
+	g.lastAsked = time.Now().Add(max(wait, 0))
+	g.mu.Unlock()
+	if err := sleep(ctx, wait); err != nil {
+		return err
+	}
+	_, err := g.call(ctx, func(ctx context.Context) (*github.Response, error) {
+		var resp *github.Response
+		var err error
+		switch h.Kind {
+		case "repo":
+			_, resp, err = c.Repositories.RedeliverHookDelivery(ctx, h.Owner, h.Repo, h.ID, id)
+		case "org":
+			_, resp, err = c.Organizations.RedeliverHookDelivery(ctx, h.Owner, h.ID, id)
+		default:
+			_, resp, err = c.Apps.RedeliverHookDelivery(ctx, id)
+		}
+		var accepted *github.AcceptedError // 202: the redelivery is queued
+		if errors.As(err, &accepted) {
+			err = nil
+		}
+		return resp, err
+	})
+	return err
+}
+
+// call makes one API request, waiting out GitHub's rate limits: a secondary
+// limit for its Retry-After (a minute when GitHub names no time), the
+// primary limit until its reset (go-github refuses requests before then
+// without sending them). A wait longer than MaxWait, or a fourth limit in a
+// row, ends the run with ErrRateLimited.
+func (g *GitHub) call(ctx context.Context, do func(context.Context) (*github.Response, error)) (*github.Response, error) {
+	for try := 1; ; try++ {
+		resp, err := do(ctx)
+		var primary *github.RateLimitError
+		var secondary *github.AbuseRateLimitError
+		var wait time.Duration
+		switch {
+		case errors.As(err, &primary):
+			wait = time.Until(primary.Rate.Reset.Time) + time.Second
+		case errors.As(err, &secondary):
+			wait = time.Minute
+			if secondary.RetryAfter != nil {
+				wait = *secondary.RetryAfter
+			}
+		default:
+			return resp, err
+		}
+		if try > 3 || wait > g.cfg.MaxWait {
+			return resp, fmt.Errorf("%w: GitHub asks to wait %s: %v", ErrRateLimited, wait.Round(time.Second), err)
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return resp, err
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// listed is one GUID as a hook's delivery log shows it.
+type listed struct {
+	guid string
+	id   int64     // the newest attempt's id, the one to redeliver
+	at   time.Time // the first attempt's time
+	ok   bool      // an attempt was answered 2xx
+}
+
+func (r *Recoverer) recoverGitHub(ctx context.Context, opts Options) (Report, error) {
+	rep := Report{Provider: "github", DryRun: opts.DryRun, Found: []string{}, Requested: []string{}, Stored: []string{}}
+	var errs []error
+	for _, h := range r.GitHub.cfg.Hooks {
+		if err := r.recoverHook(ctx, h, opts, &rep); err != nil {
+			errs = append(errs, fmt.Errorf("hook %s: %w", h, err))
+			if ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	return rep, errors.Join(errs...)
+}
+
+// recoverHook lists one hook's deliveries since its checkpoint and asks for
+// those without a receipt.
+func (r *Recoverer) recoverHook(ctx context.Context, h Hook, opts Options, rep *Report) error {
+	g := r.GitHub
+	start := time.Now()
+	source := "github:" + h.String()
+	since, mayMove, err := r.window(ctx, source, start, opts)
+	if err != nil {
+		return err
+	}
+	c, err := g.client(ctx, h)
+	if err != nil {
+		return err
+	}
+
+	// The log is newest first; a GUID appears once per attempt.
+	byGUID := map[string]*listed{}
+	var order []*listed
+	listOpts := &github.ListCursorOptions{PerPage: 100}
+	for {
+		var page []*github.HookDelivery
+		resp, err := g.call(ctx, func(ctx context.Context) (*github.Response, error) {
+			var resp *github.Response
+			var err error
+			page, resp, err = g.list(ctx, c, h, listOpts)
+			return resp, err
+		})
+		if err != nil {
+			return fmt.Errorf("list deliveries: %w", err)
+		}
+		older := false
+		for _, d := range page {
+			at := d.GetDeliveredAt().Time
+			if at.Before(since) {
+				older = true
+				continue
+			}
+			guid := d.GetGUID()
+			if guid == "" || !providers.ValidID(guid) {
+				continue
+			}
+			l := byGUID[guid]
+			if l == nil {
+				l = &listed{guid: guid, id: d.GetID(), at: at}
+				byGUID[guid] = l
+				order = append(order, l)
+			}
+			if at.Before(l.at) {
+				l.at = at
+			}
+			if code := d.GetStatusCode(); code >= 200 && code < 300 {
+				l.ok = true
+			}
+		}
+		if older || resp == nil || resp.Cursor == "" {
+			break
+		}
+		listOpts.Cursor = resp.Cursor
+	}
+
+	// A GUID GitHub saw answered 2xx was stored: the gateway answers 2xx only
+	// after its commit. No receipt then means retention removed it, and
+	// asking again would repeat its side effects.
+	var guids []string
+	young := start.Add(-r.minAge())
+	for _, l := range order {
+		if !l.ok && l.at.Before(young) {
+			guids = append(guids, l.guid)
+		}
+	}
+	missing, err := r.missingGitHub(ctx, h, guids)
+	if err != nil {
+		return err
+	}
+	rep.Found = append(rep.Found, missing...)
+	r.Metrics.Recovery("github", "found", len(missing))
+	if opts.DryRun {
+		return nil
+	}
+
+	checkpoint := start.Add(-overlap)
+	var failed error
+	for _, guid := range missing {
+		l := byGUID[guid]
+		attempt, err := r.claim(ctx, h, l, opts.Actor)
+		if err != nil {
+			return err
+		}
+		if attempt == 0 { // asked lately, or MaxAttempts times already
+			if n, err := r.attempts(ctx, h, guid); err != nil {
+				return err
+			} else if n < MaxAttempts {
+				checkpoint = earlier(checkpoint, l.at)
+			} else {
+				r.Metrics.Recovery("github", "given_up", 1)
+				r.logger().WarnContext(ctx, "recovery: GitHub was asked for a delivery 3 times and it never arrived",
+					"hook", h.String(), "delivery_id", guid)
+			}
+			continue
+		}
+		if attempt < MaxAttempts {
+			checkpoint = earlier(checkpoint, l.at)
+		}
+		if err := g.redeliver(ctx, c, h, l.id); err != nil {
+			r.Metrics.Recovery("github", "failed", 1)
+			if errors.Is(err, ErrRateLimited) || ctx.Err() != nil {
+				return err
+			}
+			// GitHub refused this one (too old, gone): the others may pass.
+			r.logger().WarnContext(ctx, "recovery: GitHub refused a redelivery", "hook", h.String(), "delivery_id", guid, "error", err)
+			failed = errors.Join(failed, fmt.Errorf("redeliver %s: %w", guid, err))
+			continue
+		}
+		rep.Requested = append(rep.Requested, guid)
+		r.Metrics.Recovery("github", "requested", 1)
+	}
+	if mayMove {
+		if err := r.saveCheckpoint(ctx, source, checkpoint); err != nil {
+			return err
+		}
+	}
+	return failed
+}
+
+// missingGitHub returns the GUIDs, in their order, with no receipt of the
+// hook (of any hook, for the App's).
+func (r *Recoverer) missingGitHub(ctx context.Context, h Hook, guids []string) ([]string, error) {
+	if len(guids) == 0 {
+		return nil, nil
+	}
+	rows, err := r.Pool.Query(ctx, `SELECT DISTINCT delivery_id FROM hookgate_receipts
+		WHERE provider = 'github' AND ($1 = '' OR scope = $1) AND delivery_id = ANY($2)`, h.scope(), guids)
+	if err != nil {
+		return nil, fmt.Errorf("read receipts: %w", err)
+	}
+	stored, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read receipts: %w", err)
+	}
+	have := map[string]bool{}
+	for _, id := range stored {
+		have[id] = true
+	}
+	var missing []string
+	for _, g := range guids {
+		if !have[g] {
+			missing = append(missing, g)
+		}
+	}
+	return missing, nil
+}
+
+// requestScope is the hook's key among the stored requests.
+func requestScope(h Hook) string {
+	if h.Kind == "app" {
+		return "app"
+	}
+	return h.scope()
+}
+
+// claim counts one more ask for a GUID and records it in the audit log, in
+// one transaction, before GitHub is asked: so a GUID is asked for at most
+// MaxAttempts times even across crashes, and two processes at once ask once
+// (the row's lock makes the second wait, and then it finds the ask too
+// recent). It returns the attempt's number, or 0 when the GUID was asked for
+// lately or MaxAttempts times already.
+func (r *Recoverer) claim(ctx context.Context, h Hook, l *listed, actor string) (int, error) {
+	tx, err := r.Pool.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("claim: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	var attempt int
+	err = tx.QueryRow(ctx, `INSERT INTO hookgate_recovery_requests AS q (provider, scope, delivery_id, attempts, delivered_at)
+		VALUES ('github', $1, $2, 1, $3)
+		ON CONFLICT (provider, scope, delivery_id) DO UPDATE SET attempts = q.attempts + 1, asked_at = now()
+		WHERE q.attempts < $4 AND q.asked_at < now() - make_interval(secs => $5)
+		RETURNING attempts`, requestScope(h), l.guid, l.at, MaxAttempts, askAgainAfter.Seconds()).Scan(&attempt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("claim: %w", err)
+	}
+	reason := fmt.Sprintf("asked GitHub to redeliver it to hook %s (attempt %d of %d)", h, attempt, MaxAttempts)
+	if err := recordAudit(ctx, tx, actor, "github", reason, l.guid); err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("claim: %w", err)
+	}
+	return attempt, nil
+}
+
+// attempts returns how many times a GUID has been asked for.
+func (r *Recoverer) attempts(ctx context.Context, h Hook, guid string) (int, error) {
+	var n int
+	err := r.Pool.QueryRow(ctx, `SELECT attempts FROM hookgate_recovery_requests
+		WHERE provider = 'github' AND scope = $1 AND delivery_id = $2`, requestScope(h), guid).Scan(&n)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("read attempts: %w", err)
+	}
+	return n, nil
+}
+
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}

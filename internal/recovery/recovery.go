@@ -1,0 +1,238 @@
+// Package recovery closes the gap a gateway's downtime leaves: it asks the
+// providers' own APIs what they sent, and recovers what was never stored.
+//
+// GitHub never retries a failed delivery, but it keeps each hook's deliveries
+// for a few days and redelivers one on request, with its original signed
+// body: recovery lists a hook's deliveries and asks for every GUID that has
+// no receipt of that hook, at most MaxAttempts times ever. Stripe keeps its
+// events for 30 days: recovery lists them and stores each one that has no
+// receipt as a receipt of scope "recovered", dispatched like any event.
+//
+// Each source (a GitHub hook, or Stripe's events) keeps a checkpoint in the
+// database: where its next run starts listing. A run from the checkpoint
+// moves it forward to the oldest delivery still waiting for an answer, or
+// to the run's start less an overlap, whichever is earlier.
+package recovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookgate/hookgate/internal/audit"
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/ingest"
+	"github.com/hookgate/hookgate/internal/metrics"
+)
+
+// Actor is the audit log's actor for what the periodic job does; the CLI
+// records its own.
+const Actor = "recovery"
+
+// MaxAttempts is how many times a GitHub delivery is asked for, ever.
+const MaxAttempts = 3
+
+// Defaults.
+const (
+	DefaultInterval = 5 * time.Minute
+	DefaultLookback = 72 * time.Hour
+	// overlap is how far before a run's start the next run starts listing, so
+	// that a delivery the provider was still making during a run is seen by
+	// the next.
+	overlap = 15 * time.Minute
+	// minAge leaves the newest deliveries to their ordinary path: one the
+	// provider is still sending, or about to retry, is not recovered yet
+	// (the next run sees it).
+	minAge = 2 * time.Minute
+	// askAgainAfter is how long an asked-for GitHub delivery has to arrive
+	// before it is asked for again.
+	askAgainAfter = 4 * time.Minute
+)
+
+// ErrRateLimited means the provider's rate limit stopped a run before it was
+// done; the next run carries on from the same checkpoint.
+var ErrRateLimited = errors.New("rate limited")
+
+// ErrNotConfigured means recovery for that provider has no credentials.
+var ErrNotConfigured = errors.New("recovery not configured")
+
+// Report is what one run found and did. Found are the delivery ids missing
+// here (GitHub: with no receipt of their hook; Stripe: with no receipt at
+// all); Requested the GitHub GUIDs asked for; Stored the Stripe events stored.
+type Report struct {
+	Provider  string   `json:"provider"`
+	DryRun    bool     `json:"dry_run"`
+	Found     []string `json:"found"`
+	Requested []string `json:"requested"`
+	Stored    []string `json:"stored"`
+}
+
+// Options are one run's choices.
+type Options struct {
+	// Since, when set, is where listing starts instead of the checkpoint;
+	// such a run leaves the checkpoint alone unless Since is at or before it.
+	Since *time.Time
+	// DryRun lists and compares, and asks for and stores nothing.
+	DryRun bool
+	// Actor is the audit log's actor; Actor when empty.
+	Actor string
+}
+
+// Recoverer runs recovery for the providers it has credentials for.
+type Recoverer struct {
+	Pool *pgxpool.Pool
+	// GitHub and Stripe are the providers' API clients; nil: not configured.
+	GitHub *GitHub
+	Stripe *Stripe
+	// Ingester stores recovered Stripe events and their dispatches.
+	Ingester *ingest.Ingester
+	// Lookback bounds how far back a run lists (DefaultLookback when 0);
+	// Retention, when set, bounds it too: a receipt older than that is gone,
+	// and its absence must not pass for a delivery missed.
+	Lookback, Retention time.Duration
+	Metrics             *metrics.Metrics
+	Logger              *slog.Logger
+	// MinAge overrides minAge (tests set it to a millisecond).
+	MinAge time.Duration
+}
+
+// Providers lists the providers recovery is configured for.
+func (r *Recoverer) Providers() []string {
+	var names []string
+	if r.GitHub != nil {
+		names = append(names, "github")
+	}
+	if r.Stripe != nil {
+		names = append(names, "stripe")
+	}
+	return names
+}
+
+// Run recovers one provider's deliveries.
+func (r *Recoverer) Run(ctx context.Context, provider string, opts Options) (Report, error) {
+	if opts.Actor == "" {
+		opts.Actor = Actor
+	}
+	switch provider {
+	case "github":
+		if r.GitHub == nil {
+			return Report{Provider: provider}, fmt.Errorf("%w: set GITHUB_RECOVERY_HOOKS and GITHUB_TOKEN or a GitHub App", ErrNotConfigured)
+		}
+		return r.recoverGitHub(ctx, opts)
+	case "stripe":
+		if r.Stripe == nil {
+			return Report{Provider: provider}, fmt.Errorf("%w: set STRIPE_API_KEY", ErrNotConfigured)
+		}
+		return r.recoverStripe(ctx, opts)
+	}
+	return Report{Provider: provider}, fmt.Errorf("%w: recovery knows github and stripe, not %q", ErrNotConfigured, provider)
+}
+
+// window returns where a run of source starts listing, and whether it
+// started from the checkpoint (so may move it).
+func (r *Recoverer) window(ctx context.Context, source string, start time.Time, opts Options) (time.Time, bool, error) {
+	lookback := r.Lookback
+	if lookback <= 0 {
+		lookback = DefaultLookback
+	}
+	if r.Retention > 0 {
+		lookback = min(lookback, r.Retention)
+	}
+	floor := start.Add(-lookback)
+	var cp time.Time
+	err := r.Pool.QueryRow(ctx, `SELECT checkpoint FROM hookgate_recovery_checkpoints WHERE source = $1`, source).Scan(&cp)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, false, fmt.Errorf("read checkpoint of %s: %w", source, err)
+	}
+	if opts.Since != nil {
+		since := *opts.Since
+		if since.Before(floor) {
+			since = floor
+		}
+		return since, !opts.DryRun && (cp.IsZero() || !since.After(cp)), nil
+	}
+	if cp.Before(floor) {
+		cp = floor
+	}
+	return cp, !opts.DryRun, nil
+}
+
+// saveCheckpoint moves source's checkpoint to at; it never moves it back.
+func (r *Recoverer) saveCheckpoint(ctx context.Context, source string, at time.Time) error {
+	_, err := r.Pool.Exec(ctx, `INSERT INTO hookgate_recovery_checkpoints (source, checkpoint) VALUES ($1, $2)
+		ON CONFLICT (source) DO UPDATE SET checkpoint = greatest(hookgate_recovery_checkpoints.checkpoint, excluded.checkpoint), updated_at = now()`,
+		source, at)
+	if err != nil {
+		return fmt.Errorf("save checkpoint of %s: %w", source, err)
+	}
+	return nil
+}
+
+// minAge is how old a delivery must be before a run recovers it.
+func (r *Recoverer) minAge() time.Duration {
+	if r.MinAge > 0 {
+		return r.MinAge
+	}
+	return minAge
+}
+
+func (r *Recoverer) logger() *slog.Logger {
+	if r.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return r.Logger
+}
+
+// recordAudit writes one audit entry per delivery id, in tx.
+func recordAudit(ctx context.Context, tx pgx.Tx, actor, provider, reason string, ids ...string) error {
+	for _, id := range ids {
+		if err := audit.Record(ctx, tx, audit.NewEntry{Actor: actor, Action: audit.Recover, Provider: provider, DeliveryID: id, Reason: reason}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Prune deletes request counts of deliveries too old for any provider to
+// still hold: GitHub keeps deliveries for days, and no run lists further back
+// than the lookback.
+func (r *Recoverer) Prune(ctx context.Context) error {
+	keep := max(r.Lookback, DefaultLookback) + 7*24*time.Hour
+	_, err := r.Pool.Exec(ctx, `DELETE FROM hookgate_recovery_requests WHERE delivered_at < now() - make_interval(secs => $1)`, keep.Seconds())
+	if err != nil {
+		return fmt.Errorf("prune recovery requests: %w", err)
+	}
+	return nil
+}
+
+// FromConfig returns the API clients the configuration asks for (nil for a
+// provider without credentials), or what is wrong with it. It makes no
+// request.
+func FromConfig(c config.Config) (*GitHub, *Stripe, error) {
+	var gh *GitHub
+	var st *Stripe
+	hooks, err := ParseHooks(c.GitHubRecoveryHooks)
+	if err != nil {
+		return nil, nil, fmt.Errorf("GITHUB_RECOVERY_HOOKS: %w", err)
+	}
+	if len(hooks) > 0 {
+		gh, err = NewGitHub(GitHubConfig{Hooks: hooks, Token: c.GitHubToken.Value(), AppID: c.GitHubAppID,
+			AppKeyFile: c.GitHubAppKeyFile, APIURL: c.GitHubAPIURL})
+		if err != nil {
+			return nil, nil, err
+		}
+	} else if c.GitHubAppID != 0 || c.GitHubAppKeyFile != "" {
+		return nil, nil, errors.New("GITHUB_APP_ID and GITHUB_APP_PRIVATE_KEY_FILE are for recovery: set GITHUB_RECOVERY_HOOKS too")
+	}
+	if c.StripeAPIKey != "" {
+		if st, err = NewStripe(StripeConfig{APIKey: c.StripeAPIKey.Value(), APIURL: c.StripeAPIURL}); err != nil {
+			return nil, nil, err
+		}
+	}
+	return gh, st, nil
+}
