@@ -303,6 +303,7 @@ func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, table fan
 		return err
 	}
 	enqueuer.Client = client
+	guard.Queues = client
 
 	var provs []providers.Provider
 	if len(cfg.GitHubSecrets) > 0 {

@@ -53,6 +53,9 @@ type gateway struct {
 	srv      *httptest.Server
 	ingester *ingest.Ingester
 	client   *river.Client[pgx.Tx]
+	// job is the Recoverer the River client's recovery worker runs; its
+	// clients are set by a test.
+	job *recovery.Recoverer
 
 	mu  sync.Mutex
 	got map[string]int // forwards received, by delivery id
@@ -80,16 +83,19 @@ func startGateway(t *testing.T) *gateway {
 	store := &receipts.Store{Retention: 72 * time.Hour}
 	enq := &jobs.Enqueuer{Routes: table, MaxAttempts: 5}
 	guard := &routes.Guard{Pool: g.pool, Table: table, Logger: logger}
+	g.job = &recovery.Recoverer{Pool: g.pool, MinAge: time.Millisecond}
 	g.client, err = jobs.NewClient(g.pool, jobs.ClientConfig{
 		Dispatch: &jobs.DispatchWorker{Pool: g.pool, Routes: table, Handlers: handlers, Receipts: store, Logger: logger,
 			Guard: guard, Forwarder: jobs.NewForwarder("", 5*time.Second, 8)},
 		Workers: 8, Logger: logger,
+		Extra:   func(w *river.Workers) error { return river.AddWorkerSafely(w, &recovery.Worker{Recoverer: g.job}) },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	enq.Client = g.client
 	g.ingester = &ingest.Ingester{Pool: g.pool, Receipts: store, Enqueuer: enq}
+	g.job.Ingester = g.ingester
 	g.srv = httptest.NewServer(server.New(server.Config{
 		Logger: logger,
 		Providers: []providers.Provider{
@@ -533,5 +539,51 @@ func TestRecoveryRefusesBadConfiguration(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q %+v: %v, want an error saying %q", c.hooks, c.cfg, err, c.want)
 		}
+	}
+}
+
+// The periodic job: one run of a provider waiting or under way at a time,
+// however many processes schedule it, and it recovers what a run by hand
+// would.
+func TestRecoveryRunsAsOneRiverJobAtATime(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t)
+	st := newFakeStripe(t, stripeKey)
+	st.events = append(st.events, stripeEvent("evt_job1", "invoice.paid", "in_job1", time.Now().Add(-time.Hour)))
+	client, err := recovery.NewStripe(recovery.StripeConfig{APIKey: stripeKey, APIURL: st.srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.job.Stripe = client
+	ctx := context.Background()
+	// Two processes' schedulers insert at once, in one transaction so that
+	// neither runs before the other is inserted.
+	tx, err := g.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := g.client.InsertTx(ctx, tx, recovery.JobArgs{Provider: "stripe"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := g.client.InsertTx(ctx, tx, recovery.JobArgs{Provider: "stripe"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !second.UniqueSkippedAsDuplicate || second.Job.ID != first.Job.ID {
+		t.Fatalf("a second recovery job was inserted beside the first")
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for count(t, g.pool, `SELECT count(*) FROM hookgate_receipts WHERE delivery_id = 'evt_job1' AND scope = 'recovered'`) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the recovery job stored nothing")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := count(t, g.pool, `SELECT count(*) FROM hookgate_audit WHERE actor = 'recovery' AND delivery_id = 'evt_job1'`); n != 1 {
+		t.Errorf("audit entries of the job: %d, want 1", n)
 	}
 }

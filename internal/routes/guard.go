@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/metrics"
@@ -72,6 +73,10 @@ type Guard struct {
 	Table fanout.Table
 	// Logger reports what could not be written.
 	Logger *slog.Logger
+	// Queues, when set, pauses again the River queue of a paused route that
+	// was resumed in River UI: its dispatches would otherwise be fetched and
+	// put back, over and over, for as long as the route stays paused.
+	Queues *river.Client[pgx.Tx]
 
 	states atomic.Pointer[map[string]state]
 
@@ -251,6 +256,38 @@ func (g *Guard) Refresh(ctx context.Context) error {
 		return fmt.Errorf("read routes: %w", err)
 	}
 	g.states.Store(&m)
+	return g.repause(ctx, m)
+}
+
+// repause pauses the River queues of paused routes that run.
+func (g *Guard) repause(ctx context.Context, m map[string]state) error {
+	if g.Queues == nil {
+		return nil
+	}
+	var queues []string
+	for _, r := range g.Table {
+		if m[r.Name].paused {
+			queues = append(queues, r.Queue())
+		}
+	}
+	if len(queues) == 0 {
+		return nil
+	}
+	rows, err := g.Pool.Query(ctx, `SELECT name FROM river_queue WHERE paused_at IS NULL AND name = ANY($1)`, queues)
+	if err != nil {
+		return fmt.Errorf("read queues: %w", err)
+	}
+	running, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("read queues: %w", err)
+	}
+	for _, q := range running {
+		if err := g.Queues.QueuePause(ctx, q, nil); err != nil {
+			return fmt.Errorf("pause queue %s: %w", q, err)
+		}
+		g.Logger.WarnContext(ctx, "a paused route's queue was resumed outside the gateway (River UI?): paused it again; resume the route instead",
+			"queue", q)
+	}
 	return nil
 }
 

@@ -97,6 +97,7 @@ func setupAdminOn(t *testing.T, pool *pgxpool.Pool, token string) *adminBundle {
 		t.Fatal(err)
 	}
 	enq.Client = b.client
+	b.guard.Queues = b.client
 	ui, err := riverui.NewHandler(&riverui.HandlerOpts{Endpoints: riverui.NewEndpoints(b.client, nil), Logger: logger, Prefix: "/admin/river"})
 	if err != nil {
 		t.Fatal(err)

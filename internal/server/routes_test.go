@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -119,6 +120,25 @@ func TestAdminPauseAndResume(t *testing.T) {
 	}
 	if status, _, body := b.admin(t, adminReq{path: "/metrics"}); status != 200 || !strings.Contains(string(body), `hookgate_route_paused{route="fwd"} 1`) {
 		t.Fatalf("metrics while paused: %d\n%s", status, body)
+	}
+	// Its queue resumed in River UI: the gateway pauses it again, or every
+	// waiting dispatch would be fetched and put back, over and over.
+	if err := b.client.QueueResume(context.Background(), "route_fwd", nil); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var paused bool
+		if err := b.pool.QueryRow(context.Background(), `SELECT paused_at IS NOT NULL FROM river_queue WHERE name = 'route_fwd'`).Scan(&paused); err != nil {
+			t.Fatal(err)
+		}
+		if paused {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a paused route's queue resumed in River UI stayed running")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 
 	b.adminJSON(t, adminReq{method: "POST", path: "/admin/routes/fwd/resume"}, 200, &r)
