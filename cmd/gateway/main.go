@@ -351,7 +351,8 @@ func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, table fan
 		Metrics:          m,
 		MetricsElsewhere: cfg.MetricsAddr != "",
 		Rejections:       recorder,
-		Admin:            server.AdminConfig{Token: cfg.AdminToken.Value(), Pool: pool, Enqueuer: enqueuer, RiverUI: riverUI, Routes: table},
+		Admin: server.AdminConfig{Token: cfg.AdminToken.Value(), Pool: pool, Enqueuer: enqueuer, RiverUI: riverUI, Routes: table,
+			NoConsole: cfg.Console == "off"},
 	})
 	srv := &http.Server{
 		Handler:           handler,

@@ -66,6 +66,10 @@ type Config struct {
 	// limits). Empty: none.
 	ConfigFile string `envconfig:"GATEWAY_CONFIG_FILE"`
 
+	// Console is "on" (the default) or "off": the operator console in the
+	// browser at /admin/, when GATEWAY_ADMIN_TOKEN is set.
+	Console string `envconfig:"GATEWAY_CONSOLE" default:"on"`
+
 	// GitHubRecoveryHooks are the GitHub hooks whose deliveries recovery
 	// lists: repo:OWNER/NAME:HOOK_ID, org:ORG:HOOK_ID or app, space-separated.
 	GitHubRecoveryHooks string `envconfig:"GITHUB_RECOVERY_HOOKS"`
@@ -169,6 +173,9 @@ func (c Config) Validate() error {
 	}
 	if c.Workers < 1 || c.Workers > fanout.MaxConcurrency {
 		bad("GATEWAY_WORKERS", "must be 1 to %d, got %d", fanout.MaxConcurrency, c.Workers)
+	}
+	if c.Console != "on" && c.Console != "off" {
+		bad("GATEWAY_CONSOLE", "must be on or off, got %q", c.Console)
 	}
 	if c.RecoveryInterval < time.Minute {
 		bad("GATEWAY_RECOVERY_INTERVAL", "must be at least 1m, got %s", c.RecoveryInterval)

@@ -17,7 +17,8 @@ func TestLoadDefaults(t *testing.T) {
 	for _, name := range []string{"DATABASE_URL", "GATEWAY_DATA_DIR", "GATEWAY_ADDR", "GITHUB_WEBHOOK_SECRET", "STRIPE_WEBHOOK_SECRET",
 		"STRIPE_TOLERANCE", "GATEWAY_ADMIN_TOKEN", "GATEWAY_MAX_BODY_BYTES", "GATEWAY_RETENTION", "GATEWAY_ROUTES",
 		"GATEWAY_FORWARD_SECRET", "GATEWAY_FORWARD_TIMEOUT", "GATEWAY_MAX_ATTEMPTS", "GATEWAY_WORKERS",
-		"GATEWAY_MAX_INFLIGHT_BYTES", "GATEWAY_METRICS_ADDR"} {
+		"GATEWAY_MAX_INFLIGHT_BYTES", "GATEWAY_METRICS_ADDR", "GATEWAY_CONSOLE", "GATEWAY_RECOVERY_INTERVAL", "GATEWAY_RECOVERY_LOOKBACK",
+		"GITHUB_API_URL", "STRIPE_API_URL", "GITHUB_RECOVERY_HOOKS", "GITHUB_TOKEN", "STRIPE_API_KEY"} {
 		t.Setenv(name, "")
 		os.Unsetenv(name)
 	}
@@ -27,7 +28,9 @@ func TestLoadDefaults(t *testing.T) {
 	}
 	if c.DataDir != "./.data" || c.Addr != ":8080" || c.StripeTolerance != 5*time.Minute || c.MaxBodyBytes != 26214400 ||
 		c.Retention != 720*time.Hour || c.ForwardTimeout != 10*time.Second || c.MaxAttempts != 25 || c.Workers != 50 ||
-		c.DatabaseURL != "" || len(c.GitHubSecrets) != 0 || c.Routes != "" || c.MaxInflightBytes != 256<<20 || c.MetricsAddr != "" {
+		c.DatabaseURL != "" || len(c.GitHubSecrets) != 0 || c.Routes != "" || c.MaxInflightBytes != 256<<20 || c.MetricsAddr != "" ||
+		c.Console != "on" || c.RecoveryInterval != 5*time.Minute || c.RecoveryLookback != 72*time.Hour ||
+		c.GitHubAPIURL != "https://api.github.com" || c.StripeAPIURL != "https://api.stripe.com" {
 		t.Fatalf("defaults = %+v", c)
 	}
 }
@@ -50,6 +53,10 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		{"STRIPE_WEBHOOK_SECRET", "sk_live_oops", "STRIPE_WEBHOOK_SECRET: each secret must be a whsec_"},
 		{"GITHUB_WEBHOOK_SECRET", "topsecret,,other", "GITHUB_WEBHOOK_SECRET: an empty secret"},
 		{"GITHUB_WEBHOOK_SECRET", "  ", "GITHUB_WEBHOOK_SECRET: white space only"},
+		{"GATEWAY_CONSOLE", "maybe", "GATEWAY_CONSOLE: must be on or off"},
+		{"GATEWAY_RECOVERY_INTERVAL", "10s", "GATEWAY_RECOVERY_INTERVAL: must be at least 1m"},
+		{"GATEWAY_RECOVERY_LOOKBACK", "2000h", "GATEWAY_RECOVERY_LOOKBACK: must be 1h to 720h"},
+		{"GITHUB_APP_ID", "-3", "GITHUB_APP_ID: must be a positive number"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name+"="+tt.value, func(t *testing.T) {

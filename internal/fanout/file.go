@@ -1,8 +1,10 @@
 package fanout
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"regexp"
@@ -84,12 +86,22 @@ func ReadFile(path string, builtins []string, d Defaults) (t Table, listed bool,
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w %s: "+format, append([]any{ErrBadFile, path}, args...)...)
 	}
+	// A file that holds nothing (a volume not mounted yet, a template left
+	// empty) must not pass for a choice of no routes; nor may a second YAML
+	// document go unread.
+	dec := yaml.NewDecoder(bytes.NewReader(b))
 	var doc yaml.Node
-	if err := yaml.Unmarshal(b, &doc); err != nil {
+	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+		return nil, false, bad("the file is empty")
+	} else if err != nil {
 		return nil, false, bad("%s", strings.TrimPrefix(err.Error(), "yaml: "))
 	}
+	var next yaml.Node
+	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
+		return nil, false, bad("the file holds more than one YAML document (a line ---); keep one")
+	}
 	if len(doc.Content) == 0 {
-		return nil, false, nil // an empty file
+		return nil, false, bad("the file is empty")
 	}
 	top := doc.Content[0]
 	if err := checkKeys(top, fileKeys); err != nil {
@@ -129,6 +141,15 @@ func readRoute(n *yaml.Node, builtins []string, d Defaults) (Route, error) {
 	if c := value(n, "circuit"); c != nil {
 		if err := checkKeys(c, circuitKeys); err != nil {
 			return Route{}, fmt.Errorf("circuit: %w", err)
+		}
+	}
+	for _, k := range []struct {
+		n    *yaml.Node
+		name string
+	}{{value(n, "concurrency"), "concurrency"}, {value(n, "max_attempts"), "max_attempts"}, {value(value(n, "circuit"), "failures"), "circuit.failures"}} {
+		// The decoder would cut 8.5 down to 8.
+		if k.n != nil && k.n.Kind == yaml.ScalarNode && k.n.ShortTag() == "!!float" {
+			return Route{}, fmt.Errorf("key %s: must be a whole number, got %s", k.name, k.n.Value)
 		}
 	}
 	var f fileRoute
@@ -281,7 +302,7 @@ func checkKeys(n *yaml.Node, allowed []string) error {
 
 // value returns the value of key in mapping n, or nil.
 func value(n *yaml.Node, key string) *yaml.Node {
-	if n.Kind != yaml.MappingNode {
+	if n == nil || n.Kind != yaml.MappingNode {
 		return nil
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {

@@ -85,7 +85,7 @@ routes:
 func TestLoadTakesRoutesFromOnePlace(t *testing.T) {
 	t.Parallel()
 	env := "ci=github:push>http://127.0.0.1:9000/ci"
-	empty := writeFile(t, "# nothing yet\n")
+	empty := writeFile(t, "# routes come from GATEWAY_ROUTES\n{}\n")
 	table, err := fanout.Load(env, empty, nil, defaults)
 	if err != nil || len(table) != 1 || table[0].Name != "ci" || table[0].Concurrency != 50 || table[0].Circuit != fanout.DefaultCircuit {
 		t.Fatalf("Load = %+v, %v", table, err)
@@ -108,6 +108,12 @@ func TestReadFileRefusesWhatIsWrong(t *testing.T) {
 		{"routes:\n  - name: ci\n" + ok + "  - name: ci\n" + ok, `route "ci" (line 5): key name: ci is used by another route`},
 		{"routes:\n  - name: Ci\n" + ok, `route "Ci" (line 2): key name`},
 		{"routes:\n  - name: ci\n" + ok + "    concurrency: 0\n", `route "ci" (line 2): key concurrency: must be 1 to 10000`},
+		{"routes:\n  - name: ci\n" + ok + "    concurrency: 8.5\n", `route "ci" (line 2): key concurrency: must be a whole number, got 8.5`},
+		{"routes:\n  - name: ci\n" + ok + "    max_attempts: 2.9\n", `key max_attempts: must be a whole number`},
+		{"routes:\n  - name: ci\n" + ok + "    circuit: {failures: 1.5}\n", `key circuit.failures: must be a whole number`},
+		{"", `the file is empty`},
+		{"# nothing yet\n", `the file is empty`},
+		{"routes:\n  - name: ci\n" + ok + "---\nroutes: []\n", `more than one YAML document`},
 		{"routes:\n  - name: ci\n" + ok + "    rate: 20/h\n", `key rate: must be N/s or N/m`},
 		{"routes:\n  - name: ci\n" + ok + "    rate: 0/s\n", `key rate: N must be 1 to`},
 		{"routes:\n  - name: ci\n" + ok + "    timeout: forever\n", `key timeout`},

@@ -179,8 +179,9 @@ func (g *Guard) Done(ctx context.Context, r fanout.Route, t Ticket, o Outcome, d
 	case o == Failed:
 		err = g.fail(ctx, r, t, detail)
 	case o == Refused && t.Probe:
-		err = g.dropProbe(ctx, r)
-	case o == Refused: // neither counts nor resets the circuit
+		err = errors.Join(g.dropProbe(ctx, r), g.note(ctx, r, detail))
+	case o == Refused: // neither counts nor resets the circuit, but is shown
+		err = g.note(ctx, r, detail)
 	case t.Probe || g.state(r.Name).failures > 0:
 		err = g.close(ctx, r)
 	}
@@ -397,6 +398,15 @@ func (g *Guard) takeProbe(ctx context.Context, r fanout.Route) (bool, error) {
 func (g *Guard) dropProbe(ctx context.Context, r fanout.Route) error {
 	if _, err := g.Pool.Exec(ctx, "UPDATE hookgate_routes SET probe_until = NULL WHERE name = $1", r.Name); err != nil {
 		return fmt.Errorf("circuit probe: %w", err)
+	}
+	return nil
+}
+
+// note records a permanent refusal as the route's last failure, for
+// operators, without counting it towards the circuit.
+func (g *Guard) note(ctx context.Context, r fanout.Route, detail string) error {
+	if _, err := g.Pool.Exec(ctx, "UPDATE hookgate_routes SET last_failure_at = now(), last_error = $2 WHERE name = $1", r.Name, detail); err != nil {
+		return fmt.Errorf("route failure: %w", err)
 	}
 	return nil
 }

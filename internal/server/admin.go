@@ -42,6 +42,9 @@ type AdminConfig struct {
 	// Routes is the fan-out table, whose routes operators see, pause and
 	// resume (through Enqueuer's River client).
 	Routes fanout.Table
+	// NoConsole turns the browser console off (GATEWAY_CONSOLE=off): the
+	// JSON API and River UI then take the bearer token only.
+	NoConsole bool
 }
 
 // Actor is how the replay log names whoever holds a token: a short digest,
@@ -97,6 +100,12 @@ func (s *server) printableOnly(next http.Handler) http.Handler {
 			writeError(w, r, s.Logger, fmt.Errorf("%w: the path and query must be printable UTF-8 text", errBadRequest))
 			return
 		}
+		// River UI's pages are framed by no one and sniffed by no browser.
+		h := w.Header()
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Content-Security-Policy", "frame-ancestors 'none'")
 		// River UI answers a database it cannot reach with a 400 of its own;
 		// the readiness check (at most once a second) answers as the contract does.
 		if _, _, err := s.ready.Get(r.Context()); err != nil {

@@ -56,7 +56,7 @@ func setupAdmin(t *testing.T, token string) *adminBundle {
 }
 
 // setupAdminOn builds a gateway on an existing database, as a restart does.
-func setupAdminOn(t *testing.T, pool *pgxpool.Pool, token string) *adminBundle {
+func setupAdminOn(t *testing.T, pool *pgxpool.Pool, token string, opts ...func(*server.AdminConfig)) *adminBundle {
 	t.Helper()
 	b := &adminBundle{pool: pool}
 	b.target = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -103,6 +103,10 @@ func setupAdminOn(t *testing.T, pool *pgxpool.Pool, token string) *adminBundle {
 		t.Fatal(err)
 	}
 	b.recorder = &rejections.Recorder{Pool: b.pool, Logger: logger}
+	admin := server.AdminConfig{Token: token, Pool: b.pool, Enqueuer: enq, RiverUI: ui, Routes: table}
+	for _, o := range opts {
+		o(&admin)
+	}
 	b.handler = server.New(server.Config{
 		Logger: logger,
 		Providers: []providers.Provider{
@@ -114,7 +118,7 @@ func setupAdminOn(t *testing.T, pool *pgxpool.Pool, token string) *adminBundle {
 		Now:        func() time.Time { return now },
 		Metrics:    m,
 		Rejections: b.recorder,
-		Admin:      server.AdminConfig{Token: token, Pool: b.pool, Enqueuer: enq, RiverUI: ui, Routes: table},
+		Admin:      admin,
 	})
 	return b
 }

@@ -10,6 +10,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/hookgate/hookgate/internal/dbtest"
+	"github.com/hookgate/hookgate/internal/server"
 )
 
 // browser is a cookie-keeping HTTP client that does not follow redirects, so
@@ -301,4 +304,24 @@ func mustURL(t *testing.T, s string) *url.URL {
 		t.Fatal(err)
 	}
 	return u
+}
+
+// GATEWAY_CONSOLE=off: no console pages and no sign-in; the JSON API and
+// River UI still take the bearer token.
+func TestConsoleCanBeTurnedOff(t *testing.T) {
+	t.Parallel()
+	a := setupAdminOn(t, dbtest.NewPool(t), adminToken, func(c *server.AdminConfig) { c.NoConsole = true })
+	for _, path := range []string{"/admin/", "/admin/ui/login", "/admin/ui/deliveries"} {
+		if status, _, _ := a.admin(t, adminReq{path: path, token: "-"}); status != http.StatusNotFound {
+			t.Errorf("GET %s with the console off = %d, want 404", path, status)
+		}
+	}
+	if status, _, _ := a.admin(t, adminReq{path: "/admin/deliveries"}); status != http.StatusOK {
+		t.Errorf("the JSON API with the console off = %d", status)
+	}
+	status, h, _ := a.admin(t, adminReq{path: "/admin/river/"})
+	if status != http.StatusOK || h.Get("X-Frame-Options") != "DENY" || h.Get("X-Content-Type-Options") != "nosniff" ||
+		!strings.Contains(h.Get("Content-Security-Policy"), "frame-ancestors 'none'") {
+		t.Errorf("River UI = %d with headers %v", status, h)
+	}
 }

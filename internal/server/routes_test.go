@@ -213,3 +213,28 @@ func (b *adminBundle) requests() []http.Header {
 	defer b.mu.Unlock()
 	return append([]http.Header(nil), b.got...)
 }
+
+// A target's permanent refusal (a 4xx) is shown as the route's last error,
+// and does not count towards its circuit.
+func TestARefusalIsTheRoutesLastError(t *testing.T) {
+	t.Parallel()
+	b := setupAdmin(t, adminToken)
+	b.answer.Store(http.StatusGone)
+	b.start(t)
+	b.ingest(t, githubRequest(ghReq{id: "g-410"}))
+	b.waitDispatch(t, "g-410", "fwd", 1, "discarded")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r := b.route(t, "fwd")
+		if r.LastError != nil {
+			if !strings.Contains(*r.LastError, "410") || r.Circuit != "closed" {
+				t.Fatalf("route after a refusal: %+v, last error %q", r, *r.LastError)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a refusal left no last error on the route: %+v", r)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -86,7 +86,7 @@ func New(cfg Config) http.Handler {
 	for _, p := range cfg.Providers {
 		s.providers[p.Name()] = p
 	}
-	if cfg.Admin.Token != "" && cfg.Admin.Pool != nil && cfg.Admin.Enqueuer != nil {
+	if cfg.Admin.Token != "" && cfg.Admin.Pool != nil && cfg.Admin.Enqueuer != nil && !cfg.Admin.NoConsole {
 		s.console = console.New(console.Config{
 			Token: cfg.Admin.Token, Actor: Actor(cfg.Admin.Token), Pool: cfg.Admin.Pool, Enqueuer: cfg.Admin.Enqueuer,
 			Routes: cfg.Admin.Routes, Logger: cfg.Logger, Now: cfg.Now, Classify: classify,
