@@ -345,6 +345,13 @@ func showBody(body []byte, contentType string) (string, string) {
 		body = body[:maxShownBody]
 		note = fmt.Sprintf("Only the first %d bytes are shown; the raw body link has all of it.", maxShownBody)
 	}
+	if strings.HasPrefix(strings.ToLower(contentType), "application/x-www-form-urlencoded") && note == "" {
+		// GitHub's form encoding: the JSON is the payload field.
+		if payload, err := providers.DecodeGitHubForm(body); err == nil {
+			body = payload
+			note = "Sent form-encoded; shown is its payload field, decoded. The raw body link has the bytes as received."
+		}
+	}
 	if strings.Contains(contentType, "json") || json.Valid(body) {
 		var out bytes.Buffer
 		if json.Indent(&out, body, "", "  ") == nil {

@@ -411,7 +411,11 @@ func readAdminBody(w http.ResponseWriter, r *http.Request, req adminRequest) ([]
 		// encoding/json would quietly turn such bytes into U+FFFD.
 		return nil, fmt.Errorf("%w: the body must be UTF-8 text", errBadRequest)
 	}
-	if len(bytes.TrimSpace(body)) > 0 {
+	if trimmed := bytes.TrimSpace(body); len(trimmed) > 0 {
+		if trimmed[0] != '{' {
+			// json.Decode takes null into a struct as nothing at all.
+			return nil, fmt.Errorf("%w: the body must be a JSON object", errBadRequest)
+		}
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(req); err != nil {

@@ -191,6 +191,8 @@ func TestAdminRoutesRefuseBadRequests(t *testing.T) {
 		{adminReq{method: "POST", path: "/admin/routes/fwd/pause", body: `{"reason":5}`}, 400, "bad_request"},
 		{adminReq{method: "POST", path: "/admin/routes/fwd/pause", body: `{"why":"x"}`}, 400, "bad_request"},
 		{adminReq{method: "POST", path: "/admin/routes/fwd/pause", body: `{"reason":"a"}{"x":1}`}, 400, "bad_request"},
+		{adminReq{method: "POST", path: "/admin/routes/fwd/pause", body: `null`}, 400, "bad_request"},
+		{adminReq{method: "POST", path: "/admin/routes/fwd/resume", body: ` []`}, 400, "bad_request"},
 		{adminReq{method: "POST", path: "/admin/routes/fwd/pause", body: `{"reason":"a\u0000b"}`}, 400, "bad_request"},
 		{adminReq{method: "POST", path: "/admin/routes/fwd/pause", token: "wrong"}, 401, "unauthorized"},
 		{adminReq{path: "/admin/routes", token: "-"}, 401, "unauthorized"},
