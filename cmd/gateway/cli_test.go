@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -253,5 +254,55 @@ routes:
 			t.Fatalf("after resume the target got %d requests, want 1", got.Load())
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// gateway recover: a usage error without credentials or with an unknown
+// provider; a dry run finds and stores nothing; a run stores what Stripe has
+// and the gateway lacks, once.
+func TestCLIRecover(t *testing.T) {
+	t.Setenv("DATABASE_URL", dbtest.URL(t))
+	t.Setenv("GATEWAY_ROUTES", "audit=*:*>builtin:log")
+	t.Setenv("STRIPE_API_KEY", "")
+	if _, code := cliRun(t, "recover", "stripe"); code != cli.ExitUsage {
+		t.Fatalf("recover stripe without STRIPE_API_KEY: exit %d", code)
+	}
+	if _, code := cliRun(t, "recover", "gitlab"); code != cli.ExitUsage {
+		t.Fatalf("recover gitlab: exit %d", code)
+	}
+	created := time.Now().Add(-time.Hour).Unix()
+	stripeAPI := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/events" || r.Header.Get("Authorization") != "Bearer rk_test_cli" {
+			http.Error(w, `{"error":{"message":"no"}}`, http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"object":"list","has_more":false,"url":"/v1/events","data":[{"id":"evt_cli1","object":"event","type":"invoice.paid","created":%d,"data":{"object":{"id":"in_cli1","object":"invoice"}}}]}`, created)
+	}))
+	defer stripeAPI.Close()
+	t.Setenv("STRIPE_API_KEY", "rk_test_cli")
+	t.Setenv("STRIPE_API_URL", stripeAPI.URL)
+
+	var rep struct {
+		Provider string   `json:"provider"`
+		DryRun   bool     `json:"dry_run"`
+		Found    []string `json:"found"`
+		Stored   []string `json:"stored"`
+	}
+	out, code := cliRun(t, "recover", "stripe", "--dry-run", "--json")
+	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || !rep.DryRun || len(rep.Found) != 1 || len(rep.Stored) != 0 {
+		t.Fatalf("dry run: exit %d, %s", code, out)
+	}
+	out, code = cliRun(t, "recover", "stripe", "--since", "6h")
+	if code != 0 || !strings.Contains(out, "1 stored") || !strings.Contains(out, "evt_cli1") {
+		t.Fatalf("recover: exit %d, %s", code, out)
+	}
+	out, code = cliRun(t, "deliveries", "show", "stripe", "evt_cli1", "--json")
+	if code != 0 || !strings.Contains(out, `"scope": "recovered"`) && !strings.Contains(out, `"scope":"recovered"`) {
+		t.Fatalf("show of a recovered event: exit %d, %s", code, out)
+	}
+	out, code = cliRun(t, "recover", "stripe", "--json")
+	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Found) != 0 || len(rep.Stored) != 0 {
+		t.Fatalf("second run: exit %d, %s", code, out)
 	}
 }

@@ -228,6 +228,21 @@ func TestRunRefusesBadConfiguration(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "GATEWAY_ROUTES") {
 		t.Fatalf("err = %v", err)
 	}
+	// Recovery set up halfway stops it before anything starts.
+	t.Setenv("GATEWAY_ROUTES", "")
+	t.Setenv("GITHUB_RECOVERY_HOOKS", "repo:acme/api:42")
+	t.Setenv("GITHUB_TOKEN", "")
+	err = run(context.Background(), nil, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "GITHUB_TOKEN") {
+		t.Fatalf("recovery hooks without credentials: err = %v", err)
+	}
+	t.Setenv("GITHUB_RECOVERY_HOOKS", "repo:acme:42")
+	err = run(context.Background(), nil, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "GITHUB_RECOVERY_HOOKS") {
+		t.Fatalf("a bad hook: err = %v", err)
+	}
+	t.Setenv("GITHUB_RECOVERY_HOOKS", "")
+	t.Setenv("GATEWAY_ROUTES", "x=github:push>builtin:missing")
 	if err := run(context.Background(), []string{"frobnicate"}, io.Discard, io.Discard); err == nil {
 		t.Fatal("unknown command accepted")
 	}
