@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -285,4 +287,59 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// serve with STRIPE_API_KEY runs recovery at start: an event Stripe holds and
+// the gateway lacks is stored and dispatched, audited and counted.
+func TestServeRecoversAtStart(t *testing.T) {
+	url := dbtest.URL(t)
+	addr := freeAddr(t)
+	created := time.Now().Add(-time.Hour).Unix()
+	stripeAPI := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"object":"list","has_more":false,"url":"/v1/events","data":[{"id":"evt_start1","object":"event","type":"invoice.paid","created":%d,"data":{"object":{"id":"in_s1","object":"invoice"}}}]}`, created)
+	}))
+	defer stripeAPI.Close()
+	t.Setenv("DATABASE_URL", url)
+	t.Setenv("GATEWAY_ADDR", addr)
+	t.Setenv("STRIPE_WEBHOOK_SECRET", "whsec_start")
+	t.Setenv("STRIPE_API_KEY", "rk_test_start")
+	t.Setenv("STRIPE_API_URL", stripeAPI.URL)
+	t.Setenv("GATEWAY_ROUTES", "audit=stripe:*>builtin:log")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"serve"}, io.Discard, io.Discard) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitFor(t, "http://"+addr+"/readyz", 200, 30*time.Second)
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var state string
+		err := pool.QueryRow(context.Background(), `SELECT d.state FROM hookgate_dispatches d JOIN hookgate_receipts r USING (provider, delivery_id)
+			WHERE r.delivery_id = 'evt_start1' AND r.scope = 'recovered'`).Scan(&state)
+		if err == nil && state == "succeeded" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the event Stripe holds was not recovered and dispatched within 20s: %q %v", state, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	res, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scraped, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if !strings.Contains(string(scraped), `hookgate_recovery_total{outcome="stored",provider="stripe"} 1`) {
+		t.Fatalf("metrics after recovery: %.2000s", scraped)
+	}
 }
