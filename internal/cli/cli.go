@@ -329,21 +329,11 @@ func replay(ctx context.Context, env Env, args []string) error {
 			return err
 		}
 	}
-	handlers := jobs.DefaultHandlers(nil)
-	table, err := env.Config.LoadRoutes(handlers.Names())
-	if err != nil {
-		return err
-	}
-	pool, closeDB, err := env.Open(ctx)
+	pool, enq, closeDB, err := openEnqueuer(ctx, env)
 	if err != nil {
 		return err
 	}
 	defer closeDB()
-	client, err := jobs.NewInsertClient(pool, nil)
-	if err != nil {
-		return err
-	}
-	enq := &jobs.Enqueuer{Client: client, Routes: table, MaxAttempts: env.Config.MaxAttempts}
 
 	if single {
 		var id string
@@ -389,4 +379,24 @@ func replay(ctx context.Context, env Env, args []string) error {
 	}
 	fmt.Fprintf(env.Stdout, "replay %s: %d deliveries matched; a running gateway replays them in the background\n", id, matched)
 	return nil
+}
+
+// openEnqueuer reads the gateway's routes and opens its database, with an
+// Enqueuer that creates dispatches as the gateway does: for commands that
+// create them (replay, recover).
+func openEnqueuer(ctx context.Context, env Env) (*pgxpool.Pool, *jobs.Enqueuer, func(), error) {
+	table, err := env.Config.LoadRoutes(jobs.DefaultHandlers(nil).Names())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	pool, closeDB, err := env.Open(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	client, err := jobs.NewInsertClient(pool, nil)
+	if err != nil {
+		closeDB()
+		return nil, nil, nil, err
+	}
+	return pool, &jobs.Enqueuer{Client: client, Routes: table, MaxAttempts: env.Config.MaxAttempts}, closeDB, nil
 }

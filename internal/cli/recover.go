@@ -8,7 +8,6 @@ import (
 
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/ingest"
-	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/receipts"
 	"github.com/hookgate/hookgate/internal/recovery"
 )
@@ -39,21 +38,11 @@ func recoverCmd(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	handlers := jobs.DefaultHandlers(nil)
-	table, err := env.Config.LoadRoutes(handlers.Names())
-	if err != nil {
-		return err
-	}
-	pool, closeDB, err := env.Open(ctx)
+	pool, enq, closeDB, err := openEnqueuer(ctx, env)
 	if err != nil {
 		return err
 	}
 	defer closeDB()
-	client, err := jobs.NewInsertClient(pool, nil)
-	if err != nil {
-		return err
-	}
-	enq := &jobs.Enqueuer{Client: client, Routes: table, MaxAttempts: env.Config.MaxAttempts}
 	r := &recovery.Recoverer{
 		Pool: pool, GitHub: gh, Stripe: st,
 		Ingester: &ingest.Ingester{Pool: pool, Receipts: &receipts.Store{Retention: env.Config.Retention}, Enqueuer: enq},
