@@ -88,7 +88,7 @@ func startGateway(t *testing.T) *gateway {
 		Dispatch: &jobs.DispatchWorker{Pool: g.pool, Routes: table, Handlers: handlers, Receipts: store, Logger: logger,
 			Guard: guard, Forwarder: jobs.NewForwarder("", 5*time.Second, 8)},
 		Workers: 8, Logger: logger,
-		Extra:   func(w *river.Workers) error { return river.AddWorkerSafely(w, &recovery.Worker{Recoverer: g.job}) },
+		Extra: func(w *river.Workers) error { return river.AddWorkerSafely(w, &recovery.Worker{Recoverer: g.job}) },
 	})
 	if err != nil {
 		t.Fatal(err)
