@@ -170,6 +170,7 @@ func NewGitHub(cfg GitHubConfig) (*GitHub, error) {
 	if cfg.Transport == nil {
 		cfg.Transport = http.DefaultTransport
 	}
+	cfg.Transport = capped{next: cfg.Transport}
 	if cfg.MutationGap <= 0 {
 		cfg.MutationGap = time.Second
 	}
@@ -395,6 +396,8 @@ func (r *Recoverer) recoverHook(ctx context.Context, h Hook, opts Options, rep *
 	byGUID := map[string]*listed{}
 	var order []*listed
 	listOpts := &github.ListCursorOptions{PerPage: 100}
+	seenCursors := map[string]bool{}
+	attempts := 0
 	for {
 		var page []*github.HookDelivery
 		resp, err := g.call(ctx, func(ctx context.Context) (*github.Response, error) {
@@ -433,6 +436,10 @@ func (r *Recoverer) recoverHook(ctx context.Context, h Hook, opts Options, rep *
 		if older || resp == nil || resp.Cursor == "" {
 			break
 		}
+		if attempts += len(page); attempts >= maxListed || seenCursors[resp.Cursor] {
+			return fmt.Errorf("list deliveries: GitHub's listing did not end (%d attempts listed); the next run starts again", attempts)
+		}
+		seenCursors[resp.Cursor] = true
 		listOpts.Cursor = resp.Cursor
 	}
 

@@ -18,7 +18,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -235,4 +237,42 @@ func FromConfig(c config.Config) (*GitHub, *Stripe, error) {
 		}
 	}
 	return gh, st, nil
+}
+
+// Bounds on what a provider's API may make a run read: an answer's size, and
+// how many deliveries or events one run lists from one source. A run that
+// reaches one stops with an error; the next starts again from the checkpoint.
+const (
+	maxAnswerBytes = 32 << 20
+	maxListed      = 100_000
+)
+
+// capped is a transport whose answers' bodies fail past maxAnswerBytes, so
+// that an API answering without end cannot exhaust memory.
+type capped struct{ next http.RoundTripper }
+
+// RoundTrip implements http.RoundTripper.
+func (c capped) RoundTrip(req *http.Request) (*http.Response, error) {
+	res, err := c.next.RoundTrip(req)
+	if err == nil {
+		res.Body = &cappedBody{ReadCloser: res.Body, left: maxAnswerBytes}
+	}
+	return res, err
+}
+
+type cappedBody struct {
+	io.ReadCloser
+	left int64
+}
+
+func (b *cappedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, fmt.Errorf("the API's answer is larger than %d bytes", maxAnswerBytes)
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
 }

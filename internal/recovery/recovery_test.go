@@ -587,3 +587,40 @@ func TestRecoveryRunsAsOneRiverJobAtATime(t *testing.T) {
 		t.Errorf("audit entries of the job: %d, want 1", n)
 	}
 }
+
+// An API whose listing never ends (a next page always named, has_more
+// always true) ends the run with an error instead of holding it forever.
+func TestRecoveryStopsAListingThatNeverEnds(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t)
+	at := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	endless := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if strings.HasPrefix(r.URL.Path, "/v1/") {
+			fmt.Fprintf(w, `{"object":"list","has_more":true,"url":"/v1/events","data":[{"id":"evt_loop","object":"event","type":"invoice.paid","created":%d,"data":{"object":{"id":"in_1"}}}]}`,
+				time.Now().Add(-time.Hour).Unix())
+			return
+		}
+		w.Header().Set("Link", `<http://`+r.Host+r.URL.Path+`?cursor=same>; rel="next"`)
+		fmt.Fprintf(w, `[{"id":1,"guid":"a0000000-0000-4000-8000-000000000001","delivered_at":%q,"status_code":503,"event":"push"}]`, at)
+	}))
+	defer endless.Close()
+	hooks, _ := recovery.ParseHooks("repo:acme/api:42")
+	gh, err := recovery.NewGitHub(recovery.GitHubConfig{Hooks: hooks, Token: "t", APIURL: endless.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := recovery.NewStripe(recovery.StripeConfig{APIKey: "rk_test", APIURL: endless.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := g.recoverer(gh, st)
+	for _, p := range []string{"github", "stripe"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, err := r.Run(ctx, p, recovery.Options{})
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), "did not end") {
+			t.Errorf("%s: an endless listing gave %v", p, err)
+		}
+	}
+}

@@ -72,7 +72,7 @@ type event struct {
 // pages through them (has_more, starting_after) and decodes them; the bytes
 // stored are each event's own, taken from the pages as they arrived.
 func (s *Stripe) list(ctx context.Context, since time.Time) ([]event, error) {
-	pages := &pageKeeper{next: s.cfg.Transport, raw: map[string][]byte{}}
+	pages := &pageKeeper{next: capped{next: s.cfg.Transport}, raw: map[string][]byte{}}
 	client := stripe.NewClient(s.cfg.APIKey, stripe.WithBackends(stripe.NewBackendsWithConfig(&stripe.BackendConfig{
 		URL:               stripe.String(s.cfg.APIURL),
 		HTTPClient:        &http.Client{Transport: pages, Timeout: time.Minute},
@@ -82,10 +82,15 @@ func (s *Stripe) list(ctx context.Context, since time.Time) ([]event, error) {
 	params := &stripe.EventListParams{CreatedRange: &stripe.RangeQueryParams{GreaterThanOrEqual: since.Unix()}}
 	params.Limit = stripe.Int64(100)
 	var out []event
+	seen := map[string]bool{}
 	for e, err := range client.V1Events.List(ctx, params) {
 		if err != nil {
 			return nil, fmt.Errorf("list events: %w", err)
 		}
+		if len(out) >= maxListed || seen[e.ID] {
+			return nil, fmt.Errorf("list events: Stripe's listing did not end (%d events listed, %s among them again); the next run starts again", len(out), e.ID)
+		}
+		seen[e.ID] = true
 		raw := pages.take(e.ID)
 		if raw == nil {
 			return nil, fmt.Errorf("list events: the bytes of %s were not found in its page", e.ID)
@@ -110,7 +115,7 @@ func (p *pageKeeper) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil || res.StatusCode != http.StatusOK {
 		return res, err
 	}
-	body, err := io.ReadAll(io.LimitReader(res.Body, 64<<20))
+	body, err := io.ReadAll(res.Body) // capped: maxAnswerBytes
 	res.Body.Close()
 	if err != nil {
 		return nil, err
