@@ -102,6 +102,11 @@ func (c *chrome) page(name string, want ...string) {
 	if scrollW > clientW {
 		c.t.Fatalf("page %s scrolls sideways: %d px wide in a %d px window", name, scrollW, clientW)
 	}
+	// A table squeezed into the window breaks its headings a letter a line.
+	narrowest := get(c, chromedp.Evaluate[int](`Math.min(1000, ...[...document.querySelectorAll('table.list th')].filter(e => e.textContent.trim() !== '').map(e => Math.round(e.getBoundingClientRect().width)))`))
+	if narrowest < 40 {
+		c.t.Fatalf("page %s squeezes a table column to %d px", name, narrowest)
+	}
 	png := get(c, chromedp.FullScreenshot(100)) // 100: PNG; anything less is JPEG
 	c.shot++
 	file := filepath.Join(screenshotDir, fmt.Sprintf("%s-%02d-%s.png", c.t.Name(), c.shot, name))
