@@ -263,6 +263,12 @@ routes:
 func TestCLIRecover(t *testing.T) {
 	t.Setenv("DATABASE_URL", dbtest.URL(t))
 	t.Setenv("GATEWAY_ROUTES", "audit=*:*>builtin:log")
+	t.Setenv("GITHUB_TOKEN", "")
+	t.Setenv("GITHUB_RECOVERY_HOOKS", "repo:acme/api:42")
+	if _, code := cliRun(t, "recover", "github"); code != cli.ExitUsage {
+		t.Fatalf("recover github with hooks and no token: exit %d", code)
+	}
+	t.Setenv("GITHUB_RECOVERY_HOOKS", "")
 	t.Setenv("STRIPE_API_KEY", "")
 	if _, code := cliRun(t, "recover", "stripe"); code != cli.ExitUsage {
 		t.Fatalf("recover stripe without STRIPE_API_KEY: exit %d", code)
@@ -288,6 +294,14 @@ func TestCLIRecover(t *testing.T) {
 		DryRun   bool     `json:"dry_run"`
 		Found    []string `json:"found"`
 		Stored   []string `json:"stored"`
+	}
+	if _, code := cliRun(t, "recover", "stripe", "--since", "2999-01-01T00:00:00Z"); code != cli.ExitUsage {
+		t.Fatalf("recover --since in the future: exit %d", code)
+	}
+	var stderr bytes.Buffer
+	if err := run(context.Background(), []string{"recover", "stripe", "--dry-run", "--since", "2000h"}, io.Discard, &stderr); err != nil ||
+		!strings.Contains(stderr.String(), "--since reaches further back than GATEWAY_RECOVERY_LOOKBACK") {
+		t.Fatalf("recover --since past the lookback: %v, %s", err, stderr.String())
 	}
 	out, code := cliRun(t, "recover", "stripe", "--dry-run", "--json")
 	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || !rep.DryRun || len(rep.Found) != 1 || len(rep.Stored) != 0 {

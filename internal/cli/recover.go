@@ -2,9 +2,10 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/ingest"
@@ -27,31 +28,38 @@ func recoverCmd(ctx context.Context, env Env, args []string) error {
 		return usageErr("usage: recover github|stripe [--since T] [--dry-run] [--json]")
 	}
 	opts := recovery.Options{DryRun: *dryRun, Actor: actor()}
+	gh, st, err := recovery.FromConfig(env.Config)
+	if err != nil {
+		return usageErr("recover %s: %v", rest[0], err)
+	}
+	r := &recovery.Recoverer{GitHub: gh, Stripe: st, Lookback: env.Config.RecoveryLookback, Retention: env.Config.Retention}
 	if *since != "" {
-		t, err := deliveries.ParseTime(*since, env.Now())
+		now := env.Now()
+		t, err := deliveries.ParseTime(*since, now)
 		if err != nil {
 			return usageErr("--since: %v", err)
 		}
+		if t.After(now) {
+			return usageErr("--since: %s is in the future", t.Format(time.RFC3339))
+		}
+		if floor := r.Floor(now); t.Before(floor) {
+			fmt.Fprintf(env.Stderr, "recover: --since reaches further back than GATEWAY_RECOVERY_LOOKBACK or GATEWAY_RETENTION allow; listing from %s\n",
+				floor.UTC().Format(time.RFC3339))
+		}
 		opts.Since = &t
 	}
-	gh, st, err := recovery.FromConfig(env.Config)
-	if err != nil {
-		return err
+	if !slices.Contains(r.Providers(), rest[0]) {
+		_, err := r.Run(ctx, rest[0], opts)
+		return usageErr("recover %s: %v", rest[0], err)
 	}
 	pool, enq, closeDB, err := openEnqueuer(ctx, env)
 	if err != nil {
 		return err
 	}
 	defer closeDB()
-	r := &recovery.Recoverer{
-		Pool: pool, GitHub: gh, Stripe: st,
-		Ingester: &ingest.Ingester{Pool: pool, Receipts: &receipts.Store{Retention: env.Config.Retention}, Enqueuer: enq},
-		Lookback: env.Config.RecoveryLookback, Retention: env.Config.Retention,
-	}
+	r.Pool = pool
+	r.Ingester = &ingest.Ingester{Pool: pool, Receipts: &receipts.Store{Retention: env.Config.Retention}, Enqueuer: enq}
 	rep, err := r.Run(ctx, rest[0], opts)
-	if errors.Is(err, recovery.ErrNotConfigured) {
-		return usageErr("recover %s: %v", rest[0], err)
-	}
 	if *asJSON {
 		if werr := writeJSON(env.Stdout, rep); werr != nil {
 			return werr
@@ -62,8 +70,8 @@ func recoverCmd(ctx context.Context, env Env, args []string) error {
 	if rep.DryRun {
 		mode = " (dry run: nothing asked for or stored)"
 	}
-	fmt.Fprintf(env.Stdout, "recover %s%s: %d missing, %d asked for again, %d stored\n",
-		rep.Provider, mode, len(rep.Found), len(rep.Requested), len(rep.Stored))
+	fmt.Fprintf(env.Stdout, "recover %s%s: %d missing, %d asked for again, %d stored, %d skipped\n",
+		rep.Provider, mode, len(rep.Found), len(rep.Requested), len(rep.Stored), len(rep.Skipped))
 	for _, l := range []struct {
 		what string
 		ids  []string
@@ -71,6 +79,9 @@ func recoverCmd(ctx context.Context, env Env, args []string) error {
 		for _, id := range l.ids {
 			fmt.Fprintf(env.Stdout, "  %-9s  %s\n", l.what, id)
 		}
+	}
+	for _, sk := range rep.Skipped {
+		fmt.Fprintf(env.Stdout, "  %-9s  %s  (%s)\n", "skipped", sk.DeliveryID, sk.Reason)
 	}
 	return err
 }

@@ -106,6 +106,20 @@ func (c Config) LoadRoutes(builtins []string) (fanout.Table, error) {
 	return t, err
 }
 
+// expected says what a variable that could not be read should hold, without
+// its value (it may be a secret).
+func expected(perr *envconfig.ParseError) string {
+	switch perr.TypeName {
+	case "int", "int64", "int32":
+		return "must be a whole number"
+	case "time.Duration":
+		return "must be a duration such as 30s, 5m or 72h"
+	case "bool":
+		return "must be true or false"
+	}
+	return perr.Err.Error() // the type's own decoder: its message names no secret
+}
+
 // MinRetention is the shortest GATEWAY_RETENTION accepted: GitHub redelivers
 // and Stripe retries for up to 3 days, and a receipt must outlive both.
 const MinRetention = 72 * time.Hour
@@ -120,7 +134,7 @@ func Load() (Config, error) {
 		var perr *envconfig.ParseError
 		if errors.As(err, &perr) {
 			// Not perr.Value: it may be a secret.
-			return c, fmt.Errorf("%s: %v", perr.KeyName, perr.Err)
+			return c, fmt.Errorf("%s: %s", perr.KeyName, expected(perr))
 		}
 		return c, err
 	}
@@ -154,6 +168,16 @@ func (c Config) Validate() error {
 	if t := c.AdminToken.Value(); t != "" && (strings.TrimSpace(t) != t || strings.ContainsFunc(t, unicode.IsControl)) {
 		// net/http trims a header's surrounding spaces: no request could match.
 		bad("GATEWAY_ADMIN_TOKEN", "must not begin or end with white space or hold control characters")
+	}
+	for name, v := range map[string]string{"GITHUB_TOKEN": c.GitHubToken.Value(), "STRIPE_API_KEY": c.StripeAPIKey.Value()} {
+		if strings.ContainsFunc(v, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
+			// A key pasted with its line's end would be refused by the API
+			// at every run, long after start.
+			bad(name, "must not hold white space or control characters")
+		}
+	}
+	if k := c.StripeAPIKey.Value(); k != "" && !strings.HasPrefix(k, "sk_") && !strings.HasPrefix(k, "rk_") {
+		bad("STRIPE_API_KEY", "must be a secret (sk_...) or restricted (rk_...) key that can read events; not a publishable key or a whsec_ signing secret")
 	}
 	if c.MaxInflightBytes < c.MaxBodyBytes {
 		bad("GATEWAY_MAX_INFLIGHT_BYTES", "must be at least GATEWAY_MAX_BODY_BYTES (%d), or a body of the largest size could never be taken, got %d",

@@ -57,6 +57,13 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		{"GATEWAY_RECOVERY_INTERVAL", "10s", "GATEWAY_RECOVERY_INTERVAL: must be at least 1m"},
 		{"GATEWAY_RECOVERY_LOOKBACK", "2000h", "GATEWAY_RECOVERY_LOOKBACK: must be 1h to 720h"},
 		{"GITHUB_APP_ID", "-3", "GITHUB_APP_ID: must be a positive number"},
+		{"GITHUB_APP_ID", "12ab", "GITHUB_APP_ID: must be a whole number"},
+		{"GATEWAY_RECOVERY_INTERVAL", "often", "GATEWAY_RECOVERY_INTERVAL: must be a duration"},
+		{"GITHUB_TOKEN", "ghp_topsecret\n", "GITHUB_TOKEN: must not hold white space"},
+		{"GITHUB_TOKEN", "ghp topsecret", "GITHUB_TOKEN: must not hold white space"},
+		{"STRIPE_API_KEY", "rk_topsecret\t", "STRIPE_API_KEY: must not hold white space"},
+		{"STRIPE_API_KEY", "pk_live_topsecret", "STRIPE_API_KEY: must be a secret (sk_...) or restricted (rk_...) key"},
+		{"STRIPE_API_KEY", "whsec_topsecret", "STRIPE_API_KEY: must be a secret"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name+"="+tt.value, func(t *testing.T) {

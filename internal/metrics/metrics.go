@@ -31,6 +31,7 @@ type Metrics struct {
 	toSuccess  *prometheus.HistogramVec
 	attempts   *prometheus.CounterVec
 	recovery   *prometheus.CounterVec
+	runs       *prometheus.CounterVec
 }
 
 // New returns metrics registered in a new registry; pool, when not nil, is
@@ -67,9 +68,13 @@ func New(pool *pgxpool.Pool) *Metrics {
 	}, []string{"route", "outcome"})
 	m.recovery = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "hookgate_recovery_total",
-		Help: "Recovery through the providers' APIs, by provider and outcome: found (missing here), requested (a redelivery asked of GitHub), stored (a Stripe event stored from the API), failed (a request or a store that failed), given_up (asked 3 times, never arrived).",
+		Help: "Recovery through the providers' APIs, by provider and outcome: found (missing here), requested (a redelivery asked of GitHub), stored (a Stripe event stored from the API), failed (a request or a store that failed), skipped (listed by the API but not storable), given_up (asked 3 times, never arrived).",
 	}, []string{"provider", "outcome"})
-	m.registry.MustRegister(m.ingest, m.secondary, m.ack, m.dispatches, m.toSuccess, m.attempts, m.recovery,
+	m.runs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hookgate_recovery_runs_total",
+		Help: "Recovery runs by provider and result (ok, failed): alert when a provider's failed runs keep growing and its ok runs do not.",
+	}, []string{"provider", "result"})
+	m.registry.MustRegister(m.ingest, m.secondary, m.ack, m.dispatches, m.toSuccess, m.attempts, m.recovery, m.runs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if pool != nil {
 		c := &queueCollector{pool: pool,
@@ -186,6 +191,18 @@ func (m *Metrics) Recovery(provider, outcome string, n int) {
 		return
 	}
 	m.recovery.WithLabelValues(provider, outcome).Add(float64(n))
+}
+
+// RecoveryRun counts one recovery run of a provider, ok or failed.
+func (m *Metrics) RecoveryRun(provider string, ok bool) {
+	if m == nil {
+		return
+	}
+	result := "failed"
+	if ok {
+		result = "ok"
+	}
+	m.runs.WithLabelValues(provider, result).Inc()
 }
 
 // queueCollector reads River's queue depth, at most once a second however

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-github/v88/github"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/providers"
 )
 
@@ -75,6 +76,9 @@ func parseHook(f string) (Hook, error) {
 		return Hook{Kind: "app"}, nil
 	}
 	bad := fmt.Errorf("%q is not repo:OWNER/NAME:HOOK_ID, org:ORG:HOOK_ID or app", f)
+	if strings.Contains(f, ",") {
+		bad = fmt.Errorf("%w (hooks are separated by spaces, not commas)", bad)
+	}
 	kind, rest, ok := strings.Cut(f, ":")
 	if !ok {
 		return Hook{}, bad
@@ -165,7 +169,8 @@ func NewGitHub(cfg GitHubConfig) (*GitHub, error) {
 	}
 	base, err := url.Parse(strings.TrimRight(cfg.APIURL, "/") + "/")
 	if err != nil || (base.Scheme != "https" && base.Scheme != "http") || base.Host == "" || base.User != nil {
-		return nil, fmt.Errorf("GITHUB_API_URL: %q is not an http(s) URL without credentials", cfg.APIURL)
+		// Not the URL as given: it may hold a credential.
+		return nil, fmt.Errorf("GITHUB_API_URL: %q is not an http(s) URL without credentials", fanout.RedactURL(cfg.APIURL))
 	}
 	if cfg.Transport == nil {
 		cfg.Transport = http.DefaultTransport
@@ -364,7 +369,7 @@ type listed struct {
 }
 
 func (r *Recoverer) recoverGitHub(ctx context.Context, opts Options) (Report, error) {
-	rep := Report{Provider: "github", DryRun: opts.DryRun, Found: []string{}, Requested: []string{}, Stored: []string{}}
+	rep := newReport("github", opts)
 	var errs []error
 	for _, h := range r.GitHub.cfg.Hooks {
 		if err := r.recoverHook(ctx, h, opts, &rep); err != nil {
@@ -397,6 +402,7 @@ func (r *Recoverer) recoverHook(ctx context.Context, h Hook, opts Options, rep *
 	var order []*listed
 	listOpts := &github.ListCursorOptions{PerPage: 100}
 	seenCursors := map[string]bool{}
+	skipped := map[string]bool{}
 	attempts := 0
 	for {
 		var page []*github.HookDelivery
@@ -418,6 +424,10 @@ func (r *Recoverer) recoverHook(ctx context.Context, h Hook, opts Options, rep *
 			}
 			guid := d.GetGUID()
 			if guid == "" || !providers.ValidID(guid) {
+				if id := quoted(guid); !skipped[id] {
+					skipped[id] = true
+					r.skip(ctx, rep, "github", id, fmt.Sprintf("GitHub listed delivery %d of hook %s with a GUID no delivery could have", d.GetID(), h))
+				}
 				continue
 			}
 			l := byGUID[guid]
@@ -472,20 +482,28 @@ func (r *Recoverer) recoverHook(ctx context.Context, h Hook, opts Options, rep *
 			return err
 		}
 		if attempt == 0 { // asked lately, or MaxAttempts times already
-			if n, err := r.attempts(ctx, h, guid); err != nil {
+			n, lately, gaveUp, err := r.settle(ctx, h, guid, opts.Actor)
+			if err != nil {
 				return err
-			} else if n < MaxAttempts {
+			}
+			if lately || n < MaxAttempts {
 				checkpoint = earlier(checkpoint, l.at)
-			} else {
+			}
+			reason := fmt.Sprintf("asked for %d of %d times, the last less than %s ago; waiting for it to arrive", n, MaxAttempts, askAgainAfter)
+			if !lately {
+				reason = fmt.Sprintf("asked for %d times and it never arrived; not asked for again", n)
+			}
+			rep.Skipped = append(rep.Skipped, Skip{DeliveryID: guid, Reason: reason})
+			if gaveUp {
 				r.Metrics.Recovery("github", "given_up", 1)
 				r.logger().WarnContext(ctx, "recovery: GitHub was asked for a delivery 3 times and it never arrived",
 					"hook", h.String(), "delivery_id", guid)
 			}
 			continue
 		}
-		if attempt < MaxAttempts {
-			checkpoint = earlier(checkpoint, l.at)
-		}
+		// Held until it arrives or is given up on, the last ask too: the run
+		// that finds it never arrived must still list it.
+		checkpoint = earlier(checkpoint, l.at)
 		if err := g.redeliver(ctx, c, h, l.id); err != nil {
 			r.Metrics.Recovery("github", "failed", 1)
 			if errors.Is(err, ErrRateLimited) || ctx.Err() != nil {
@@ -577,15 +595,46 @@ func (r *Recoverer) claim(ctx context.Context, h Hook, l *listed, actor string) 
 	return attempt, nil
 }
 
-// attempts returns how many times a GUID has been asked for.
-func (r *Recoverer) attempts(ctx context.Context, h Hook, guid string) (int, error) {
-	var n int
-	err := r.Pool.QueryRow(ctx, `SELECT attempts FROM hookgate_recovery_requests
-		WHERE provider = 'github' AND scope = $1 AND delivery_id = $2`, requestScope(h), guid).Scan(&n)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return 0, fmt.Errorf("read attempts: %w", err)
+// settle tells about a GUID claim did not ask for: how many times it was
+// asked for, whether lately (less than askAgainAfter ago), and whether the
+// gateway gave up on it just now (asked for MaxAttempts times, the last one
+// long enough ago, and not given up on before: recorded with an audit entry,
+// once).
+func (r *Recoverer) settle(ctx context.Context, h Hook, guid, actor string) (n int, lately, gaveUp bool, err error) {
+	tx, err := r.Pool.Begin(ctx)
+	if err != nil {
+		return 0, false, false, fmt.Errorf("read attempts: %w", err)
 	}
-	return n, nil
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	err = tx.QueryRow(ctx, `WITH given_up AS (
+			UPDATE hookgate_recovery_requests SET given_up_at = now()
+			WHERE provider = 'github' AND scope = $1 AND delivery_id = $2 AND attempts >= $3
+				AND asked_at < now() - make_interval(secs => $4) AND given_up_at IS NULL
+			RETURNING 1)
+		SELECT attempts, asked_at >= now() - make_interval(secs => $4), EXISTS (SELECT FROM given_up)
+		FROM hookgate_recovery_requests WHERE provider = 'github' AND scope = $1 AND delivery_id = $2`,
+		requestScope(h), guid, MaxAttempts, askAgainAfter.Seconds()).Scan(&n, &lately, &gaveUp)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, false, fmt.Errorf("read attempts: %w", err)
+	}
+	if gaveUp {
+		reason := fmt.Sprintf("gave up: asked GitHub %d times to redeliver it to hook %s, and it never arrived", MaxAttempts, h)
+		if err := recordAudit(ctx, tx, actor, "github", reason, guid); err != nil {
+			return 0, false, false, err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, false, false, fmt.Errorf("read attempts: %w", err)
+	}
+	return n, lately, gaveUp, nil
+}
+
+// quoted shows a GUID the gateway cannot store, cut short.
+func quoted(s string) string {
+	if len(s) > 80 {
+		s = s[:80] + "..."
+	}
+	return strconv.Quote(s)
 }
 
 func earlier(a, b time.Time) time.Time {

@@ -65,13 +65,36 @@ var ErrNotConfigured = errors.New("recovery not configured")
 
 // Report is what one run found and did. Found are the delivery ids missing
 // here (GitHub: with no receipt of their hook; Stripe: with no receipt at
-// all); Requested the GitHub GUIDs asked for; Stored the Stripe events stored.
+// all); Requested the GitHub GUIDs asked for; Stored the Stripe events
+// stored; Skipped what was missing or listed and neither asked for nor
+// stored, and why.
 type Report struct {
 	Provider  string   `json:"provider"`
 	DryRun    bool     `json:"dry_run"`
 	Found     []string `json:"found"`
 	Requested []string `json:"requested"`
 	Stored    []string `json:"stored"`
+	Skipped   []Skip   `json:"skipped"`
+}
+
+// Skip is a delivery a run left alone, and why: one the provider's API
+// listed that the gateway cannot store (an unusable id, an event without a
+// type), or a GitHub GUID asked for lately or asked for MaxAttempts times.
+type Skip struct {
+	DeliveryID string `json:"delivery_id"`
+	Reason     string `json:"reason"`
+}
+
+func newReport(provider string, opts Options) Report {
+	return Report{Provider: provider, DryRun: opts.DryRun, Found: []string{}, Requested: []string{}, Stored: []string{}, Skipped: []Skip{}}
+}
+
+// skip reports a listed delivery the gateway cannot store: in the report,
+// the log and the metrics, since no later run does better.
+func (r *Recoverer) skip(ctx context.Context, rep *Report, provider, id, reason string) {
+	rep.Skipped = append(rep.Skipped, Skip{DeliveryID: id, Reason: reason})
+	r.Metrics.Recovery(provider, "skipped", 1)
+	r.logger().WarnContext(ctx, "recovery: the provider's API listed a delivery the gateway cannot store", "provider", provider, "delivery_id", id, "reason", reason)
 }
 
 // Options are one run's choices.
@@ -115,29 +138,37 @@ func (r *Recoverer) Providers() []string {
 	return names
 }
 
-// Run recovers one provider's deliveries.
+// Run recovers one provider's deliveries. A run that fails is counted and
+// logged; what it did before failing is in its report.
 func (r *Recoverer) Run(ctx context.Context, provider string, opts Options) (Report, error) {
 	if opts.Actor == "" {
 		opts.Actor = Actor
 	}
-	switch provider {
-	case "github":
-		if r.GitHub == nil {
-			return Report{Provider: provider}, fmt.Errorf("%w: set GITHUB_RECOVERY_HOOKS and GITHUB_TOKEN or a GitHub App", ErrNotConfigured)
-		}
-		return r.recoverGitHub(ctx, opts)
-	case "stripe":
-		if r.Stripe == nil {
-			return Report{Provider: provider}, fmt.Errorf("%w: set STRIPE_API_KEY", ErrNotConfigured)
-		}
-		return r.recoverStripe(ctx, opts)
+	var rep Report
+	var err error
+	switch {
+	case provider == "github" && r.GitHub != nil:
+		rep, err = r.recoverGitHub(ctx, opts)
+	case provider == "stripe" && r.Stripe != nil:
+		rep, err = r.recoverStripe(ctx, opts)
+	case provider == "github":
+		return newReport(provider, opts), fmt.Errorf("%w: set GITHUB_RECOVERY_HOOKS and GITHUB_TOKEN or a GitHub App", ErrNotConfigured)
+	case provider == "stripe":
+		return newReport(provider, opts), fmt.Errorf("%w: set STRIPE_API_KEY", ErrNotConfigured)
+	default:
+		return newReport(provider, opts), fmt.Errorf("%w: recovery knows github and stripe, not %q", ErrNotConfigured, provider)
 	}
-	return Report{Provider: provider}, fmt.Errorf("%w: recovery knows github and stripe, not %q", ErrNotConfigured, provider)
+	r.Metrics.RecoveryRun(provider, err == nil)
+	if err != nil {
+		r.logger().WarnContext(ctx, "recovery: a run failed; the next run starts again from the checkpoint", "provider", provider,
+			"found", len(rep.Found), "requested", len(rep.Requested), "stored", len(rep.Stored), "error", err)
+	}
+	return rep, err
 }
 
-// window returns where a run of source starts listing, and whether it
-// started from the checkpoint (so may move it).
-func (r *Recoverer) window(ctx context.Context, source string, start time.Time, opts Options) (time.Time, bool, error) {
+// Floor is the earliest time a run starting at now lists from: the lookback
+// back, and never past the retention.
+func (r *Recoverer) Floor(now time.Time) time.Time {
 	lookback := r.Lookback
 	if lookback <= 0 {
 		lookback = DefaultLookback
@@ -145,7 +176,13 @@ func (r *Recoverer) window(ctx context.Context, source string, start time.Time, 
 	if r.Retention > 0 {
 		lookback = min(lookback, r.Retention)
 	}
-	floor := start.Add(-lookback)
+	return now.Add(-lookback)
+}
+
+// window returns where a run of source starts listing, and whether it
+// started from the checkpoint (so may move it).
+func (r *Recoverer) window(ctx context.Context, source string, start time.Time, opts Options) (time.Time, bool, error) {
+	floor := r.Floor(start)
 	var cp time.Time
 	err := r.Pool.QueryRow(ctx, `SELECT checkpoint FROM hookgate_recovery_checkpoints WHERE source = $1`, source).Scan(&cp)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {

@@ -15,6 +15,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -310,6 +311,8 @@ func TestRecoveryAsksForEachGUIDOnceAndAtMostThrice(t *testing.T) {
 		f.add("acme/api/42", 42, guid, "push", pushBody(i), time.Now().Add(-time.Hour), 503)
 		guids = append(guids, guid)
 	}
+	// A GUID no delivery could have is reported, never asked for.
+	f.add("acme/api/42", 42, "e5000000-bad-\x01", "push", pushBody(99), time.Now().Add(-time.Hour), 503)
 	// Two processes: two clients, two recoverers, one database.
 	a := g.recoverer(githubClient(t, f, "repo:acme/api:42"), nil)
 	b := g.recoverer(githubClient(t, f, "repo:acme/api:42"), nil)
@@ -327,20 +330,37 @@ func TestRecoveryAsksForEachGUIDOnceAndAtMostThrice(t *testing.T) {
 			t.Errorf("%s asked for %d times by two processes at once, want 1", guid, n)
 		}
 	}
-	// Asked lately: not again yet.
-	if _, err := a.Run(context.Background(), "github", recovery.Options{}); err != nil {
+	// Asked lately: not again yet, and the report says why.
+	rep, err := a.Run(context.Background(), "github", recovery.Options{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if n := f.totalAsked(); n != 12 {
 		t.Fatalf("asked %d times in all right after, want 12", n)
+	}
+	waiting := 0
+	for _, sk := range rep.Skipped {
+		if strings.Contains(sk.Reason, "waiting for it to arrive") {
+			waiting++
+		}
+	}
+	if waiting != 12 || !slices.ContainsFunc(rep.Skipped, func(sk recovery.Skip) bool {
+		return sk.DeliveryID == `"e5000000-bad-\x01"` && strings.Contains(sk.Reason, "a GUID no delivery could have")
+	}) {
+		t.Errorf("the report of a run that asked for nothing: %+v", rep.Skipped)
 	}
 	// Time passes; each run asks again, up to three times in all.
 	for round := 2; round <= 5; round++ {
 		if _, err := g.pool.Exec(context.Background(), `UPDATE hookgate_recovery_requests SET asked_at = asked_at - interval '10 minutes'`); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := a.Run(context.Background(), "github", recovery.Options{}); err != nil {
+		rep, err := a.Run(context.Background(), "github", recovery.Options{})
+		if err != nil {
 			t.Fatal(err)
+		}
+		gaveUp := slices.DeleteFunc(rep.Skipped, func(sk recovery.Skip) bool { return !strings.Contains(sk.Reason, "never arrived") })
+		if want := map[bool]int{true: 12}[round == 4]; len(gaveUp) != want {
+			t.Errorf("round %d: %d GUIDs reported given up on, want %d", round, len(gaveUp), want)
 		}
 		want := min(round, recovery.MaxAttempts)
 		for _, guid := range guids {
@@ -349,8 +369,12 @@ func TestRecoveryAsksForEachGUIDOnceAndAtMostThrice(t *testing.T) {
 			}
 		}
 	}
-	if n := count(t, g.pool, `SELECT count(*) FROM hookgate_audit WHERE action = 'recover'`); n != 36 {
-		t.Errorf("audit entries: %d, want 36 (one per request)", n)
+	// Given up on once (in round 4): recorded the first time only.
+	if n := count(t, g.pool, `SELECT count(*) FROM hookgate_audit WHERE action = 'recover' AND reason LIKE 'asked GitHub%'`); n != 36 {
+		t.Errorf("audit entries of requests: %d, want 36 (one per request)", n)
+	}
+	if n := count(t, g.pool, `SELECT count(*) FROM hookgate_audit WHERE action = 'recover' AND reason LIKE 'gave up%'`); n != 12 {
+		t.Errorf("audit entries of GUIDs given up on: %d, want 12 (once each)", n)
 	}
 	// Given up on: the checkpoint is no longer held back by them.
 	if n := count(t, g.pool, `SELECT count(*) FROM hookgate_recovery_checkpoints WHERE checkpoint > now() - interval '20 minutes'`); n != 1 {
@@ -459,6 +483,73 @@ func TestStripeRecoveryStoresMissedEventsOnce(t *testing.T) {
 	}
 	if n := count(t, g.pool, `SELECT count(*) FROM hookgate_audit WHERE action = 'recover' AND provider = 'stripe'`); n != 3 {
 		t.Errorf("audit entries: %d, want 3", n)
+	}
+}
+
+// What Stripe's API lists that the gateway cannot store (an event stripe-go
+// cannot read, one without a type, one listed twice) is reported as skipped,
+// and the rest is stored; an unreadable event that ends a page ends the
+// listing with an error, after what was found is stored.
+func TestStripeRecoverySkipsWhatItCannotStore(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t)
+	st := newFakeStripe(t, stripeKey)
+	at := func(m int) time.Time { return time.Now().Add(-time.Hour + time.Duration(m)*time.Minute) }
+	unreadable := stripeEvent("", "invoice.paid", "in_x", at(2))
+	unreadable["id"] = 777
+	untyped := stripeEvent("evt_untyped", "", "in_u", at(4))
+	untyped["type"] = nil
+	// Oldest first; the fake lists newest first, two to a page:
+	// [ok3 dup] [dup ok2] [777 ok1] [untyped ok0].
+	st.events = []map[string]any{
+		stripeEvent("evt_ok0", "invoice.paid", "in_0", at(0)), untyped,
+		stripeEvent("evt_ok1", "invoice.paid", "in_1", at(1)), unreadable,
+		stripeEvent("evt_ok2", "invoice.paid", "in_2", at(3)),
+		stripeEvent("evt_dup", "invoice.paid", "in_d", at(5)), stripeEvent("evt_dup", "invoice.paid", "in_d", at(5)),
+		stripeEvent("evt_ok3", "invoice.paid", "in_3", at(6)),
+	}
+	client, err := recovery.NewStripe(recovery.StripeConfig{APIKey: stripeKey, APIURL: st.srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := g.recoverer(nil, client)
+	rep, err := r.Run(context.Background(), "stripe", recovery.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(rep.Stored)
+	if want := []string{"evt_dup", "evt_ok0", "evt_ok1", "evt_ok2", "evt_ok3"}; !slices.Equal(rep.Stored, want) {
+		t.Errorf("stored %v, want %v", rep.Stored, want)
+	}
+	skipped := map[string]string{}
+	for _, sk := range rep.Skipped {
+		skipped[sk.DeliveryID] = sk.Reason
+	}
+	for id, why := range map[string]string{"777": "cannot be read", "evt_untyped": "type", "evt_dup": "listed twice"} {
+		if !strings.Contains(skipped[id], why) {
+			t.Errorf("skipped %s: %q, want a reason saying %q (all: %+v)", id, skipped[id], why, rep.Skipped)
+		}
+	}
+	if len(rep.Skipped) != 3 {
+		t.Errorf("skipped %+v, want 3", rep.Skipped)
+	}
+
+	// An unreadable event last in a page with more after it.
+	edge := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"object":"list","has_more":true,"url":"/v1/events","data":[
+			{"id":"evt_edge1","object":"event","type":"invoice.paid","created":%d,"data":{"object":{"id":"in_e1"}}},
+			{"id":{"x":1},"object":"event","type":"invoice.paid","created":%d,"data":{"object":{"id":"in_e2"}}}]}`,
+			at(0).Unix(), at(0).Unix())
+	}))
+	defer edge.Close()
+	client, err = recovery.NewStripe(recovery.StripeConfig{APIKey: stripeKey, APIURL: edge.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err = g.recoverer(nil, client).Run(context.Background(), "stripe", recovery.Options{})
+	if err == nil || !strings.Contains(err.Error(), "cannot go past") || !slices.Equal(rep.Stored, []string{"evt_edge1"}) {
+		t.Errorf("a page ending in an unreadable event: stored %v, %v", rep.Stored, err)
 	}
 }
 

@@ -13,10 +13,13 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stripe/stripe-go/v84"
 
+	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/providers"
 )
@@ -52,7 +55,8 @@ func NewStripe(cfg StripeConfig) (*Stripe, error) {
 	}
 	u, err := url.Parse(cfg.APIURL)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil {
-		return nil, fmt.Errorf("STRIPE_API_URL: %q is not an http(s) URL without credentials", cfg.APIURL)
+		// Not the URL as given: it may hold a credential.
+		return nil, fmt.Errorf("STRIPE_API_URL: %q is not an http(s) URL without credentials", fanout.RedactURL(cfg.APIURL))
 	}
 	cfg.APIURL = strings.TrimRight(cfg.APIURL, "/")
 	if cfg.Transport == nil {
@@ -68,11 +72,17 @@ type event struct {
 	raw     []byte
 }
 
-// list returns the events created since since, oldest first. stripe-go
-// pages through them (has_more, starting_after) and decodes them; the bytes
-// stored are each event's own, taken from the pages as they arrived.
-func (s *Stripe) list(ctx context.Context, since time.Time) ([]event, error) {
-	pages := &pageKeeper{next: capped{next: s.cfg.Transport}, raw: map[string][]byte{}}
+// errListingLoops ends a listing whose pages start naming events already
+// listed: an API that never ends.
+var errListingLoops = errors.New("Stripe's listing did not end (a page named only events already listed)")
+
+// list calls fn with each event created since since, newest first, as
+// stripe-go pages through them (has_more, starting_after); each event's
+// bytes are its own, taken from its page as it arrived. An event that cannot
+// be stored (one stripe-go cannot read, or without a usable id or type) or
+// that is listed twice is passed to skip, and the listing goes on.
+func (s *Stripe) list(ctx context.Context, since time.Time, fn func(event) error, skip func(id, reason string)) error {
+	pages := &pageKeeper{next: capped{next: s.cfg.Transport}, raw: map[string][]byte{}, seen: map[string]bool{}, skip: skip}
 	client := stripe.NewClient(s.cfg.APIKey, stripe.WithBackends(stripe.NewBackendsWithConfig(&stripe.BackendConfig{
 		URL:               stripe.String(s.cfg.APIURL),
 		HTTPClient:        &http.Client{Transport: pages, Timeout: time.Minute},
@@ -81,32 +91,47 @@ func (s *Stripe) list(ctx context.Context, since time.Time) ([]event, error) {
 	})))
 	params := &stripe.EventListParams{CreatedRange: &stripe.RangeQueryParams{GreaterThanOrEqual: since.Unix()}}
 	params.Limit = stripe.Int64(100)
-	var out []event
+	listed := 0
 	seen := map[string]bool{}
 	for e, err := range client.V1Events.List(ctx, params) {
 		if err != nil {
-			return nil, fmt.Errorf("list events: %w", err)
+			return fmt.Errorf("list events: %w", err)
 		}
-		if len(out) >= maxListed || seen[e.ID] {
-			return nil, fmt.Errorf("list events: Stripe's listing did not end (%d events listed, %s among them again); the next run starts again", len(out), e.ID)
+		if listed++; listed > maxListed {
+			return fmt.Errorf("list events: Stripe's listing did not end (%d events listed); the next run starts again", maxListed)
+		}
+		if seen[e.ID] {
+			skip(e.ID, "listed twice by Stripe's API; stored at most once")
+			continue
 		}
 		seen[e.ID] = true
 		raw := pages.take(e.ID)
 		if raw == nil {
-			return nil, fmt.Errorf("list events: the bytes of %s were not found in its page", e.ID)
+			skip(e.ID, "its bytes were not found in its page")
+			continue
 		}
-		out = append(out, event{id: e.ID, created: time.Unix(e.Created, 0), raw: raw})
+		if err := fn(event{id: e.ID, created: time.Unix(e.Created, 0), raw: raw}); err != nil {
+			return err
+		}
 	}
-	slices.Reverse(out) // the API lists newest first
-	return out, nil
+	if err := pages.error(); err != nil {
+		return fmt.Errorf("list events: %w; the next run starts again", err)
+	}
+	return nil
 }
 
 // pageKeeper keeps the raw bytes of each event in the pages of events it
-// carries.
+// carries. It takes out of a page what would make stripe-go fail the whole
+// page (an event it cannot read), reporting it to skip, and ends a listing
+// that loops.
 type pageKeeper struct {
 	next http.RoundTripper
+	skip func(id, reason string)
+
 	mu   sync.Mutex
 	raw  map[string][]byte
+	seen map[string]bool // every id listed so far
+	err  error
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -120,23 +145,58 @@ func (p *pageKeeper) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	if fixed, ok := p.keep(body); ok {
+		body = fixed
+	}
 	res.Body = io.NopCloser(bytes.NewReader(body))
-	var page struct {
-		Data []json.RawMessage `json:"data"`
-	}
-	if json.Unmarshal(body, &page) == nil {
-		p.mu.Lock()
-		for _, raw := range page.Data {
-			var e struct {
-				ID string `json:"id"`
-			}
-			if json.Unmarshal(raw, &e) == nil && e.ID != "" {
-				p.raw[e.ID] = raw
-			}
-		}
-		p.mu.Unlock()
-	}
+	res.ContentLength = int64(len(body))
 	return res, nil
+}
+
+// keep reads one page: it keeps each event's bytes, and returns the page
+// rewritten when an event had to be taken out or the listing must end.
+func (p *pageKeeper) keep(body []byte) ([]byte, bool) {
+	var page map[string]json.RawMessage
+	var data []json.RawMessage
+	if json.Unmarshal(body, &page) != nil || json.Unmarshal(page["data"], &data) != nil {
+		return nil, false // not a page of events: stripe-go says what it is
+	}
+	var hasMore bool
+	_ = json.Unmarshal(page["has_more"], &hasMore)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	kept := data[:0:0]
+	fresh := 0
+	lastUsable := true
+	for _, raw := range data {
+		var e stripe.Event
+		if err := json.Unmarshal(raw, &e); err != nil || e.ID == "" {
+			p.skip(looseID(raw), "Stripe's API listed an event that cannot be read: "+readError(err))
+			lastUsable = false
+			continue
+		}
+		lastUsable = true
+		if !p.seen[e.ID] {
+			fresh++
+			p.seen[e.ID] = true
+		}
+		p.raw[e.ID] = raw
+		kept = append(kept, raw)
+	}
+	switch {
+	case hasMore && len(data) > 0 && fresh == 0:
+		p.err, hasMore = errListingLoops, false
+	case hasMore && !lastUsable:
+		// stripe-go would ask for the page after the last event it read,
+		// and be given the unreadable one again.
+		p.err, hasMore = errors.New("the last event of a page cannot be read, so the listing cannot go past it"), false
+	case len(kept) == len(data):
+		return nil, false
+	}
+	page["data"], _ = json.Marshal(kept)
+	page["has_more"], _ = json.Marshal(hasMore)
+	fixed, err := json.Marshal(page)
+	return fixed, err == nil
 }
 
 func (p *pageKeeper) take(id string) []byte {
@@ -147,59 +207,110 @@ func (p *pageKeeper) take(id string) []byte {
 	return raw
 }
 
-// storeBatch is how many recovered events one transaction stores.
-const storeBatch = 64
+func (p *pageKeeper) error() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
 
+// looseID returns an unreadable event's id as well as it can be told, for
+// the report: its JSON text, cut short.
+func looseID(raw []byte) string {
+	var e struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if json.Unmarshal(raw, &e) != nil || len(e.ID) == 0 {
+		return "(no id)"
+	}
+	id := strings.Trim(string(e.ID), `"`)
+	if len(id) > 80 || !utf8.ValidString(id) || strings.ContainsFunc(id, unicode.IsControl) {
+		return "(an unprintable id)"
+	}
+	return id
+}
+
+func readError(err error) string {
+	if err == nil {
+		return "it has no id"
+	}
+	return err.Error()
+}
+
+// storeBatch is how many recovered events one transaction stores; compared
+// is how many listed events one query compares with the receipts; maxHeld is
+// how many bytes of missing events a run holds before storing them.
+const (
+	storeBatch = 64
+	compared   = 100
+	maxHeld    = 16 << 20
+)
+
+// recoverStripe lists the events since the checkpoint and stores those with
+// no receipt. Missing events are held and stored oldest first when the
+// listing ends (or, past maxHeld bytes, as they come, newest first: an
+// order-aware route then supersedes the older ones, as it would for any
+// deliveries arriving out of order).
 func (r *Recoverer) recoverStripe(ctx context.Context, opts Options) (Report, error) {
-	rep := Report{Provider: "stripe", DryRun: opts.DryRun, Found: []string{}, Requested: []string{}, Stored: []string{}}
+	rep := newReport("stripe", opts)
 	start := time.Now()
 	since, mayMove, err := r.window(ctx, "stripe", start, opts)
 	if err != nil {
 		return rep, err
 	}
-	listed, err := r.Stripe.list(ctx, since)
-	if err != nil {
-		return rep, err
-	}
 	young := start.Add(-r.minAge())
-	var candidates []event
-	for _, e := range listed {
-		if e.created.Before(young) && providers.ValidID(e.id) {
-			candidates = append(candidates, e)
+	var batch, held []event
+	heldBytes := 0
+	store := func() error {
+		slices.Reverse(held) // oldest first
+		err := r.storeStripe(ctx, held, opts.Actor, &rep)
+		held, heldBytes = nil, 0
+		return err
+	}
+	compare := func() error {
+		missing, err := r.missingStripe(ctx, batch)
+		batch = nil
+		if err != nil {
+			return err
+		}
+		for _, e := range missing {
+			rep.Found = append(rep.Found, e.id)
+			r.Metrics.Recovery("stripe", "found", 1)
+			if !opts.DryRun {
+				held = append(held, e)
+				heldBytes += len(e.raw)
+			}
+		}
+		if heldBytes > maxHeld {
+			return store()
+		}
+		return nil
+	}
+	skip := func(id, reason string) { r.skip(ctx, &rep, "stripe", id, reason) }
+	err = r.Stripe.list(ctx, since, func(e event) error {
+		if !e.created.Before(young) {
+			return nil // the next run sees it
+		}
+		if _, err := providers.StripeEvent(e.raw); err != nil {
+			// Not storable as an event; no later run would do better.
+			skip(e.id, err.Error())
+			return nil
+		}
+		if batch = append(batch, e); len(batch) >= compared {
+			return compare()
+		}
+		return nil
+	}, skip)
+	// What was found missing is stored even when the listing failed part way.
+	if ctx.Err() == nil {
+		if cerr := compare(); cerr != nil {
+			err = errors.Join(err, cerr)
+		} else if serr := store(); serr != nil {
+			err = errors.Join(err, serr)
 		}
 	}
-	missing, err := r.missingStripe(ctx, candidates)
+	slices.Reverse(rep.Found) // oldest first, as stored
 	if err != nil {
 		return rep, err
-	}
-	for _, e := range missing {
-		rep.Found = append(rep.Found, e.id)
-	}
-	r.Metrics.Recovery("stripe", "found", len(missing))
-	if opts.DryRun {
-		return rep, nil
-	}
-
-	var ds []providers.Delivery
-	for _, e := range missing {
-		d, err := providers.StripeEvent(e.raw)
-		if err != nil {
-			// Not storable as an event; no later run would do better.
-			r.Metrics.Recovery("stripe", "failed", 1)
-			r.logger().WarnContext(ctx, "recovery: a Stripe event from the API is not one the gateway can store", "delivery_id", e.id, "error", err)
-			continue
-		}
-		d.Scope, d.ContentType, d.Headers = RecoveredScope, "application/json", map[string]string{}
-		ds = append(ds, d)
-	}
-	for chunk := range slices.Chunk(ds, storeBatch) {
-		stored, err := r.storeStripe(ctx, chunk, opts.Actor)
-		if err != nil {
-			r.Metrics.Recovery("stripe", "failed", len(chunk))
-			return rep, err
-		}
-		rep.Stored = append(rep.Stored, stored...)
-		r.Metrics.Recovery("stripe", "stored", len(stored))
 	}
 	if mayMove {
 		if err := r.saveCheckpoint(ctx, "stripe", start.Add(-overlap)); err != nil {
@@ -235,12 +346,36 @@ func (r *Recoverer) missingStripe(ctx context.Context, events []event) ([]event,
 	return missing, nil
 }
 
-// storeStripe stores recovered events as receipts with their dispatches, and
-// an audit entry for each one stored, in one transaction. An event another
-// run (or process) stored meanwhile is a duplicate or, when the API's copy
-// changed between the two reads, a conflict: either way it is stored once
-// and is not counted here.
-func (r *Recoverer) storeStripe(ctx context.Context, ds []providers.Delivery, actor string) ([]string, error) {
+// storeStripe stores events, in transactions of storeBatch, and reports and
+// counts what it stored.
+func (r *Recoverer) storeStripe(ctx context.Context, events []event, actor string, rep *Report) error {
+	var ds []providers.Delivery
+	for _, e := range events {
+		d, err := providers.StripeEvent(e.raw) // checked as listed
+		if err != nil {
+			continue
+		}
+		d.Scope, d.ContentType, d.Headers = RecoveredScope, "application/json", map[string]string{}
+		ds = append(ds, d)
+	}
+	for chunk := range slices.Chunk(ds, storeBatch) {
+		stored, err := r.storeStripeTx(ctx, chunk, actor)
+		if err != nil {
+			r.Metrics.Recovery("stripe", "failed", len(chunk))
+			return err
+		}
+		rep.Stored = append(rep.Stored, stored...)
+		r.Metrics.Recovery("stripe", "stored", len(stored))
+	}
+	return nil
+}
+
+// storeStripeTx stores recovered events as receipts with their dispatches,
+// and an audit entry for each one stored, in one transaction. An event
+// another run (or process) stored meanwhile is a duplicate or, when the
+// API's copy changed between the two reads, a conflict: either way it is
+// stored once and is not counted here.
+func (r *Recoverer) storeStripeTx(ctx context.Context, ds []providers.Delivery, actor string) ([]string, error) {
 	tx, err := r.Pool.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("store events: %w", err)
