@@ -31,6 +31,7 @@ import (
 	"github.com/hookgate/hookgate/internal/cli"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/filter"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/metrics"
@@ -280,7 +281,8 @@ func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, table fan
 		return err
 	}
 	m.Routes(guard.Gauges)
-	enqueuer := &jobs.Enqueuer{Routes: table, MaxAttempts: cfg.MaxAttempts}
+	enqueuer := &jobs.Enqueuer{Routes: table, MaxAttempts: cfg.MaxAttempts,
+		Filters: &filter.Reporter{Count: m.FilterFailed, Logger: logger}}
 	ingester := &ingest.Ingester{Pool: pool, Receipts: store, Enqueuer: enqueuer}
 	recoverer.Pool, recoverer.Ingester, recoverer.Metrics = pool, ingester, m
 	client, err := jobs.NewClient(pool, jobs.ClientConfig{

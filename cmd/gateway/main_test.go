@@ -269,6 +269,17 @@ func TestRunRefusesBadConfiguration(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), `route "a"`) || !strings.Contains(err.Error(), `"concurency"`) {
 		t.Fatalf("unknown key: err = %v", err)
 	}
+	// A filter that does not compile, or is not a bool, stops it naming the route.
+	for _, bad := range []string{`payload.action`, `payload.action ==`} {
+		text := fmt.Sprintf("routes:\n  - {name: a, match: [\"github:push\"], target: builtin:log, filter: '%s'}\n", bad)
+		if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		err = run(context.Background(), nil, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), `route "a"`) || !strings.Contains(err.Error(), "key filter") {
+			t.Fatalf("filter %s: err = %v", bad, err)
+		}
+	}
 }
 
 // lockedBuffer lets the test read what run logs from other goroutines.

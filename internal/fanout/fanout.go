@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hookgate/hookgate/internal/filter"
 	"github.com/hookgate/hookgate/internal/providers"
 )
 
@@ -45,6 +46,10 @@ type Route struct {
 	MaxAttempts int
 	// Circuit stops the route's attempts for a while after consecutive failures.
 	Circuit Circuit
+	// Filter, when set, must be true for a delivery its matches match: a
+	// CEL expression over the delivery's provider, event, headers and
+	// payload (configuration file only).
+	Filter *filter.Filter
 }
 
 // Rate is at most N attempts started in any window of Per (a second or a
@@ -163,18 +168,39 @@ func glob(pattern, s string) bool {
 // Table is the fan-out table, its routes in the order they were configured.
 type Table []Route
 
-// Matching returns the names of the routes that match a delivery.
-func (rs Table) Matching(provider, event string) []string {
+// Matching returns the names of the routes that match a delivery: one of
+// their matches matches its provider and event, and their filter, if any, is
+// true for it. A filter that cannot be evaluated on the delivery is false,
+// and failed, when not nil, is told which route's and why. The payload is
+// parsed once, and only when a route whose matches match has a filter.
+func (rs Table) Matching(in *filter.Input, failed func(route string, err error)) []string {
 	var names []string
 	for _, r := range rs {
-		for _, m := range r.Matches {
-			if m.Matches(provider, event) {
-				names = append(names, r.Name)
-				break
+		if !r.matches(in.Provider, in.Event) {
+			continue
+		}
+		if r.Filter != nil {
+			ok, err := r.Filter.Match(in)
+			if err != nil && failed != nil {
+				failed(r.Name, err)
+			}
+			if !ok {
+				continue
 			}
 		}
+		names = append(names, r.Name)
 	}
 	return names
+}
+
+// matches reports whether one of the route's matches matches.
+func (r Route) matches(provider, event string) bool {
+	for _, m := range r.Matches {
+		if m.Matches(provider, event) {
+			return true
+		}
+	}
+	return false
 }
 
 // MaxTimeout is the longest attempt time limit of any route (d when there

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/filter"
 )
 
 func TestMatch(t *testing.T) {
@@ -60,10 +61,10 @@ func TestParse(t *testing.T) {
 	if name, ok := rs[2].Builtin(); !ok || name != "log" {
 		t.Fatalf("builtin = %q %v", name, ok)
 	}
-	if got := rs.Matching("github", "pull_request.opened"); !slices.Equal(got, []string{"ci", "audit"}) {
+	if got := rs.Matching(&filter.Input{Provider: "github", Event: "pull_request.opened"}, nil); !slices.Equal(got, []string{"ci", "audit"}) {
 		t.Fatalf("matching = %v", got)
 	}
-	if got := rs.Matching("stripe", "invoice.paid"); !slices.Equal(got, []string{"billing", "audit"}) {
+	if got := rs.Matching(&filter.Input{Provider: "stripe", Event: "invoice.paid"}, nil); !slices.Equal(got, []string{"billing", "audit"}) {
 		t.Fatalf("matching = %v", got)
 	}
 	if rs, err := fanout.Parse("  ", handlers, fanout.Defaults{}); err != nil || len(rs) != 0 {

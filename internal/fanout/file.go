@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/hookgate/hookgate/internal/filter"
 )
 
 // ErrBadFile means the configuration file could not be read or holds a value
@@ -33,7 +35,7 @@ const (
 // The keys each level of the file may hold; anything else is refused.
 var (
 	fileKeys    = []string{"routes"}
-	routeKeys   = []string{"name", "match", "target", "target_env", "concurrency", "rate", "timeout", "max_attempts", "circuit"}
+	routeKeys   = []string{"name", "match", "target", "target_env", "concurrency", "rate", "timeout", "max_attempts", "circuit", "filter"}
 	circuitKeys = []string{"failures", "cooldown"}
 )
 
@@ -52,6 +54,7 @@ type fileRoute struct {
 		Failures *int   `yaml:"failures"`
 		Cooldown string `yaml:"cooldown"`
 	} `yaml:"circuit"`
+	Filter *string `yaml:"filter"`
 }
 
 // Load returns the fan-out table: from the configuration file at path when it
@@ -216,6 +219,13 @@ func readRoute(n *yaml.Node, builtins []string, d Defaults) (Route, error) {
 			return r, fmt.Errorf("key max_attempts: must be 1 to %d, got %d", MaxMaxAttempts, *f.MaxAttempts)
 		}
 		r.MaxAttempts = *f.MaxAttempts
+	}
+	if f.Filter != nil {
+		filter, err := filter.Compile(*f.Filter)
+		if err != nil {
+			return r, fmt.Errorf("key filter: %w", err)
+		}
+		r.Filter = filter
 	}
 	if c := f.Circuit; c != nil {
 		if c.Failures != nil {

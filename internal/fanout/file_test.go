@@ -4,11 +4,13 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/filter"
 )
 
 var defaults = fanout.Defaults{Concurrency: 50, Timeout: 10 * time.Second, MaxAttempts: 25}
@@ -131,6 +133,9 @@ func TestReadFileRefusesWhatIsWrong(t *testing.T) {
 		{"routes: {name: ci}\n", `routes must be a list`},
 		{"routes:\n  - name: ci\n" + ok + "    concurrency: many\n", `route "ci" (line 2)`},
 		{"routes: [\n", `did not find expected`},
+		{"routes:\n  - name: ci\n" + ok + "    filter: payload.action\n", `route "ci" (line 2): key filter: invalid filter: its type is dyn, not bool`},
+		{"routes:\n  - name: ci\n" + ok + "    filter: 'payload.action == '\n", `route "ci" (line 2): key filter: invalid filter: ERROR`},
+		{"routes:\n  - name: ci\n" + ok + "    filter: ''\n", `key filter: invalid filter: empty`},
 	} {
 		path := writeFile(t, tt.text)
 		_, err := fanout.Load("", path, []string{"log"}, defaults)
@@ -140,6 +145,53 @@ func TestReadFileRefusesWhatIsWrong(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "secretpw") {
 			t.Errorf("%q: the error shows a credential: %v", tt.text, err)
 		}
+	}
+}
+
+// A route's filter is compiled when the file is read, and decides with its
+// matches which deliveries the route takes.
+func TestReadFileCompilesFilters(t *testing.T) {
+	path := writeFile(t, `
+routes:
+  - name: api-prs
+    match: ["github:pull_request"]
+    filter: 'payload.repository.full_name == "acme/api" && payload.action in ["opened", "synchronize"]'
+    target: http://127.0.0.1:9000/prs
+  - name: all-prs
+    match: ["github:pull_request"]
+    target: http://127.0.0.1:9000/all
+`)
+	table, err := fanout.Load("", path, nil, defaults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if table[0].Filter == nil || table[1].Filter != nil {
+		t.Fatalf("filters: %v, %v", table[0].Filter, table[1].Filter)
+	}
+	pr := func(repo, action string) *filter.Input {
+		return &filter.Input{Provider: "github", Event: "pull_request." + action, ContentType: "application/json",
+			Body: []byte(`{"action":"` + action + `","repository":{"full_name":"` + repo + `"}}`)}
+	}
+	var failed []string
+	report := func(route string, err error) { failed = append(failed, route) }
+	for _, c := range []struct {
+		in   *filter.Input
+		want []string
+	}{
+		{pr("acme/api", "opened"), []string{"api-prs", "all-prs"}},
+		{pr("acme/api", "closed"), []string{"all-prs"}},
+		{pr("acme/web", "opened"), []string{"all-prs"}},
+		{&filter.Input{Provider: "github", Event: "pull_request.opened", ContentType: "application/json", Body: []byte(`{"action":"opened"}`)}, []string{"all-prs"}},
+		{&filter.Input{Provider: "github", Event: "push", ContentType: "application/json", Body: []byte(`{}`)}, nil},
+	} {
+		if got := table.Matching(c.in, report); !slices.Equal(got, c.want) {
+			t.Errorf("%s %s: %v, want %v", c.in.Event, c.in.Body, got, c.want)
+		}
+	}
+	// Only the payload without a repository made the filter fail; a push
+	// never reached it.
+	if !slices.Equal(failed, []string{"api-prs"}) {
+		t.Errorf("failures reported: %v", failed)
 	}
 }
 

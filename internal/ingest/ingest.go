@@ -267,7 +267,8 @@ func (in *Ingester) AcceptManyTx(ctx context.Context, tx pgx.Tx, ds []providers.
 	for i, k := range kinds {
 		switch k {
 		case receipts.New:
-			events = append(events, jobs.Event{Provider: ds[i].Provider, DeliveryID: ds[i].DeliveryID, Event: ds[i].Event})
+			events = append(events, jobs.Event{Provider: ds[i].Provider, DeliveryID: ds[i].DeliveryID, Event: ds[i].Event,
+				Headers: ds[i].Headers, ContentType: ds[i].ContentType, Body: ds[i].Body})
 			newIdx = append(newIdx, i)
 			outcomes[i].Result.Status = Accepted
 		case receipts.Duplicate:

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/filter"
 )
 
 // DispatchKind is the River job kind of a dispatch. Stable: stored in river_job.
@@ -50,6 +51,8 @@ type Enqueuer struct {
 	// MaxAttempts is a job's attempt limit when its route sets none.
 	// Defaults to River's (25).
 	MaxAttempts int
+	// Filters hears of route filters that failed on a delivery; may be nil.
+	Filters *filter.Reporter
 }
 
 // EnqueueTx creates generation 1 of the dispatch of every route matching the
@@ -64,9 +67,18 @@ func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, provider, deliveryI
 	return n[0], nil
 }
 
-// Event names one event to dispatch.
+// Event names one event to dispatch, with what route filters read: its
+// kept headers, content type and body.
 type Event struct {
 	Provider, DeliveryID, Event string
+	Headers                     map[string]string
+	ContentType                 string
+	Body                        []byte
+}
+
+// input is an event as route filters see it.
+func (ev Event) input() *filter.Input {
+	return &filter.Input{Provider: ev.Provider, Event: ev.Event, Headers: ev.Headers, ContentType: ev.ContentType, Body: ev.Body}
 }
 
 // EnqueueManyTx is EnqueueTx for several events in one round of statements.
@@ -75,7 +87,7 @@ type Event struct {
 func (e *Enqueuer) EnqueueManyTx(ctx context.Context, tx pgx.Tx, events []Event) ([]int, error) {
 	var want []Created
 	for _, ev := range events {
-		for _, r := range e.Routes.Matching(ev.Provider, ev.Event) {
+		for _, r := range e.Routes.Matching(ev.input(), e.Filters.Failed) {
 			want = append(want, Created{Provider: ev.Provider, DeliveryID: ev.DeliveryID, Route: r, Generation: 1})
 		}
 	}

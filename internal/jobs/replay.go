@@ -42,22 +42,23 @@ func (e *Enqueuer) RedispatchTx(ctx context.Context, tx pgx.Tx, provider, delive
 	if err := deliveries.CheckKey(provider, deliveryID); err != nil {
 		return nil, err
 	}
-	var event string
-	err := tx.QueryRow(ctx, `SELECT event FROM hookgate_receipts WHERE provider = $1 AND delivery_id = $2
-		ORDER BY received_at, scope LIMIT 1`, provider, deliveryID).Scan(&event)
+	ev := Event{Provider: provider, DeliveryID: deliveryID}
+	err := tx.QueryRow(ctx, `SELECT event, headers, content_type, body FROM hookgate_receipts WHERE provider = $1 AND delivery_id = $2
+		ORDER BY received_at, scope LIMIT 1`, provider, deliveryID).Scan(&ev.Event, &ev.Headers, &ev.ContentType, &ev.Body)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, deliveries.ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read delivery: %w", err)
 	}
-	matching := e.Routes.Matching(provider, event)
+	// The filters as they are now decide, as the route table does.
+	matching := e.Routes.Matching(ev.input(), e.Filters.Failed)
 	routes := matching
 	if len(req.Routes) > 0 {
 		routes = nil
 		for _, r := range req.Routes {
 			if !slices.Contains(matching, r) {
-				return nil, fmt.Errorf("%w: %q is not a configured route matching %s:%s", ErrUnknownRoute, r, provider, event)
+				return nil, fmt.Errorf("%w: %q is not a configured route matching %s:%s (with a filter true for it)", ErrUnknownRoute, r, provider, ev.Event)
 			}
 			if !slices.Contains(routes, r) {
 				routes = append(routes, r)

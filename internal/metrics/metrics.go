@@ -32,6 +32,7 @@ type Metrics struct {
 	attempts   *prometheus.CounterVec
 	recovery   *prometheus.CounterVec
 	runs       *prometheus.CounterVec
+	filters    *prometheus.CounterVec
 }
 
 // New returns metrics registered in a new registry; pool, when not nil, is
@@ -74,7 +75,11 @@ func New(pool *pgxpool.Pool) *Metrics {
 		Name: "hookgate_recovery_runs_total",
 		Help: "Recovery runs by provider and result (ok, failed): alert when a provider's failed runs keep growing and its ok runs do not.",
 	}, []string{"provider", "result"})
-	m.registry.MustRegister(m.ingest, m.secondary, m.ack, m.dispatches, m.toSuccess, m.attempts, m.recovery, m.runs,
+	m.filters = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hookgate_filter_failures_total",
+		Help: "Deliveries on which a route's filter could not be evaluated (a field missing, the cost limit, a payload that is not JSON), by route: the route did not take them.",
+	}, []string{"route"})
+	m.registry.MustRegister(m.ingest, m.secondary, m.ack, m.dispatches, m.toSuccess, m.attempts, m.recovery, m.runs, m.filters,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if pool != nil {
 		c := &queueCollector{pool: pool,
@@ -191,6 +196,14 @@ func (m *Metrics) Recovery(provider, outcome string, n int) {
 		return
 	}
 	m.recovery.WithLabelValues(provider, outcome).Add(float64(n))
+}
+
+// FilterFailed counts one delivery on which a route's filter failed.
+func (m *Metrics) FilterFailed(route string) {
+	if m == nil {
+		return
+	}
+	m.filters.WithLabelValues(route).Inc()
 }
 
 // RecoveryRun counts one recovery run of a provider, ok or failed.

@@ -185,6 +185,8 @@ type View struct {
 	Rate        *string `json:"rate"`
 	Timeout     string  `json:"timeout"`
 	MaxAttempts int     `json:"max_attempts"`
+	// Filter is the route's CEL filter, null when it has none.
+	Filter *string `json:"filter"`
 	// State is "active" or "paused".
 	State       string     `json:"state"`
 	PausedAt    *time.Time `json:"paused_at"`
@@ -239,6 +241,10 @@ func List(ctx context.Context, db *pgxpool.Pool, table fanout.Table) ([]View, er
 		}
 		if rate := r.Rate.String(); rate != "" {
 			v.Rate = &rate
+		}
+		if r.Filter != nil {
+			src := r.Filter.String()
+			v.Filter = &src
 		}
 		at[r.Name] = v
 		names, queues = append(names, r.Name), append(queues, r.Queue())

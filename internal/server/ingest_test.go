@@ -19,6 +19,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/filter"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/metrics"
@@ -53,6 +54,8 @@ type setupOpts struct {
 	committers  int           // 0: the default
 	ready       func(context.Context) error
 	metrics     *metrics.Metrics
+	routes      fanout.Table     // nil: testRoutes
+	filters     *filter.Reporter // hears of filters that fail
 }
 
 func setup(t testing.TB, opts setupOpts) *testBundle {
@@ -67,9 +70,11 @@ func setup(t testing.TB, opts setupOpts) *testBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	routes, err := fanout.Parse(testRoutes, jobs.DefaultHandlers(logger).Names(), fanout.Defaults{})
-	if err != nil {
-		t.Fatal(err)
+	routes := opts.routes
+	if routes == nil {
+		if routes, err = fanout.Parse(testRoutes, jobs.DefaultHandlers(logger).Names(), fanout.Defaults{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ready := opts.ready
 	if ready == nil {
@@ -85,7 +90,7 @@ func setup(t testing.TB, opts setupOpts) *testBundle {
 		Ingester: &ingest.Ingester{
 			Pool:       ingestPool,
 			Receipts:   &receipts.Store{Retention: 72 * time.Hour},
-			Enqueuer:   &jobs.Enqueuer{Client: client, Routes: routes, MaxAttempts: 5},
+			Enqueuer:   &jobs.Enqueuer{Client: client, Routes: routes, MaxAttempts: 5, Filters: opts.filters},
 			Committers: opts.committers,
 		},
 		Ready:            ready,

@@ -1,0 +1,200 @@
+// Package filter evaluates routes' payload filters: CEL expressions
+// (https://cel.dev) over a delivery's provider, event name, kept headers and
+// parsed JSON payload.
+//
+// A filter is compiled once, at start: one that does not compile, or whose
+// type is not bool (a bare field such as payload.action is dyn), is refused
+// there. At run time a filter that fails on a delivery (a field missing, a
+// cost limit reached, a payload that is not JSON) is false for that delivery,
+// and the caller is told why; it never fails the delivery.
+package filter
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"mime"
+	"strings"
+	"sync"
+	"time"
+
+	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/ext"
+
+	"github.com/hookgate/hookgate/internal/providers"
+)
+
+// CostLimit bounds one evaluation's cost, in CEL's units (about one per
+// field read, comparison or list element visited): a filter that would walk
+// a large payload's arrays again and again stops there and is false.
+const CostLimit = 100_000
+
+// MaxLen bounds a filter's text.
+const MaxLen = 4096
+
+// Input is one delivery as filters see it. Its payload is parsed the first
+// time a filter needs it, and only once, however many routes have filters.
+type Input struct {
+	Provider, Event string
+	// Headers are the delivery's kept headers; filters see their names in
+	// lower case.
+	Headers map[string]string
+	// ContentType and Body are the request's; a form-encoded body's JSON is
+	// its payload field (GitHub's form content type).
+	ContentType string
+	Body        []byte
+
+	once    sync.Once
+	vars    map[string]any
+	payload error
+}
+
+// activation returns the variables a filter sees, parsing the payload once.
+func (in *Input) activation() (map[string]any, error) {
+	in.once.Do(func() {
+		headers := make(map[string]string, len(in.Headers))
+		for k, v := range in.Headers {
+			headers[strings.ToLower(k)] = v
+		}
+		var payload any
+		in.payload = parse(in.ContentType, in.Body, &payload)
+		in.vars = map[string]any{"provider": in.Provider, "event": in.Event, "headers": headers, "payload": payload}
+	})
+	return in.vars, in.payload
+}
+
+// parse reads a body's JSON into v: the body itself, or the payload field of
+// a form-encoded body.
+func parse(contentType string, body []byte, v *any) error {
+	if mt, _, _ := mime.ParseMediaType(contentType); mt == "application/x-www-form-urlencoded" {
+		p, err := providers.DecodeGitHubForm(body)
+		if err != nil {
+			return err
+		}
+		body = p
+	}
+	d := json.NewDecoder(bytes.NewReader(body))
+	if err := d.Decode(v); err != nil {
+		return fmt.Errorf("the payload is not JSON: %w", err)
+	}
+	return nil
+}
+
+// Filter is a compiled filter.
+type Filter struct {
+	src string
+	prg cel.Program
+}
+
+// String returns the filter's text.
+func (f *Filter) String() string { return f.src }
+
+var env = sync.OnceValues(func() (*cel.Env, error) {
+	return cel.NewEnv(
+		cel.Variable("provider", cel.StringType),
+		cel.Variable("event", cel.StringType),
+		cel.Variable("headers", cel.MapType(cel.StringType, cel.StringType)),
+		cel.Variable("payload", cel.DynType),
+		// JSON numbers are doubles: payload.amount_paid > 1000 compares
+		// them with integers as a person means it.
+		cel.CrossTypeNumericComparisons(true),
+		ext.Strings(),
+	)
+})
+
+// ErrInvalid means a filter does not compile or is not of type bool.
+var ErrInvalid = errors.New("invalid filter")
+
+// Compile compiles a filter. Its errors say where in the text it fails.
+func Compile(src string) (*Filter, error) {
+	if strings.TrimSpace(src) == "" {
+		return nil, fmt.Errorf("%w: empty", ErrInvalid)
+	}
+	if len(src) > MaxLen {
+		return nil, fmt.Errorf("%w: longer than %d bytes", ErrInvalid, MaxLen)
+	}
+	e, err := env()
+	if err != nil {
+		return nil, fmt.Errorf("filter environment: %w", err)
+	}
+	ast, iss := e.Compile(src)
+	if iss.Err() != nil {
+		return nil, fmt.Errorf("%w: %s", ErrInvalid, strings.ReplaceAll(iss.Err().Error(), "\n", " "))
+	}
+	if t := ast.OutputType(); !t.IsExactType(cel.BoolType) {
+		return nil, fmt.Errorf("%w: its type is %s, not bool (compare the field, or wrap it: payload.draft == true)", ErrInvalid, t)
+	}
+	prg, err := e.Program(ast, cel.CostLimit(CostLimit), cel.InterruptCheckFrequency(100))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return &Filter{src: src, prg: prg}, nil
+}
+
+// Match reports whether the filter is true for the delivery. An error says
+// why it could not be evaluated; the filter is then false.
+func (f *Filter) Match(in *Input) (bool, error) {
+	vars, err := in.activation()
+	if err != nil {
+		return false, err
+	}
+	out, _, err := f.prg.Eval(vars)
+	if err != nil {
+		return false, err
+	}
+	b, ok := out.Value().(bool)
+	if !ok {
+		return false, fmt.Errorf("the filter gave %v, not a bool", out.Value())
+	}
+	return b, nil
+}
+
+// Reporter is told of filters that failed on a delivery: it counts each
+// failure and logs at most one a minute per route, so that a filter failing
+// on every delivery of a busy route does not flood the log.
+type Reporter struct {
+	// Count, when set, counts one failure of the route's filter.
+	Count  func(route string)
+	Logger *slog.Logger
+	// Every is the least time between two log lines of one route; a minute
+	// when 0.
+	Every time.Duration
+
+	mu     sync.Mutex
+	logged map[string]time.Time
+	quiet  map[string]int // failures not logged since the last line
+}
+
+// Failed records one failure of route's filter.
+func (r *Reporter) Failed(route string, err error) {
+	if r == nil {
+		return
+	}
+	if r.Count != nil {
+		r.Count(route)
+	}
+	every := r.Every
+	if every <= 0 {
+		every = time.Minute
+	}
+	r.mu.Lock()
+	if r.logged == nil {
+		r.logged, r.quiet = map[string]time.Time{}, map[string]int{}
+	}
+	now := time.Now()
+	if now.Sub(r.logged[route]) < every {
+		r.quiet[route]++
+		r.mu.Unlock()
+		return
+	}
+	r.logged[route] = now
+	quiet := r.quiet[route]
+	r.quiet[route] = 0
+	r.mu.Unlock()
+	if r.Logger != nil {
+		r.Logger.Warn("a route's filter failed on a delivery; the route does not take it", "route", route, "error", err,
+			"failures_not_logged", quiet)
+	}
+}

@@ -1,0 +1,142 @@
+package filter_test
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/hookgate/hookgate/internal/filter"
+)
+
+// delivery reads a payload from testdata (GitHub's and Stripe's documented
+// examples, trimmed) as filters see it.
+func delivery(t testing.TB, provider, event, file string) *filter.Input {
+	t.Helper()
+	body, err := os.ReadFile("testdata/" + file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &filter.Input{Provider: provider, Event: event, ContentType: "application/json", Body: body,
+		Headers: map[string]string{"X-GitHub-Event": strings.Split(event, ".")[0], "X-GitHub-Hook-ID": "42"}}
+}
+
+func compile(t testing.TB, src string) *filter.Filter {
+	t.Helper()
+	f, err := filter.Compile(src)
+	if err != nil {
+		t.Fatalf("%s: %v", src, err)
+	}
+	return f
+}
+
+// The filter cookbook's filters, on real payloads: each is true where it
+// should be and false elsewhere, without an error.
+func TestFiltersMatchRealPayloads(t *testing.T) {
+	pr := func() *filter.Input { return delivery(t, "github", "pull_request.opened", "pull_request.opened.json") }
+	push := func() *filter.Input { return delivery(t, "github", "push", "push.json") }
+	invoice := func() *filter.Input { return delivery(t, "stripe", "invoice.paid", "invoice.paid.json") }
+	for _, c := range []struct {
+		filter string
+		in     *filter.Input
+		want   bool
+	}{
+		{`payload.repository.full_name == "acme/api" && payload.action in ["opened", "synchronize"]`, pr(), true},
+		{`payload.repository.full_name == "acme/web" && payload.action in ["opened", "synchronize"]`, pr(), false},
+		{`payload.pull_request.labels.exists(l, l.name == "deploy")`, pr(), true},
+		{`payload.pull_request.base.ref == "main" && !payload.pull_request.draft`, pr(), true},
+		{`payload.ref == "refs/heads/main" && !payload.deleted`, push(), true},
+		{`payload.ref.startsWith("refs/tags/")`, push(), false},
+		{`payload.commits.exists(c, c.modified.exists(f, f.startsWith("docs/")))`, push(), false},
+		{`payload.data.object.amount_paid >= 10000 && payload.data.object.currency == "eur"`, invoice(), true},
+		{`payload.data.object.amount_paid > 20000`, invoice(), false},
+		{`payload.data.object.lines.data.exists(l, l.price.lookup_key == "pro_monthly")`, invoice(), true},
+		{`provider == "github" && event.startsWith("pull_request.") && headers["x-github-hook-id"] == "42"`, pr(), true},
+		{`has(payload.pull_request) && payload.pull_request.draft`, push(), false},
+	} {
+		got, err := compile(t, c.filter).Match(c.in)
+		if err != nil || got != c.want {
+			t.Errorf("%s on %s: %v, %v; want %v", c.filter, c.in.Event, got, err, c.want)
+		}
+	}
+}
+
+// A filter that cannot be evaluated on a delivery is false, with the reason:
+// a field missing in this payload, a body that is not JSON, a cost limit.
+func TestFiltersThatFailAreFalse(t *testing.T) {
+	in := delivery(t, "github", "push", "push.json")
+	got, err := compile(t, `payload.pull_request.draft == false`).Match(in)
+	if got || err == nil || !strings.Contains(err.Error(), "pull_request") {
+		t.Errorf("a field missing in the payload: %v, %v", got, err)
+	}
+	notJSON := &filter.Input{Provider: "github", Event: "push", ContentType: "application/json", Body: []byte("<xml/>")}
+	if got, err := compile(t, `event == "push"`).Match(notJSON); got || err == nil {
+		t.Errorf("a body that is not JSON: %v, %v", got, err)
+	}
+	// A push of 300 commits, each walked 300 times: past the cost limit.
+	var commits []string
+	for i := range 300 {
+		commits = append(commits, fmt.Sprintf(`{"id":"%040d","modified":["a","b"]}`, i))
+	}
+	big := &filter.Input{Provider: "github", Event: "push", ContentType: "application/json",
+		Body: []byte(`{"ref":"refs/heads/main","commits":[` + strings.Join(commits, ",") + `]}`)}
+	got, err = compile(t, `payload.commits.all(a, payload.commits.exists(b, b.id == a.id))`).Match(big)
+	if got || err == nil || !strings.Contains(err.Error(), "cost limit") {
+		t.Errorf("an expensive filter: %v, %v", got, err)
+	}
+	// The same filter on a small payload is within the limit.
+	if got, err := compile(t, `payload.commits.all(a, payload.commits.exists(b, b.id == a.id))`).Match(in); !got || err != nil {
+		t.Errorf("the same filter on one commit: %v, %v", got, err)
+	}
+}
+
+// GitHub's form-encoded deliveries carry their JSON in the payload field.
+func TestFiltersReadAFormEncodedPayload(t *testing.T) {
+	json, err := os.ReadFile("testdata/pull_request.opened.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &filter.Input{Provider: "github", Event: "pull_request.opened", ContentType: "application/x-www-form-urlencoded",
+		Body: []byte("payload=" + url.QueryEscape(string(json)))}
+	if got, err := compile(t, `payload.number == 2`).Match(in); !got || err != nil {
+		t.Errorf("form-encoded: %v, %v", got, err)
+	}
+}
+
+// Filters that cannot work are refused when compiled, saying why.
+func TestFiltersRefusedAtCompile(t *testing.T) {
+	for src, want := range map[string]string{
+		`payload.action`:                "not bool",
+		`1 + 1`:                         "not bool",
+		`payload.action == `:            "Syntax error",
+		`payload.action == "opened" &&`: "Syntax error",
+		`body.action == "opened"`:       "undeclared reference",
+		`event == 1`:                    "no matching overload",
+		`  `:                            "empty",
+		strings.Repeat(`event == "x" || `, 400) + `true`: "longer than",
+	} {
+		_, err := filter.Compile(src)
+		if !errors.Is(err, filter.ErrInvalid) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%.40s: %v, want an error saying %q", src, err, want)
+		}
+	}
+}
+
+// BenchmarkFilter is a typical filter on a pull request, its payload parsed
+// once per delivery.
+func BenchmarkFilter(b *testing.B) {
+	f := compile(b, `payload.repository.full_name == "acme/api" && payload.action in ["opened", "synchronize"]`)
+	body, err := os.ReadFile("testdata/pull_request.opened.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		in := &filter.Input{Provider: "github", Event: "pull_request.opened", ContentType: "application/json", Body: body}
+		if ok, err := f.Match(in); !ok || err != nil {
+			b.Fatal(ok, err)
+		}
+	}
+}

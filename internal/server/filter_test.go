@@ -1,0 +1,114 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/filter"
+	"github.com/hookgate/hookgate/internal/jobs"
+)
+
+// filterRoutes reads a configuration file's routes, as the gateway does at
+// start.
+func filterRoutes(t *testing.T, yaml string) fanout.Table {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "hookgate.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	table, err := fanout.Load("", path, []string{"log"}, fanout.Defaults{Concurrency: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return table
+}
+
+// A route with a filter takes only the deliveries its filter is true for; a
+// delivery on which the filter fails is stored and dispatched to the other
+// routes, and the failure is reported; a replay evaluates the filters as
+// they are at replay time.
+func TestRouteFiltersDecideAtIngestAndReplay(t *testing.T) {
+	t.Parallel()
+	const routes = `
+routes:
+  - name: api-prs
+    match: ["github:pull_request"]
+    filter: 'payload.repository.full_name == "%s" && payload.action in ["opened", "synchronize"]'
+    target: builtin:log
+  - name: all
+    match: ["github:*"]
+    target: builtin:log
+`
+	var mu sync.Mutex
+	var failed []string
+	reporter := &filter.Reporter{Count: func(route string) { mu.Lock(); failed = append(failed, route); mu.Unlock() },
+		Logger: slog.New(slog.DiscardHandler)}
+	b := setup(t, setupOpts{routes: filterRoutes(t, fmt.Sprintf(routes, "acme/api")), filters: reporter})
+
+	pr := func(id, repo, action string) *http.Request {
+		body := fmt.Sprintf(`{"action":%q,"number":1,"pull_request":{"id":7,"updated_at":"2026-11-30T11:00:00Z"},"repository":{"full_name":%q}}`, action, repo)
+		return githubRequest(ghReq{id: id, event: "pull_request", body: []byte(body)})
+	}
+	for _, c := range []struct {
+		req    *http.Request
+		routes float64
+	}{
+		{pr("f-1", "acme/api", "opened"), 2},
+		{pr("f-2", "acme/api", "closed"), 1},
+		{pr("f-3", "acme/web", "opened"), 1},
+		// No repository: the filter fails, the delivery is not harmed.
+		{githubRequest(ghReq{id: "f-4", event: "pull_request", body: []byte(`{"action":"opened","pull_request":{"id":8}}`)}), 1},
+	} {
+		res := b.do(t, c.req)
+		if res.status != http.StatusAccepted || res.body["routes"] != c.routes {
+			t.Fatalf("%s: %d %v, want 202 with routes %v", c.req.Header.Get("X-GitHub-Delivery"), res.status, res.body, c.routes)
+		}
+	}
+	if n := b.count(t, `SELECT count(*) FROM hookgate_dispatches WHERE route = 'api-prs'`); n != 1 {
+		t.Errorf("api-prs dispatches: %d, want 1", n)
+	}
+	if !slices.Equal(failed, []string{"api-prs"}) {
+		t.Errorf("filter failures reported: %v, want one of api-prs", failed)
+	}
+
+	// The filter now names acme/web: a replay of f-3 dispatches it to
+	// api-prs, and one of f-1 no longer does.
+	client, err := jobs.NewInsertClient(b.pool, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := &jobs.Enqueuer{Client: client, Routes: filterRoutes(t, fmt.Sprintf(routes, "acme/web")), Filters: reporter}
+	replay := func(id string, req jobs.ReplayRequest) []jobs.Created {
+		t.Helper()
+		tx, err := b.pool.Begin(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(context.Background())
+		created, err := now.RedispatchTx(context.Background(), tx, "github", id, req)
+		if err != nil {
+			t.Fatalf("replay %s: %v", id, err)
+		}
+		if err := tx.Commit(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return created
+	}
+	// (Route all's dispatch is still pending here: a replay leaves it be.)
+	created := replay("f-3", jobs.ReplayRequest{Force: true})
+	if len(created) != 1 || created[0].Route != "api-prs" {
+		t.Errorf("replay of f-3 under the new filter: %+v, want api-prs", created)
+	}
+	created = replay("f-1", jobs.ReplayRequest{Force: true})
+	if slices.ContainsFunc(created, func(c jobs.Created) bool { return c.Route == "api-prs" }) {
+		t.Errorf("replay of f-1 under the new filter: %+v, want no api-prs", created)
+	}
+}
