@@ -96,7 +96,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 
+	// The configuration file's sources are providers as github and stripe
+	// are, for every command: routes, filters and the CLI name them.
+	handlers := jobs.DefaultHandlers(logger)
+	table, sources, fileErr := cfg.LoadRoutesAndSources(handlers.Names())
+	for _, src := range sources {
+		providers.Register(src.Name())
+	}
 	if command != "serve" && command != "migrate" {
+		if fileErr != nil {
+			fmt.Fprintf(stderr, "warning: configuration: %v\n", fileErr)
+		}
 		quiet := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		open := func(ctx context.Context) (*pgxpool.Pool, func(), error) {
 			return openDatabase(ctx, cfg, quiet, shareOrStart, 0)
@@ -114,12 +124,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	// A bad route table or recovery setting stops serve before anything
 	// starts.
-	handlers := jobs.DefaultHandlers(logger)
-	var table fanout.Table
 	recoverer := &recovery.Recoverer{Lookback: cfg.RecoveryLookback, Retention: cfg.Retention, Logger: logger}
 	if command == "serve" {
-		if table, err = cfg.LoadRoutes(handlers.Names()); err != nil {
-			return fmt.Errorf("configuration: %w", err)
+		if fileErr != nil {
+			return fmt.Errorf("configuration: %w", fileErr)
 		}
 		if recoverer.GitHub, recoverer.Stripe, err = recovery.FromConfig(cfg); err != nil {
 			return fmt.Errorf("configuration: %w", err)
@@ -142,7 +150,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, "migrations applied")
 		return nil
 	}
-	return serve(ctx, cfg, pool, table, handlers, recoverer, logger)
+	return serve(ctx, cfg, pool, table, sources, handlers, recoverer, logger)
 }
 
 // builtinWorkers is how many builtin dispatches one process may run at once:
@@ -266,8 +274,8 @@ func serveMetrics(addr string, m *metrics.Metrics, logger *slog.Logger) (*http.S
 
 // serve runs the HTTP server and the River client until ctx is cancelled, then
 // stops accepting, finishes requests in flight, and stops River softly.
-func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, table fanout.Table, handlers jobs.Handlers,
-	recoverer *recovery.Recoverer, logger *slog.Logger) error {
+func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, table fanout.Table, sources []providers.Provider,
+	handlers jobs.Handlers, recoverer *recovery.Recoverer, logger *slog.Logger) error {
 	if err := routes.Sync(ctx, pool, table); err != nil {
 		return err
 	}
@@ -314,8 +322,9 @@ func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, table fan
 	if len(cfg.StripeSecrets) > 0 {
 		provs = append(provs, providers.Stripe{Secrets: verify.Secrets(cfg.StripeSecrets), Tolerance: cfg.StripeTolerance})
 	}
+	provs = append(provs, sources...)
 	if len(provs) == 0 {
-		logger.WarnContext(ctx, "no provider configured: set GITHUB_WEBHOOK_SECRET or STRIPE_WEBHOOK_SECRET")
+		logger.WarnContext(ctx, "no provider configured: set GITHUB_WEBHOOK_SECRET or STRIPE_WEBHOOK_SECRET, or sources in GATEWAY_CONFIG_FILE")
 	}
 
 	// Background services stop when bgCtx ends, after the HTTP server.

@@ -272,7 +272,7 @@ func show(ctx context.Context, env Env, args []string) error {
 // --provider filter is: such a name is a typo, not a missing delivery.
 func knownProvider(name string) error {
 	if !providers.Known(name) {
-		return usageErr("unknown provider %q (known: %s)", name, strings.Join(providers.Names, ", "))
+		return usageErr("unknown provider %q (known: %s)", name, strings.Join(providers.Names(), ", "))
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/verify"
 )
@@ -32,7 +33,7 @@ func send(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	if len(rest) != 1 || !providers.Known(rest[0]) {
-		return usageErr("usage: send github|stripe --event E [--file F] [--url URL]")
+		return usageErr("usage: send %s --event E [--file F] [--url URL]", strings.Join(providers.Names(), "|"))
 	}
 	provider := rest[0]
 	if *event == "" {
@@ -82,6 +83,20 @@ func send(ctx context.Context, env Env, args []string) error {
 		req.Header.Set("Content-Type", "application/json; charset=utf-8")
 		req.Header.Set("User-Agent", "Stripe/1.0 (+https://stripe.com/docs/webhooks)")
 		req.Header.Set("Stripe-Signature", verify.SignTimestamped(env.Config.StripeSecrets[0], now, body))
+	default:
+		// A source of the configuration file, signed as its kind's sender signs.
+		src, err := source(env, provider)
+		if err != nil {
+			return err
+		}
+		kind := providers.Kinds[src.Kind]
+		id := uuid()
+		if body == nil {
+			body = kind.Sample(src, id, *event, now)
+		}
+		if err := kind.Sign(src, req.Header, body, id, *event, now); err != nil {
+			return usageErr("send: %v", err)
+		}
 	}
 	req.Body = io.NopCloser(bytes.NewReader(body))
 	req.ContentLength = int64(len(body))
@@ -102,6 +117,20 @@ func send(ctx context.Context, env Env, args []string) error {
 		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("send: the gateway answered %s", res.Status)}
 	}
 	return nil
+}
+
+// source returns a configured source's configuration.
+func source(env Env, name string) (providers.SourceConfig, error) {
+	_, sources, err := env.Config.LoadRoutesAndSources(jobs.DefaultHandlers(nil).Names())
+	if err != nil {
+		return providers.SourceConfig{}, fmt.Errorf("send: %w", err)
+	}
+	for _, p := range sources {
+		if c, ok := p.(providers.Configured); ok && p.Name() == name {
+			return c.Source(), nil
+		}
+	}
+	return providers.SourceConfig{}, usageErr("send: %s is not a source of GATEWAY_CONFIG_FILE", name)
 }
 
 func uuid() string {

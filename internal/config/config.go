@@ -15,6 +15,7 @@ import (
 	"github.com/kelseyhightower/envconfig"
 
 	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/providers"
 )
 
 // Config is the gateway's configuration. The envconfig tag is the variable;
@@ -99,11 +100,18 @@ func (c Config) RouteDefaults() fanout.Defaults {
 // LoadRoutes returns the fan-out table, from the configuration file or
 // GATEWAY_ROUTES; a builtin target must name one of builtins.
 func (c Config) LoadRoutes(builtins []string) (fanout.Table, error) {
-	t, err := fanout.Load(c.Routes, c.ConfigFile, builtins, c.RouteDefaults())
-	if errors.Is(err, fanout.ErrBadTable) {
-		return nil, fmt.Errorf("GATEWAY_ROUTES: %w", err)
-	}
+	t, _, err := c.LoadRoutesAndSources(builtins)
 	return t, err
+}
+
+// LoadRoutesAndSources is LoadRoutes that also returns the sources the
+// configuration file configures.
+func (c Config) LoadRoutesAndSources(builtins []string) (fanout.Table, []providers.Provider, error) {
+	t, sources, err := fanout.LoadWithSources(c.Routes, c.ConfigFile, builtins, c.RouteDefaults())
+	if errors.Is(err, fanout.ErrBadTable) {
+		return nil, nil, fmt.Errorf("GATEWAY_ROUTES: %w", err)
+	}
+	return t, sources, err
 }
 
 // expected says what a variable that could not be read should hold, without

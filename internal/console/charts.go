@@ -195,7 +195,7 @@ func (c *Console) readCharts(ctx context.Context, rg chartRange) (overviewCharts
 	}
 	unit := "per " + bucketName(rg.bucket)
 	out := overviewCharts{At: now}
-	for _, p := range providers.Names {
+	for _, p := range providers.Names() {
 		var all []series
 		for _, st := range chartStates {
 			all = append(all, series{name: st, counts: byProvider[p][st]})

@@ -250,7 +250,7 @@ func filterQuery(q url.Values) url.Values {
 
 func (c *Console) handleDeliveries(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	d := deliveriesData{Query: q, Providers: providers.Names, States: deliveries.States, Limit: 50}
+	d := deliveriesData{Query: q, Providers: providers.Names(), States: deliveries.States, Limit: 50}
 	fq := filterQuery(q)
 	f, err := deliveries.FilterFromQuery(fq, c.Now())
 	if err == nil && q.Get("limit") != "" {

@@ -77,7 +77,7 @@ func Summary(states []string) string {
 
 // Filter selects deliveries. Zero fields select everything.
 type Filter struct {
-	// Provider is one of providers.Names.
+	// Provider is one of providers.Names().
 	Provider string `json:"provider,omitempty"`
 	// Event is a route pattern: it matches an event name it equals or is a
 	// dot-separated prefix of; "*" matches any run of characters.
@@ -95,7 +95,7 @@ var eventPatternRE = regexp.MustCompile(`^[A-Za-z0-9_.*-]{1,255}$`)
 // Validate checks the filter's values.
 func (f Filter) Validate() error {
 	if f.Provider != "" && !providers.Known(f.Provider) {
-		return fmt.Errorf("%w: provider must be one of %s", ErrBadFilter, strings.Join(providers.Names, ", "))
+		return fmt.Errorf("%w: provider must be one of %s", ErrBadFilter, strings.Join(providers.Names(), ", "))
 	}
 	if f.Event != "" && !eventPatternRE.MatchString(f.Event) {
 		return fmt.Errorf("%w: event must be a route pattern such as pull_request or invoice.*", ErrBadFilter)

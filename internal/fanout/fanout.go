@@ -89,6 +89,9 @@ type Defaults struct {
 	Concurrency int
 	Timeout     time.Duration
 	MaxAttempts int
+	// Sources are the configured sources' names, which a match may name
+	// besides the providers already known.
+	Sources []string
 }
 
 // Queue is the River queue the route's dispatches wait in: one per route, so
@@ -252,7 +255,7 @@ func Parse(s string, builtins []string, d Defaults) (Table, error) {
 		}
 		r := Route{Name: name, Target: target, Concurrency: d.Concurrency, Timeout: d.Timeout, MaxAttempts: d.MaxAttempts, Circuit: DefaultCircuit}
 		for m := range strings.SplitSeq(matches, ",") {
-			match, err := parseMatch(m)
+			match, err := parseMatch(m, d.Sources)
 			if err != nil {
 				return nil, fmt.Errorf("%w %q: %w", ErrBadTable, shown, err)
 			}
@@ -266,11 +269,15 @@ func Parse(s string, builtins []string, d Defaults) (Table, error) {
 	return rs, nil
 }
 
-// parseMatch parses one provider:pattern.
-func parseMatch(m string) (Match, error) {
+// parseMatch parses one provider:pattern; the provider is a known one, one
+// of sources, or *.
+func parseMatch(m string, sources []string) (Match, error) {
 	provider, pattern, ok := strings.Cut(m, ":")
-	if !ok || (provider != "*" && !providers.Known(provider)) || !patternRE.MatchString(pattern) {
-		return Match{}, fmt.Errorf("match %q must be provider:pattern with provider %s or *", m, strings.Join(providers.Names, ", "))
+	known := providers.Known(provider) || slices.Contains(sources, provider)
+	if !ok || (provider != "*" && !known) || !patternRE.MatchString(pattern) {
+		names := slices.Concat(providers.Names(), sources)
+		slices.Sort(names)
+		return Match{}, fmt.Errorf("match %q must be provider:pattern with provider %s or *", m, strings.Join(slices.Compact(names), ", "))
 	}
 	return Match{Provider: provider, Pattern: pattern}, nil
 }

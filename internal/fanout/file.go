@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/hookgate/hookgate/internal/filter"
+	"github.com/hookgate/hookgate/internal/providers"
 )
 
 // ErrBadFile means the configuration file could not be read or holds a value
@@ -34,7 +35,10 @@ const (
 
 // The keys each level of the file may hold; anything else is refused.
 var (
-	fileKeys    = []string{"routes"}
+	fileKeys   = []string{"routes", "sources"}
+	sourceKeys = []string{"name", "kind", "secret_env", "tolerance", "order", "signature_header", "algorithm", "encoding", "prefix",
+		"timestamp_header", "id_header", "id_field", "event_header", "event_field"}
+	orderKeys   = []string{"entity", "time"}
 	routeKeys   = []string{"name", "match", "target", "target_env", "concurrency", "rate", "timeout", "max_attempts", "circuit", "filter"}
 	circuitKeys = []string{"failures", "cooldown"}
 )
@@ -60,31 +64,54 @@ type fileRoute struct {
 // Load returns the fan-out table: from the configuration file at path when it
 // lists routes, else from GATEWAY_ROUTES (spec). Both at once is an error.
 func Load(spec, path string, builtins []string, d Defaults) (Table, error) {
-	if path == "" {
-		return Parse(spec, builtins, d)
-	}
-	t, listed, err := ReadFile(path, builtins, d)
-	if err != nil {
-		return nil, err
-	}
-	if !listed {
-		return Parse(spec, builtins, d)
-	}
-	if strings.TrimSpace(spec) != "" {
-		return nil, fmt.Errorf("%w %s: routes are given both here and in GATEWAY_ROUTES; keep one", ErrBadFile, path)
-	}
-	return t, nil
+	t, _, err := LoadWithSources(spec, path, builtins, d)
+	return t, err
 }
 
-// ReadFile reads the routes of the YAML configuration file at path; listed
-// reports whether it has a routes key at all. Each route's limits left out
-// are d's, its circuit DefaultCircuit's. A target_env names the variable
-// holding the target's URL (or its _FILE variant, a file holding it), so that
-// a URL carrying a credential stays out of the file.
-func ReadFile(path string, builtins []string, d Defaults) (t Table, listed bool, err error) {
+// LoadWithSources is Load that also returns the sources the file configures,
+// which the routes (from the file or spec) may name.
+func LoadWithSources(spec, path string, builtins []string, d Defaults) (Table, []providers.Provider, error) {
+	if path == "" {
+		t, err := Parse(spec, builtins, d)
+		return t, nil, err
+	}
+	f, err := ReadFile(path, builtins, d)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !f.RoutesListed {
+		for _, src := range f.Sources {
+			d.Sources = append(d.Sources, src.Name())
+		}
+		t, err := Parse(spec, builtins, d)
+		return t, f.Sources, err
+	}
+	if strings.TrimSpace(spec) != "" {
+		return nil, nil, fmt.Errorf("%w %s: routes are given both here and in GATEWAY_ROUTES; keep one", ErrBadFile, path)
+	}
+	return f.Routes, f.Sources, nil
+}
+
+// File is what the configuration file holds.
+type File struct {
+	// Routes are the file's routes; RoutesListed says whether it has a
+	// routes key at all.
+	Routes       Table
+	RoutesListed bool
+	// Sources are the senders besides GitHub and Stripe, checked and ready.
+	Sources []providers.Provider
+}
+
+// ReadFile reads the YAML configuration file at path. Each route's limits
+// left out are d's, its circuit DefaultCircuit's. A target_env names the
+// variable holding the target's URL (or its _FILE variant, a file holding
+// it), so that a URL carrying a credential stays out of the file; a source's
+// secret_env names the variable holding its secrets, likewise.
+func ReadFile(path string, builtins []string, d Defaults) (File, error) {
+	var f File
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, false, fmt.Errorf("%w: %w", ErrBadFile, err)
+		return f, fmt.Errorf("%w: %w", ErrBadFile, err)
 	}
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w %s: "+format, append([]any{ErrBadFile, path}, args...)...)
@@ -95,27 +122,50 @@ func ReadFile(path string, builtins []string, d Defaults) (t Table, listed bool,
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
-		return nil, false, bad("the file is empty")
+		return f, bad("the file is empty")
 	} else if err != nil {
-		return nil, false, bad("%s", strings.TrimPrefix(err.Error(), "yaml: "))
+		return f, bad("%s", strings.TrimPrefix(err.Error(), "yaml: "))
 	}
 	var next yaml.Node
 	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
-		return nil, false, bad("the file holds more than one YAML document (a line ---); keep one")
+		return f, bad("the file holds more than one YAML document (a line ---); keep one")
 	}
 	if len(doc.Content) == 0 {
-		return nil, false, bad("the file is empty")
+		return f, bad("the file is empty")
 	}
 	top := doc.Content[0]
 	if err := checkKeys(top, fileKeys); err != nil {
-		return nil, false, bad("%w", err)
+		return f, bad("%w", err)
+	}
+	if list := value(top, "sources"); list != nil {
+		if list.Kind != yaml.SequenceNode {
+			return f, bad("line %d: sources must be a list of sources", list.Line)
+		}
+		seen := map[string]bool{}
+		for i, n := range list.Content {
+			where := fmt.Sprintf("source %d (line %d)", i+1, n.Line)
+			if name := value(n, "name"); name != nil && name.Kind == yaml.ScalarNode {
+				where = fmt.Sprintf("source %q (line %d)", name.Value, n.Line)
+			}
+			src, err := readSource(n)
+			if err != nil {
+				return f, bad("%s: %w", where, err)
+			}
+			if seen[src.Name()] {
+				return f, bad("%s: key name: %s is used by another source", where, src.Name())
+			}
+			seen[src.Name()] = true
+			f.Sources = append(f.Sources, src)
+			d.Sources = append(d.Sources, src.Name())
+		}
 	}
 	list := value(top, "routes")
 	if list == nil {
-		return nil, false, nil
+		return f, nil
 	}
+	f.RoutesListed = true
 	if list.Kind != yaml.SequenceNode {
-		return nil, true, bad("line %d: routes must be a list of routes", list.Line)
+		return f, bad("line %d: routes must be a list of routes", list.Line)
 	}
 	seen := map[string]bool{}
 	for i, n := range list.Content {
@@ -125,15 +175,81 @@ func ReadFile(path string, builtins []string, d Defaults) (t Table, listed bool,
 		}
 		r, err := readRoute(n, builtins, d)
 		if err != nil {
-			return nil, true, bad("%s: %w", where, err)
+			return f, bad("%s: %w", where, err)
 		}
 		if seen[r.Name] {
-			return nil, true, bad("%s: key name: %s is used by another route", where, r.Name)
+			return f, bad("%s: key name: %s is used by another route", where, r.Name)
 		}
 		seen[r.Name] = true
-		t = append(t, r)
+		f.Routes = append(f.Routes, r)
 	}
-	return t, true, nil
+	return f, nil
+}
+
+// fileSource is one source as the file spells it.
+type fileSource struct {
+	Name      string `yaml:"name"`
+	Kind      string `yaml:"kind"`
+	SecretEnv string `yaml:"secret_env"`
+	Tolerance string `yaml:"tolerance"`
+	Order     *struct {
+		Entity string `yaml:"entity"`
+		Time   string `yaml:"time"`
+	} `yaml:"order"`
+	SignatureHeader string `yaml:"signature_header"`
+	Algorithm       string `yaml:"algorithm"`
+	Encoding        string `yaml:"encoding"`
+	Prefix          string `yaml:"prefix"`
+	TimestampHeader string `yaml:"timestamp_header"`
+	IDHeader        string `yaml:"id_header"`
+	IDField         string `yaml:"id_field"`
+	EventHeader     string `yaml:"event_header"`
+	EventField      string `yaml:"event_field"`
+}
+
+// readSource reads and checks one source of the file, its secrets from the
+// variable it names.
+func readSource(n *yaml.Node) (providers.Provider, error) {
+	if err := checkKeys(n, sourceKeys); err != nil {
+		return nil, err
+	}
+	if o := value(n, "order"); o != nil {
+		if err := checkKeys(o, orderKeys); err != nil {
+			return nil, fmt.Errorf("order: %w", err)
+		}
+	}
+	var fs fileSource
+	if err := n.Decode(&fs); err != nil {
+		return nil, errors.New(strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n  "))
+	}
+	c := providers.SourceConfig{Name: fs.Name, Kind: fs.Kind, SecretVar: fs.SecretEnv, HMAC: providers.HMACScheme{
+		SignatureHeader: fs.SignatureHeader, Algorithm: fs.Algorithm, Encoding: fs.Encoding, Prefix: fs.Prefix,
+		TimestampHeader: fs.TimestampHeader, IDHeader: fs.IDHeader, IDField: fs.IDField, EventHeader: fs.EventHeader, EventField: fs.EventField,
+	}}
+	if fs.Order != nil {
+		c.Order = &providers.OrderPaths{Entity: fs.Order.Entity, Time: fs.Order.Time}
+	}
+	if fs.Tolerance != "" {
+		t, err := time.ParseDuration(fs.Tolerance)
+		if err != nil || t <= 0 || t > time.Hour {
+			return nil, fmt.Errorf("key tolerance: must be a duration above 0 and at most 1h, got %q", fs.Tolerance)
+		}
+		c.Tolerance = t
+	}
+	if fs.SecretEnv == "" {
+		return nil, errors.New("key secret_env: name the variable that holds the source's secrets")
+	}
+	secrets, err := fromEnv(fs.SecretEnv)
+	if err != nil {
+		return nil, fmt.Errorf("key secret_env: %w", err)
+	}
+	for secret := range strings.SplitSeq(secrets, ",") {
+		if secret = strings.TrimSpace(secret); secret == "" {
+			return nil, fmt.Errorf("key secret_env: %s holds an empty secret in its list", fs.SecretEnv)
+		}
+		c.Secrets = append(c.Secrets, secret)
+	}
+	return providers.NewSource(c)
 }
 
 // readRoute reads and checks one route of the file.
@@ -167,7 +283,7 @@ func readRoute(n *yaml.Node, builtins []string, d Defaults) (Route, error) {
 		return r, errors.New("key match: list at least one provider:pattern")
 	}
 	for _, m := range f.Match {
-		match, err := parseMatch(m)
+		match, err := parseMatch(m, d.Sources)
 		if err != nil {
 			return r, fmt.Errorf("key match: %w", err)
 		}

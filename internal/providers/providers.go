@@ -18,6 +18,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/valyala/fastjson"
+
+	"github.com/hookgate/hookgate/internal/verify"
 )
 
 // Errors returned by adapters, besides package verify's signature errors.
@@ -30,13 +32,6 @@ var (
 	// ErrBadPayload means the verified body is not the JSON the delivery needs.
 	ErrBadPayload = errors.New("bad payload")
 )
-
-// Names are the names of the providers hookgate knows, in URLs, routes,
-// receipts, operator filters and metrics: the one list every layer reads.
-var Names = []string{GitHub{}.Name(), Stripe{}.Name()}
-
-// Known reports whether name is one of Names.
-func Known(name string) bool { return slices.Contains(Names, name) }
 
 // MaxIDLen bounds delivery ids, scopes and event names: real ones are far
 // shorter, and they end up in keys, URLs and logs.
@@ -68,6 +63,10 @@ type Delivery struct {
 	Body []byte
 	// SecretIndex is which configured secret matched; 0 is the primary.
 	SecretIndex int
+	// Challenge, when set, is a verified request that is no delivery but
+	// asks to be answered with this value (Slack's url_verification): the
+	// gateway answers it and stores nothing.
+	Challenge string
 }
 
 // Provider is a webhook source's adapter. A request is checked in two steps,
@@ -117,7 +116,13 @@ type Request struct {
 	// the candidate MACs the header carried.
 	signedPrefix [][]byte
 	signatures   [][]byte
+	// matched is 1 + the index of the secret a header alone proved
+	// (GitLab's token); 0 when Verify must check the body.
+	matched int
 }
+
+// errUnchecked means Verify was given a Request its Check did not make.
+var errUnchecked = fmt.Errorf("%w: the request was not checked", verify.ErrMissingSignature)
 
 // Parse is Check followed by Verify: the whole verdict on a request whose
 // body is already read.

@@ -186,6 +186,13 @@ func (s *server) handleIngest(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	secretIndex = d.SecretIndex
+	if d.Challenge != "" {
+		// A sender checking the endpoint (Slack's url_verification): it is
+		// answered, and nothing is stored.
+		writeJSON(w, http.StatusOK, map[string]string{"challenge": d.Challenge})
+		s.Metrics.Ingest(d.Provider, "challenge", secretIndex, time.Since(start))
+		return
+	}
 	res, err := s.Ingester.Accept(r.Context(), d)
 	if err != nil {
 		fail(err)

@@ -83,14 +83,7 @@ func (h StripeHeader) Match(secrets Secrets, body []byte) (int, error) {
 // than tolerance from now, in either direction. It needs no body, so a stale
 // delivery can be refused before its body is read.
 func (h StripeHeader) Fresh(now time.Time, tolerance time.Duration) error {
-	if skew := now.Sub(h.Timestamp); skew.Abs() > tolerance {
-		when := skew.Round(time.Second).String() + " ago"
-		if skew < 0 {
-			when = (-skew).Round(time.Second).String() + " ahead of this server's clock"
-		}
-		return fmt.Errorf("%w: signed %s, tolerance %s", ErrTimestampOutOfTolerance, when, tolerance)
-	}
-	return nil
+	return Fresh(h.Timestamp, now, tolerance)
 }
 
 // SignTimestamped returns "t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">" keyed

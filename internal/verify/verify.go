@@ -8,7 +8,6 @@
 package verify
 
 import (
-	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -34,11 +33,7 @@ func HMACSHA256(secret, msg []byte) []byte {
 
 // hmacParts is the HMAC-SHA256 of the concatenated parts, without building it.
 func hmacParts(secret []byte, parts ...[]byte) []byte {
-	mac := hmac.New(sha256.New, secret)
-	for _, p := range parts {
-		mac.Write(p)
-	}
-	return mac.Sum(nil)
+	return Sign(sha256.New, secret, parts...)
 }
 
 // Secrets is a list of secrets that are all valid at once, so that a secret can
@@ -56,22 +51,7 @@ func (s Secrets) Match(msg []byte, candidates ...[]byte) (int, error) {
 // MatchParts is Match for a message given in parts (such as a timestamp, a
 // separator and the body), which it never copies into one buffer.
 func (s Secrets) MatchParts(msg [][]byte, candidates [][]byte) (int, error) {
-	if len(candidates) == 0 {
-		return -1, ErrMissingSignature
-	}
-	matched := -1
-	for i, secret := range s {
-		want := hmacParts([]byte(secret), msg...)
-		for _, got := range candidates {
-			if hmac.Equal(want, got) && matched < 0 {
-				matched = i
-			}
-		}
-	}
-	if matched < 0 {
-		return -1, ErrSignatureMismatch
-	}
-	return matched, nil
+	return s.MatchPartsWith(sha256.New, msg, candidates)
 }
 
 // ParseHexSHA256 decodes a hex-encoded HMAC-SHA256: 64 hex digits. Anything

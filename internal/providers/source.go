@@ -1,0 +1,270 @@
+package providers
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/valyala/fastjson"
+
+	"github.com/hookgate/hookgate/internal/verify"
+)
+
+// A source is a sender other than GitHub and Stripe, configured in the
+// configuration file and served at /webhooks/<name>. Its kind says how its
+// deliveries are signed and read; Kinds is the one list of kinds, which the
+// configuration file, gateway send and the tests read.
+
+// SourceConfig is one configured source.
+type SourceConfig struct {
+	// Name is the source's provider name in URLs, routes, receipts,
+	// operator filters and metrics.
+	Name string
+	// Kind is one of Kinds' names.
+	Kind string
+	// SecretVar names the variable the secrets were read from, for messages.
+	SecretVar string
+	// Secrets are the source's secrets; any may match (rotation).
+	Secrets verify.Secrets
+	// Tolerance is how far a signed timestamp may be from the clock, either
+	// way; 5 minutes when 0.
+	Tolerance time.Duration
+	// Order, when set, names the JSON paths of the entity a delivery is
+	// about and its time, so that the source's deliveries are order-aware.
+	Order *OrderPaths
+	// HMAC is the kind hmac's scheme.
+	HMAC HMACScheme
+}
+
+// OrderPaths are dot-separated JSON paths into a payload.
+type OrderPaths struct {
+	Entity, Time string
+}
+
+// HMACScheme describes a sender's own HMAC header.
+type HMACScheme struct {
+	SignatureHeader string
+	// Algorithm is sha1, sha256 or sha512; Encoding hex or base64.
+	Algorithm, Encoding string
+	// Prefix is stripped from the header's value before it is decoded.
+	Prefix string
+	// TimestampHeader, when set, carries unix seconds, and
+	// "<timestamp>.<body>" is what was signed.
+	TimestampHeader string
+	// The delivery id and the event come from a header or a JSON path.
+	IDHeader, IDField, EventHeader, EventField string
+}
+
+// Kind is one kind of source.
+type Kind struct {
+	// New returns the source's Provider, or what is wrong with its
+	// configuration.
+	New func(c SourceConfig) (Provider, error)
+	// Sign sets on h what the sender sends with body (content type, id,
+	// event, signature), signed with the source's first secret as the
+	// sender signs: for gateway send and for tests.
+	Sign func(c SourceConfig, h http.Header, body []byte, id, event string, now time.Time) error
+	// Sample is a payload of event for gateway send without --file.
+	Sample func(c SourceConfig, id, event string, now time.Time) []byte
+}
+
+// Kinds are the kinds of sources, by name. A new kind is a file of this
+// package and a line here.
+var Kinds = map[string]Kind{
+	"standard-webhooks": standardWebhooksKind,
+	"shopify":           shopifyKind,
+	"slack":             slackKind,
+	"gitlab":            gitlabKind,
+	"hmac":              hmacKind,
+}
+
+// KindNames returns the kinds' names, sorted.
+func KindNames() []string {
+	names := make([]string, 0, len(Kinds))
+	for k := range Kinds {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// sourceNameRE is what a source's name may be: it is a URL path segment,
+// a route's provider and a metrics label.
+var sourceNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
+
+// DefaultTolerance is how far a signed timestamp may be from the clock.
+const DefaultTolerance = 5 * time.Minute
+
+// NewSource checks c and returns its Provider.
+func NewSource(c SourceConfig) (Provider, error) {
+	if !sourceNameRE.MatchString(c.Name) {
+		return nil, errors.New("key name: must be 1-32 of a-z, 0-9, _ and -, starting with a letter or digit")
+	}
+	if slices.Contains(builtins, c.Name) {
+		return nil, fmt.Errorf("key name: %s is built in; configure it with its variables", c.Name)
+	}
+	k, ok := Kinds[c.Kind]
+	if !ok {
+		return nil, fmt.Errorf("key kind: must be one of %s, got %q", strings.Join(KindNames(), ", "), c.Kind)
+	}
+	if len(c.Secrets) == 0 {
+		return nil, fmt.Errorf("key secret_env: %s holds no secret", c.SecretVar)
+	}
+	if c.Tolerance <= 0 {
+		c.Tolerance = DefaultTolerance
+	}
+	if o := c.Order; o != nil && (!validPath(o.Entity) || !validPath(o.Time)) {
+		return nil, errors.New("key order: entity and time must both be JSON paths such as data.id")
+	}
+	if c.Kind != "hmac" && c.HMAC != (HMACScheme{}) {
+		return nil, fmt.Errorf("the keys of an hmac scheme (signature_header, ...) are for kind hmac, not %s", c.Kind)
+	}
+	return k.New(c)
+}
+
+// validPath accepts a dot-separated JSON path of names.
+func validPath(p string) bool {
+	if p == "" || len(p) > 256 {
+		return false
+	}
+	for part := range strings.SplitSeq(p, ".") {
+		if part == "" || !Printable(part) {
+			return false
+		}
+	}
+	return true
+}
+
+// builtins are the providers configured by their variables.
+var builtins = []string{GitHub{}.Name(), Stripe{}.Name()}
+
+// known is the list every layer reads: the built-in providers and the
+// sources the configuration names, registered once at start.
+var known struct {
+	mu      sync.RWMutex
+	sources []string
+}
+
+// Register makes the configured sources' names known to every layer (routes,
+// operator filters, metrics labels, the CLI). The gateway calls it once, at
+// start, after reading its configuration.
+func Register(sources ...string) {
+	known.mu.Lock()
+	defer known.mu.Unlock()
+	for _, s := range sources {
+		if !slices.Contains(known.sources, s) {
+			known.sources = append(known.sources, s)
+		}
+	}
+}
+
+// Names are the providers hookgate knows: github, stripe and the registered
+// sources, in URLs, routes, receipts, operator filters and metrics.
+func Names() []string {
+	known.mu.RLock()
+	defer known.mu.RUnlock()
+	return slices.Concat(builtins, known.sources)
+}
+
+// Known reports whether name is one of Names.
+func Known(name string) bool { return slices.Contains(Names(), name) }
+
+// source is what every kind's Provider shares: its configuration, and the
+// reading of a payload's id, event and order fields.
+type source struct {
+	cfg SourceConfig
+}
+
+// Name implements Provider.
+func (s source) Name() string { return s.cfg.Name }
+
+// Source returns the source's configuration: what gateway send signs with.
+func (s source) Source() SourceConfig { return s.cfg }
+
+// Configured is a source's Provider.
+type Configured interface {
+	Provider
+	Source() SourceConfig
+}
+
+// path returns the value at a dot-separated path.
+func path(v *fastjson.Value, p string) *fastjson.Value {
+	return v.Get(strings.Split(p, ".")...)
+}
+
+// finish reads a verified payload into d: the event and id from paths when
+// the headers did not name them, and the order fields. An id or event that
+// is required and absent is ErrBadPayload.
+func (s source) finish(d *Delivery, idPath, eventPath string, read func(v *fastjson.Value) error) error {
+	var readErr error
+	err := parseObject(d.Body, func(v *fastjson.Value) {
+		if idPath != "" {
+			d.DeliveryID = idText(path(v, idPath))
+		}
+		if eventPath != "" {
+			d.Event = text(path(v, eventPath))
+		}
+		if o := s.cfg.Order; o != nil {
+			if e := idText(path(v, o.Entity)); e != "" {
+				d.Entity, d.EventTime = s.cfg.Name+":"+e, timeValue(path(v, o.Time))
+				if d.EventTime.IsZero() {
+					d.Entity = ""
+				}
+			}
+		}
+		if read != nil {
+			readErr = read(v)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if readErr != nil {
+		return readErr
+	}
+	if idPath != "" && d.DeliveryID == "" {
+		return fmt.Errorf("%w: the payload's %s must be a non-empty string or number of at most %d bytes", ErrBadPayload, idPath, MaxIDLen)
+	}
+	if d.Event == "" || !ValidID(d.Event) {
+		what := "the event"
+		if eventPath != "" {
+			what = "the payload's " + eventPath
+		}
+		return fmt.Errorf("%w: %s must be a non-empty printable string of at most %d bytes", ErrBadPayload, what, MaxIDLen)
+	}
+	return nil
+}
+
+// delivery starts a verified delivery from what Check read.
+func (s source) delivery(req Request, body []byte, idx int) Delivery {
+	return Delivery{Provider: s.cfg.Name, Scope: req.Scope, DeliveryID: req.DeliveryID, Event: req.Event,
+		ContentType: req.ContentType, Headers: req.Headers, Body: body, SecretIndex: idx}
+}
+
+// header reads an optional header the database can store, or fails.
+func optionalHeader(h http.Header, name string) (string, error) {
+	v := strings.TrimSpace(h.Get(name))
+	if !ValidID(v) {
+		return "", fmt.Errorf("%w: %s must be printable text of at most %d bytes", ErrMissingHeader, name, MaxIDLen)
+	}
+	return v, nil
+}
+
+// sample is a small JSON payload for gateway send.
+func sample(fields map[string]any) []byte {
+	b, _ := json.Marshal(fields)
+	return b
+}
+
+// checkJSON checks that a source's delivery is JSON, as every kind sends.
+func (s source) checkJSON(h http.Header) (string, error) {
+	contentType, _, err := checkContentType(h, s.cfg.Name, "application/json")
+	return contentType, err
+}

@@ -1,0 +1,299 @@
+package providers_test
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/verify"
+)
+
+// Signatures checked against each sender's published example.
+
+// The Standard Webhooks specification's test vector (also Svix's libraries'
+// testSignFunctionWorks): its signature is reproduced, and a delivery with
+// these headers passes verification; it fails only for its payload, which
+// has no type.
+func TestStandardWebhooksPublishedVector(t *testing.T) {
+	const (
+		secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+		id     = "msg_p5jXN8AQM9LWM0D4loKWxJek"
+		want   = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+	)
+	at := time.Unix(1614265330, 0)
+	body := []byte(`{"test": 2432232314}`)
+	got, err := verify.SignStandard(secret, id, at, body)
+	if err != nil || got != want {
+		t.Fatalf("SignStandard = %q, %v; want %q", got, err, want)
+	}
+	p := source(t, providers.SourceConfig{Name: "clerk", Kind: "standard-webhooks", Secrets: verify.Secrets{secret}})
+	h := http.Header{"Content-Type": {"application/json"}, "Webhook-Id": {id}, "Webhook-Timestamp": {"1614265330"},
+		"Webhook-Signature": {"v1a,bm90IGEgc2lnbmF0dXJl v1,bm9wZQ== " + want}}
+	_, err = providers.Parse(p, h, body, at)
+	if !errors.Is(err, providers.ErrBadPayload) || !strings.Contains(err.Error(), "type") {
+		t.Fatalf("the vector's delivery: %v, want it verified and refused for its missing type", err)
+	}
+	// Svix's header names are the same scheme.
+	h = http.Header{"Content-Type": {"application/json"}, "Svix-Id": {id}, "Svix-Timestamp": {"1614265330"}, "Svix-Signature": {want}}
+	d, err := providers.Parse(p, h, []byte(`{"test": 2432232314, "type": "user.created"}`), at)
+	if !errors.Is(err, verify.ErrSignatureMismatch) {
+		t.Fatalf("another body under the vector's signature: %v, %+v", err, d)
+	}
+}
+
+// Slack's "Verifying requests from Slack" worked example.
+func TestSlackPublishedVector(t *testing.T) {
+	const secret = "8f742231b10e8888abcd99yyyzzz85a5"
+	body := []byte("token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text=&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c")
+	if got := verify.SignSlack(secret, time.Unix(1531420618, 0), body); got != "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503" {
+		t.Fatalf("SignSlack = %s", got)
+	}
+}
+
+// Shopify and the hmac kind publish no fixed vector; these were computed
+// with OpenSSL (openssl dgst -<hash> -hmac <secret>), not with this code.
+func TestShopifyAndHMACVectorsFromOpenSSL(t *testing.T) {
+	order := []byte(`{"id":820982911946154508,"email":"jon@example.com","closed_at":null,"created_at":"2021-12-31T19:00:00-05:00","total_price":"403.00","currency":"USD"}`)
+	shop := source(t, providers.SourceConfig{Name: "shop", Kind: "shopify", Secrets: verify.Secrets{"shpss_example_secret"}})
+	h := http.Header{"Content-Type": {"application/json"}, "X-Shopify-Webhook-Id": {"b54557e4-bdd9-4b37-8a5f-bf7d70bcd043"},
+		"X-Shopify-Topic": {"orders/create"}, "X-Shopify-Shop-Domain": {"example.myshopify.com"},
+		"X-Shopify-Hmac-Sha256": {"eMLOYqjwC/1fQ0q9PTeH238wBKchfP3+kCgtHXChmxI="}}
+	d, err := providers.Parse(shop, h, order, time.Now())
+	if err != nil || d.Event != "orders.create" || d.Scope != "example.myshopify.com" || d.DeliveryID != "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043" {
+		t.Fatalf("Shopify: %+v, %v", d, err)
+	}
+
+	paid := []byte(`{"event":"order.paid","order":{"id":"ord_1","paid_at":1767225600}}`)
+	at := time.Unix(1767225600, 0)
+	for _, c := range []struct {
+		scheme providers.HMACScheme
+		header http.Header
+	}{
+		{providers.HMACScheme{SignatureHeader: "X-Acme-Signature", Algorithm: "sha512", Encoding: "base64", Prefix: "sha512=",
+			TimestampHeader: "X-Acme-Timestamp", IDHeader: "X-Acme-Delivery", EventField: "event"},
+			http.Header{"X-Acme-Signature": {"sha512=HsOVzTY6qHlwpgqWs2wCMXZhVdw5XMvjz9K9IEW0UjGwWegF/hjbgmD3pG/zfijC1BblF2uLINoOSERuk7gDlQ=="},
+				"X-Acme-Timestamp": {"1767225600"}, "X-Acme-Delivery": {"dlv_1"}}},
+		{providers.HMACScheme{SignatureHeader: "X-Acme-Signature", Algorithm: "sha1", IDField: "order.id", EventHeader: "X-Acme-Event"},
+			http.Header{"X-Acme-Signature": {"e593521ade4ebbff7dc9082de04b061d3e8051d5"}, "X-Acme-Event": {"order.paid"}}},
+	} {
+		p := source(t, providers.SourceConfig{Name: "acme", Kind: "hmac", Secrets: verify.Secrets{"acme-secret"}, HMAC: c.scheme,
+			Order: &providers.OrderPaths{Entity: "order.id", Time: "order.paid_at"}})
+		c.header.Set("Content-Type", "application/json")
+		d, err := providers.Parse(p, c.header, paid, at)
+		if err != nil || d.Event != "order.paid" || (d.DeliveryID != "dlv_1" && d.DeliveryID != "ord_1") ||
+			d.Entity != "acme:ord_1" || !d.EventTime.Equal(at) {
+			t.Errorf("%s: %+v, %v", c.scheme.Algorithm, d, err)
+		}
+	}
+}
+
+func source(t *testing.T, c providers.SourceConfig) providers.Provider {
+	t.Helper()
+	p, err := providers.NewSource(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// kindConfigs are a source of each kind, as the tests configure them.
+func kindConfigs() map[string]providers.SourceConfig {
+	secrets := verify.Secrets{"whsec_bmV3LXNlY3JldC1rZXktMzItYnl0ZXMtbG9uZyEh", "whsec_b2xkLXNlY3JldC1rZXktMzItYnl0ZXMtbG9uZyEh"}
+	plain := verify.Secrets{"new-secret", "old-secret"}
+	return map[string]providers.SourceConfig{
+		"standard-webhooks": {Name: "clerk", Kind: "standard-webhooks", Secrets: secrets},
+		"shopify":           {Name: "shop", Kind: "shopify", Secrets: plain},
+		"slack":             {Name: "slack", Kind: "slack", Secrets: plain},
+		"gitlab":            {Name: "gitlab", Kind: "gitlab", Secrets: plain},
+		"hmac": {Name: "acme", Kind: "hmac", Secrets: plain, HMAC: providers.HMACScheme{SignatureHeader: "X-Acme-Signature",
+			Prefix: "sha256=", TimestampHeader: "X-Acme-Timestamp", IDHeader: "X-Acme-Delivery", EventHeader: "X-Acme-Event"}},
+	}
+}
+
+// Every kind in the registry has a configuration in this test, so a new
+// kind without one fails here.
+func TestEveryKindIsTested(t *testing.T) {
+	configs := kindConfigs()
+	for _, k := range providers.KindNames() {
+		if _, ok := configs[k]; !ok {
+			t.Errorf("kind %s has no configuration in kindConfigs: add one, and it is tested everywhere", k)
+		}
+	}
+}
+
+// For every kind: what its sender signs is verified, with either secret
+// (rotation); a changed body, a missing signature, a missing id and stale or
+// future timestamps are refused with the contract's errors.
+func TestEveryKindVerifiesAsItsSenderSigns(t *testing.T) {
+	now := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
+	for kind, c := range kindConfigs() {
+		t.Run(kind, func(t *testing.T) {
+			k := providers.Kinds[kind]
+			p := source(t, c)
+			sign := func(c providers.SourceConfig, body []byte, at time.Time) http.Header {
+				h := http.Header{}
+				if err := k.Sign(c, h, body, "id-1", "thing.created", at); err != nil {
+					t.Fatal(err)
+				}
+				return h
+			}
+			body := k.Sample(c, "id-1", "thing.created", now)
+			d, err := providers.Parse(p, sign(c, body, now), body, now)
+			if err != nil || d.Provider != c.Name || d.DeliveryID == "" || d.Event == "" || d.SecretIndex != 0 || string(d.Body) != string(body) {
+				t.Fatalf("signed as the sender signs: %+v, %v", d, err)
+			}
+			for name := range d.Headers {
+				if strings.Contains(strings.ToLower(name), "signature") || strings.Contains(strings.ToLower(name), "token") || strings.Contains(strings.ToLower(name), "hmac") {
+					t.Errorf("kept header %s carries a signature", name)
+				}
+			}
+			// Rotation: the old secret still passes, and says so.
+			old := c
+			old.Secrets = verify.Secrets{c.Secrets[1]}
+			if d, err := providers.Parse(p, sign(old, body, now), body, now); err != nil || d.SecretIndex != 1 {
+				t.Errorf("signed with the second secret: %d, %v", d.SecretIndex, err)
+			}
+			// An unknown secret.
+			other := c
+			other.Secrets = verify.Secrets{"whsec_c29tZW9uZS1lbHNlcy1rZXktMzItYnl0ZXMhISE="}
+			if _, err := providers.Parse(p, sign(other, body, now), body, now); !errors.Is(err, verify.ErrSignatureMismatch) {
+				t.Errorf("signed with another secret: %v", err)
+			}
+			// Tampered: GitLab's token does not cover the body; every other kind's signature does.
+			tampered := append(body[:len(body)-1:len(body)-1], []byte(` }`)...)
+			_, err = providers.Parse(p, sign(c, body, now), tampered, now)
+			if kind != "gitlab" && !errors.Is(err, verify.ErrSignatureMismatch) {
+				t.Errorf("a changed body: %v", err)
+			}
+			// No signature at all.
+			h := sign(c, body, now)
+			for _, name := range []string{"Webhook-Signature", "X-Shopify-Hmac-Sha256", "X-Slack-Signature", "X-Gitlab-Token", "X-Acme-Signature"} {
+				h.Del(name)
+			}
+			if _, err := providers.Parse(p, h, body, now); !errors.Is(err, verify.ErrMissingSignature) {
+				t.Errorf("no signature: %v", err)
+			}
+			// A JSON body is required.
+			h = sign(c, body, now)
+			h.Set("Content-Type", "text/plain")
+			if _, err := providers.Parse(p, h, body, now); !errors.Is(err, providers.ErrUnsupportedMediaType) {
+				t.Errorf("text/plain: %v", err)
+			}
+			// The id, where a header carries it.
+			for _, name := range []string{"Webhook-Id", "X-Shopify-Webhook-Id", "X-Gitlab-Event-Uuid", "X-Acme-Delivery"} {
+				h = sign(c, body, now)
+				if h.Get(name) == "" {
+					continue
+				}
+				h.Del(name)
+				if _, err := providers.Parse(p, h, body, now); !errors.Is(err, providers.ErrMissingHeader) {
+					t.Errorf("no %s: %v", name, err)
+				}
+			}
+			// Timestamps: signed 6 minutes ago, or 6 minutes ahead.
+			for _, skew := range []time.Duration{-6 * time.Minute, 6 * time.Minute} {
+				_, err := providers.Parse(p, sign(c, body, now.Add(skew)), body, now)
+				timestamped := kind != "shopify" && kind != "gitlab"
+				if timestamped && !errors.Is(err, verify.ErrTimestampOutOfTolerance) {
+					t.Errorf("signed %s from now: %v", skew, err)
+				}
+				if !timestamped && err != nil {
+					t.Errorf("%s carries no signed time, yet: %v", kind, err)
+				}
+			}
+		})
+	}
+}
+
+// Slack's url_verification is answered with its challenge, once verified.
+func TestSlackURLVerification(t *testing.T) {
+	c := kindConfigs()["slack"]
+	p := source(t, c)
+	now := time.Now()
+	body := []byte(`{"token":"Jhj5dZrVaK7ZwHHjRyZWjbDl","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}`)
+	h := http.Header{}
+	if err := providers.Kinds["slack"].Sign(c, h, body, "", "", now); err != nil {
+		t.Fatal(err)
+	}
+	d, err := providers.Parse(p, h, body, now)
+	if err != nil || d.Challenge != "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P" || d.DeliveryID != "" {
+		t.Fatalf("url_verification: %+v, %v", d, err)
+	}
+	h.Set("X-Slack-Signature", "v0="+strings.Repeat("0", 64))
+	if _, err := providers.Parse(p, h, body, now); !errors.Is(err, verify.ErrSignatureMismatch) {
+		t.Fatalf("an unsigned url_verification: %v", err)
+	}
+}
+
+// GitLab's event is the payload's object_kind, and its action when there is one.
+func TestGitLabEventNames(t *testing.T) {
+	c := kindConfigs()["gitlab"]
+	p := source(t, c)
+	for body, want := range map[string]string{
+		`{"object_kind":"push","ref":"refs/heads/main"}`:                                "push",
+		`{"object_kind":"merge_request","object_attributes":{"id":99,"action":"open"}}`: "merge_request.open",
+		`{"object_kind":"pipeline","object_attributes":{"id":31,"status":"success"}}`:   "pipeline",
+	} {
+		h := http.Header{}
+		_ = providers.Kinds["gitlab"].Sign(c, h, nil, "0b9d4a4c-64e5-4e94-9a11-4a3b2b4c5d6e", "", time.Now())
+		d, err := providers.Parse(p, h, []byte(body), time.Now())
+		if err != nil || d.Event != want {
+			t.Errorf("%s: %q, %v; want %q", body, d.Event, err, want)
+		}
+	}
+	h := http.Header{}
+	_ = providers.Kinds["gitlab"].Sign(c, h, nil, "x", "", time.Now())
+	if _, err := providers.Parse(p, h, []byte(`{"ref":"x"}`), time.Now()); !errors.Is(err, providers.ErrBadPayload) {
+		t.Errorf("no object_kind: %v", err)
+	}
+}
+
+// A source's configuration is refused when it cannot work, saying which key.
+func TestNewSourceRefusesWhatCannotWork(t *testing.T) {
+	s := verify.Secrets{"x"}
+	hm := func(m func(*providers.HMACScheme)) providers.SourceConfig {
+		c := providers.SourceConfig{Name: "acme", Kind: "hmac", Secrets: s, HMAC: providers.HMACScheme{SignatureHeader: "X-Sig", IDHeader: "X-Id", EventField: "type"}}
+		m(&c.HMAC)
+		return c
+	}
+	for _, c := range []struct {
+		cfg  providers.SourceConfig
+		want string
+	}{
+		{providers.SourceConfig{Name: "github", Kind: "gitlab", Secrets: s}, "built in"},
+		{providers.SourceConfig{Name: "Acme", Kind: "gitlab", Secrets: s}, "key name"},
+		{providers.SourceConfig{Name: "acme", Kind: "bitbucket", Secrets: s}, "key kind: must be one of gitlab, hmac, shopify, slack, standard-webhooks"},
+		{providers.SourceConfig{Name: "acme", Kind: "gitlab", SecretVar: "ACME_SECRET"}, "ACME_SECRET holds no secret"},
+		{providers.SourceConfig{Name: "acme", Kind: "standard-webhooks", Secrets: verify.Secrets{"whsec_!!"}, SecretVar: "S"}, "whsec_ followed by base64"},
+		{providers.SourceConfig{Name: "acme", Kind: "gitlab", Secrets: s, Order: &providers.OrderPaths{Entity: "a..b", Time: "t"}}, "key order"},
+		{providers.SourceConfig{Name: "acme", Kind: "gitlab", Secrets: s, HMAC: providers.HMACScheme{SignatureHeader: "X"}}, "for kind hmac"},
+		{hm(func(h *providers.HMACScheme) { h.Algorithm = "md5" }), "key algorithm"},
+		{hm(func(h *providers.HMACScheme) { h.Encoding = "base32" }), "key encoding"},
+		{hm(func(h *providers.HMACScheme) { h.SignatureHeader = "X Sig" }), "key signature_header"},
+		{hm(func(h *providers.HMACScheme) { h.IDField = "id" }), "id_header and id_field: give one"},
+		{hm(func(h *providers.HMACScheme) { h.EventField = "" }), "event_header and event_field: give one"},
+	} {
+		_, err := providers.NewSource(c.cfg)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want an error saying %q", c.cfg, err, c.want)
+		}
+	}
+}
+
+// A source's order paths make its deliveries order-aware.
+func TestSourceOrderPaths(t *testing.T) {
+	c := kindConfigs()["standard-webhooks"]
+	c.Order = &providers.OrderPaths{Entity: "data.id", Time: "timestamp"}
+	p := source(t, c)
+	now := time.Now().Truncate(time.Second)
+	body := providers.Kinds[c.Kind].Sample(c, "id-1", "user.updated", now)
+	h := http.Header{}
+	_ = providers.Kinds[c.Kind].Sign(c, h, body, "id-1", "user.updated", now)
+	d, err := providers.Parse(p, h, body, now)
+	if err != nil || d.Entity != "clerk:obj_id-1" || !d.EventTime.Equal(now) {
+		t.Fatalf("order: %q %v, %v", d.Entity, d.EventTime, err)
+	}
+}
