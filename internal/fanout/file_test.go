@@ -11,6 +11,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/filter"
+	"github.com/hookgate/hookgate/internal/providers"
 )
 
 var defaults = fanout.Defaults{Concurrency: 50, Timeout: 10 * time.Second, MaxAttempts: 25}
@@ -192,6 +193,79 @@ routes:
 	// never reached it.
 	if !slices.Equal(failed, []string{"api-prs"}) {
 		t.Errorf("failures reported: %v", failed)
+	}
+}
+
+// Sources in the file: each becomes a provider routes may name; their
+// secrets come from the variables they name; what cannot work stops the
+// gateway naming the file, the source and the key.
+func TestReadFileSources(t *testing.T) {
+	t.Setenv("CLERK_SECRET", "whsec_bmV3LXNlY3JldC1rZXktMzItYnl0ZXMtbG9uZyEh")
+	secretFile := filepath.Join(t.TempDir(), "gitlab-token")
+	if err := os.WriteFile(secretFile, []byte("new-token,old-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GITLAB_TOKEN_FILE", secretFile)
+	path := writeFile(t, `
+sources:
+  - name: clerk
+    kind: standard-webhooks
+    secret_env: CLERK_SECRET
+    order: {entity: data.id, time: timestamp}
+  - name: gl
+    kind: gitlab
+    secret_env: GITLAB_TOKEN
+routes:
+  - name: users
+    match: ["clerk:user.*", "gl:merge_request.open"]
+    target: builtin:log
+`)
+	table, sources, err := fanout.LoadWithSources("", path, []string{"log"}, defaults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sources) != 2 || sources[0].Name() != "clerk" || sources[1].Name() != "gl" {
+		t.Fatalf("sources: %v", sources)
+	}
+	gl := sources[1].(providers.Configured).Source()
+	if !slices.Equal([]string(gl.Secrets), []string{"new-token", "old-token"}) {
+		t.Errorf("secrets from GITLAB_TOKEN_FILE: %q", gl.Secrets)
+	}
+	if got := table.Matching(&filter.Input{Provider: "clerk", Event: "user.created"}, nil); !slices.Equal(got, []string{"users"}) {
+		t.Errorf("a route naming a source: %v", got)
+	}
+	// Routes from GATEWAY_ROUTES may name the file's sources too.
+	onlySources := writeFile(t, "sources:\n  - {name: clerk, kind: standard-webhooks, secret_env: CLERK_SECRET}\n")
+	if table, _, err := fanout.LoadWithSources("u=clerk:user.*>builtin:log", onlySources, []string{"log"}, defaults); err != nil || len(table) != 1 {
+		t.Errorf("GATEWAY_ROUTES naming a source of the file: %v, %v", table, err)
+	}
+
+	t.Setenv("EMPTY_SECRET", "")
+	t.Setenv("LIST_WITH_HOLE", "a,,b")
+	for _, tt := range []struct{ text, want string }{
+		{"sources:\n  - {name: a, kind: gitlab, secret_env: NOT_SET_ANYWHERE}\n", `source "a" (line 2): key secret_env: NOT_SET_ANYWHERE is not set`},
+		{"sources:\n  - {name: a, kind: gitlab, secret_env: EMPTY_SECRET}\n", `key secret_env: EMPTY_SECRET is not set`},
+		{"sources:\n  - {name: a, kind: gitlab, secret_env: LIST_WITH_HOLE}\n", `an empty secret`},
+		{"sources:\n  - {name: a, kind: gitlab}\n", `key secret_env: name the variable`},
+		{"sources:\n  - {name: a, kind: bitbucket, secret_env: CLERK_SECRET}\n", `key kind: must be one of`},
+		{"sources:\n  - {name: github, kind: gitlab, secret_env: CLERK_SECRET}\n", `built in`},
+		{"sources:\n  - {name: a, kind: gitlab, secret_env: CLERK_SECRET, secret: x}\n", `unknown key "secret"`},
+		{"sources:\n  - {name: a, kind: gitlab, secret_env: CLERK_SECRET, order: {entity: id}}\n", `key order`},
+		{"sources:\n  - {name: a, kind: gitlab, secret_env: CLERK_SECRET, order: {entity: id, tme: t}}\n", `unknown key "tme"`},
+		{"sources:\n  - {name: a, kind: gitlab, secret_env: CLERK_SECRET, tolerance: 2h}\n", `key tolerance`},
+		{"sources:\n  - {name: a, kind: gitlab, secret_env: CLERK_SECRET}\n  - {name: a, kind: slack, secret_env: CLERK_SECRET}\n", `a is used by another source`},
+		{"sources:\n  - {name: a, kind: hmac, secret_env: CLERK_SECRET, id_header: X-Id, event_field: type}\n", `key signature_header`},
+		{"sources: {name: a}\n", `sources must be a list`},
+		{"routes:\n  - {name: r, match: [\"clerk:user\"], target: builtin:log}\n", `key match`},
+	} {
+		path := writeFile(t, tt.text)
+		_, _, err := fanout.LoadWithSources("", path, []string{"log"}, defaults)
+		if !errors.Is(err, fanout.ErrBadFile) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q:\n got %v\nwant ... %s", tt.text, err, tt.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "whsec_") {
+			t.Errorf("the error shows a secret: %v", err)
+		}
 	}
 }
 

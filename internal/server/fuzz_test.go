@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/verify"
 )
 
@@ -38,22 +40,42 @@ func FuzzIngest(f *testing.F) {
 	f.Add(uint8(1), "application/json; x=\"\x00\"", "", "", uint8(0), "", []byte(`{"id":"evt_9","type":"invoice.paid"}`))
 	f.Add(uint8(0), "application/json", "push\xfe", "d-\xff", uint8(0), "", []byte(`{}`))
 
+	// Every kind of source too, signed as its sender signs.
+	kinds := providers.KindNames()
+	for i, k := range kinds {
+		c := testSources[k]
+		body := providers.Kinds[k].Sample(c, fmt.Sprint("seed-", k), "thing.created", now)
+		f.Add(uint8(3+i), "application/json", "thing.created", fmt.Sprint("seed-", k), uint8(0), "", body)
+		f.Add(uint8(3+i), "application/json", "thing.created", fmt.Sprint("seed-", k), uint8(1), "v1,AAAA sha256=00 v0=00", body)
+	}
+	f.Add(uint8(3+slices.Index(kinds, "slack")), "application/json", "", "", uint8(0), "", []byte(`{"type":"url_verification","challenge":"c"}`))
+
 	f.Fuzz(func(t *testing.T, provider uint8, contentType, event, id string, signMode uint8, sig string, body []byte) {
-		path := []string{"/webhooks/github", "/webhooks/stripe", "/webhooks/other"}[provider%3]
-		req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
+		paths := []string{"/webhooks/github", "/webhooks/stripe", "/webhooks/other"}
+		for _, k := range kinds {
+			paths = append(paths, "/webhooks/"+testSources[k].Name)
+		}
+		p := int(provider) % len(paths)
+		req := httptest.NewRequest(http.MethodPost, paths[p], bytes.NewReader(body))
+		valid := signMode%3 == 0
+		switch {
+		case valid && p == 0:
+			req.Header.Set("X-Hub-Signature-256", verify.SignGitHub(ghSecret, body))
+		case valid && p == 1:
+			req.Header.Set("Stripe-Signature", verify.SignTimestamped(stripeSecret, now, body))
+		case valid && p >= 3:
+			c := testSources[kinds[p-3]]
+			// Signed as the sender signs; what the sender names is fuzzed.
+			_ = providers.Kinds[c.Kind].Sign(c, req.Header, body, id, event, now)
+		case signMode%3 == 1:
+			for _, name := range []string{"X-Hub-Signature-256", "Stripe-Signature", "Webhook-Signature", "X-Shopify-Hmac-Sha256",
+				"X-Slack-Signature", "X-Gitlab-Token", "X-Acme-Signature"} {
+				req.Header.Set(name, sig)
+			}
+		}
 		req.Header.Set("Content-Type", contentType)
 		req.Header.Set("X-GitHub-Event", event)
 		req.Header.Set("X-GitHub-Delivery", id)
-		valid := signMode%3 == 0
-		switch {
-		case valid && provider%3 == 0:
-			req.Header.Set("X-Hub-Signature-256", verify.SignGitHub(ghSecret, body))
-		case valid && provider%3 == 1:
-			req.Header.Set("Stripe-Signature", verify.SignTimestamped(stripeSecret, now, body))
-		case signMode%3 == 1:
-			req.Header.Set("X-Hub-Signature-256", sig)
-			req.Header.Set("Stripe-Signature", sig)
-		}
 		const fuzzed = "SELECT count(*) FROM hookgate_receipts WHERE scope <> 'companion'"
 		before := b.count(t, fuzzed)
 		rec := httptest.NewRecorder()

@@ -41,6 +41,16 @@ const (
 
 var now = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
+// testSources are a source of each kind, at /webhooks/src-<kind>.
+var testSources = map[string]providers.SourceConfig{
+	"standard-webhooks": {Name: "src-standard-webhooks", Kind: "standard-webhooks", Secrets: verify.Secrets{"whsec_bmV3LXNlY3JldC1rZXktMzItYnl0ZXMtbG9uZyEh"}},
+	"shopify":           {Name: "src-shopify", Kind: "shopify", Secrets: verify.Secrets{"shop-secret"}},
+	"slack":             {Name: "src-slack", Kind: "slack", Secrets: verify.Secrets{"slack-secret"}},
+	"gitlab":            {Name: "src-gitlab", Kind: "gitlab", Secrets: verify.Secrets{"gitlab-token"}},
+	"hmac": {Name: "src-hmac", Kind: "hmac", Secrets: verify.Secrets{"acme-secret"}, HMAC: providers.HMACScheme{SignatureHeader: "X-Acme-Signature",
+		TimestampHeader: "X-Acme-Timestamp", IDHeader: "X-Acme-Delivery", EventField: "type"}},
+}
+
 type testBundle struct {
 	pool    *pgxpool.Pool
 	handler http.Handler
@@ -83,6 +93,14 @@ func setup(t testing.TB, opts setupOpts) *testBundle {
 	provs := []providers.Provider{providers.GitHub{Secrets: verify.Secrets{"gh-old", ghSecret}}}
 	if !opts.noStripe {
 		provs = append(provs, providers.Stripe{Secrets: verify.Secrets{stripeSecret}, Tolerance: 5 * time.Minute})
+	}
+	for _, k := range providers.KindNames() {
+		src, err := providers.NewSource(testSources[k])
+		if err != nil {
+			t.Fatalf("kind %s: %v", k, err)
+		}
+		providers.Register(src.Name())
+		provs = append(provs, src)
 	}
 	h := server.New(server.Config{
 		Logger:    logger,
