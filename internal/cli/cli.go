@@ -69,7 +69,7 @@ const Usage = `  deliveries list [--provider P] [--event E] [--state S] [--since
   deliveries show PROVIDER ID [--json]
   replay PROVIDER ID [--route R]... [--force] [--reason TEXT] [--json]
   replay [--provider P] [--event E] [--state S] [--since T] [--until T] [--force] [--reason TEXT] [--json]
-  send github|stripe --event E [--file F] [--url URL] [--json]
+  send github|stripe|SOURCE --event E [--file F] [--url URL] [--json]
   routes list [--json]
   routes pause NAME [--reason TEXT] [--json]
   routes resume NAME [--reason TEXT] [--json]
