@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/providers"
@@ -85,7 +87,7 @@ func TestEverySourceKindEndToEnd(t *testing.T) {
 		_ = json.NewDecoder(res.Body).Decode(&answer)
 		return res.StatusCode, answer
 	}
-	_, sources, err := fileSources(t)
+	sources, err := fileSources()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,6 +139,9 @@ func TestEverySourceKindEndToEnd(t *testing.T) {
 		if code != 0 || json.Unmarshal([]byte(out), &listed) != nil || len(listed.Deliveries) != 2 {
 			t.Errorf("deliveries list --provider %s: exit %d, %s", name, code, out)
 		}
+		if out, code := cliRun(t, "deliveries", "show", name, id); code != 0 || !strings.Contains(out, "to-"+k) {
+			t.Errorf("deliveries show %s %s: exit %d, %s", name, id, code, out)
+		}
 		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/admin/deliveries?provider="+name, nil)
 		req.Header.Set("Authorization", "Bearer e2e-admin-token")
 		res, err := http.DefaultClient.Do(req)
@@ -144,6 +149,31 @@ func TestEverySourceKindEndToEnd(t *testing.T) {
 			t.Errorf("GET /admin/deliveries?provider=%s: %v %v", name, res.StatusCode, err)
 		}
 		res.Body.Close()
+	}
+
+	// A replay, once the first dispatches are done.
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var busy int
+		_ = pool.QueryRow(context.Background(), "SELECT count(*) FROM hookgate_dispatches WHERE state NOT IN ('succeeded', 'discarded')").Scan(&busy)
+		if busy == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d dispatches not done", busy)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, k := range providers.KindNames() {
+		name, id := "e2e-"+k, "e2e-dup-"+k
+		if out, code := cliRun(t, "replay", name, id, "--force", "--reason", "e2e"); code != 0 || !strings.Contains(out, "1 dispatch") {
+			t.Errorf("replay %s %s: exit %d, %s", name, id, code, out)
+		}
 	}
 
 	// Slack's url_verification.
@@ -171,23 +201,19 @@ func TestEverySourceKindEndToEnd(t *testing.T) {
 	}
 }
 
-// fileSources reads the test's configuration file's sources, by name.
-func fileSources(t *testing.T) (int, map[string]providers.SourceConfig, error) {
-	t.Helper()
-	cfgSources := map[string]providers.SourceConfig{}
-	_, sources, err := loadSourcesForTest()
-	for _, p := range sources {
-		if c, ok := p.(providers.Configured); ok {
-			cfgSources[p.Name()] = c.Source()
-		}
-	}
-	return len(sources), cfgSources, err
-}
-
-func loadSourcesForTest() (any, []providers.Provider, error) {
+// fileSources reads the sources of the configuration file the environment
+// names, by name, as the gateway does.
+func fileSources() (map[string]providers.SourceConfig, error) {
 	cfg, err := config.Load()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return cfg.LoadRoutesAndSources([]string{"log"})
+	_, sources, err := cfg.LoadRoutesAndSources([]string{"log"})
+	byName := map[string]providers.SourceConfig{}
+	for _, p := range sources {
+		if c, ok := p.(providers.Configured); ok {
+			byName[p.Name()] = c.Source()
+		}
+	}
+	return byName, err
 }
