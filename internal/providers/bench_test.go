@@ -45,3 +45,32 @@ func BenchmarkParseStripe(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkParseSource is the same path for a source of each kind, its
+// sample payload padded to about 6 KB.
+func BenchmarkParseSource(b *testing.B) {
+	now := time.Now()
+	for _, kind := range providers.KindNames() {
+		b.Run(kind, func(b *testing.B) {
+			c := kindConfigs()[kind]
+			k := providers.Kinds[kind]
+			sample := k.Sample(c, "id-1", "thing.created", now)
+			body := fmt.Appendf(nil, `{"padding":%q,%s`, strings.Repeat("x", 5800), sample[1:])
+			h := http.Header{}
+			if err := k.Sign(c, h, body, "id-1", "thing.created", now); err != nil {
+				b.Fatal(err)
+			}
+			p, err := providers.NewSource(c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := providers.Parse(p, h, body, now); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
