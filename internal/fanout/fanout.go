@@ -196,6 +196,17 @@ func (rs Table) Matching(in *filter.Input, failed func(route string, err error))
 	return names
 }
 
+// FiltersFor reports whether a route whose matches match an event has a
+// filter: only then does the event's payload decide anything.
+func (rs Table) FiltersFor(provider, event string) bool {
+	for _, r := range rs {
+		if r.Filter != nil && r.matches(provider, event) {
+			return true
+		}
+	}
+	return false
+}
+
 // matches reports whether one of the route's matches matches.
 func (r Route) matches(provider, event string) bool {
 	for _, m := range r.Matches {

@@ -109,6 +109,10 @@ type Ingester struct {
 // refused this delivery alone) or wrap ErrUnavailable.
 func (in *Ingester) Accept(ctx context.Context, d providers.Delivery) (Result, error) {
 	in.start()
+	// Route filters read the payload: they run here, before the delivery
+	// joins a transaction, so that a costly filter never holds its
+	// batch-mates' commit.
+	d.Routes = in.Enqueuer.Prematch(jobs.EventOf(d))
 	o, err := in.batcher.Submit(ctx, d)
 	if err != nil {
 		// The queue was full or slow, or the sender is gone: a delivery whose
@@ -267,8 +271,7 @@ func (in *Ingester) AcceptManyTx(ctx context.Context, tx pgx.Tx, ds []providers.
 	for i, k := range kinds {
 		switch k {
 		case receipts.New:
-			events = append(events, jobs.Event{Provider: ds[i].Provider, DeliveryID: ds[i].DeliveryID, Event: ds[i].Event,
-				Headers: ds[i].Headers, ContentType: ds[i].ContentType, Body: ds[i].Body})
+			events = append(events, jobs.EventOf(ds[i]))
 			newIdx = append(newIdx, i)
 			outcomes[i].Result.Status = Accepted
 		case receipts.Duplicate:

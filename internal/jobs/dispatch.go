@@ -13,6 +13,7 @@ import (
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/filter"
+	"github.com/hookgate/hookgate/internal/providers"
 )
 
 // DispatchKind is the River job kind of a dispatch. Stable: stored in river_job.
@@ -68,12 +69,31 @@ func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, provider, deliveryI
 }
 
 // Event names one event to dispatch, with what route filters read: its
-// kept headers, content type and body.
+// kept headers, content type and body. Routes, when not nil, are the routes
+// that take it, decided already (Prematch).
 type Event struct {
 	Provider, DeliveryID, Event string
 	Headers                     map[string]string
 	ContentType                 string
 	Body                        []byte
+	Routes                      []string
+}
+
+// EventOf is a verified delivery as an event to dispatch.
+func EventOf(d providers.Delivery) Event {
+	return Event{Provider: d.Provider, DeliveryID: d.DeliveryID, Event: d.Event, Headers: d.Headers,
+		ContentType: d.ContentType, Body: d.Body, Routes: d.Routes}
+}
+
+// Prematch decides, outside any transaction, the routes that take an event
+// when a route with a filter could: filters read the payload, which is work
+// best done before a transaction is open. It returns nil when no filter is
+// involved (the transaction decides by the route table alone, at no cost).
+func (e *Enqueuer) Prematch(ev Event) []string {
+	if !e.Routes.FiltersFor(ev.Provider, ev.Event) {
+		return nil
+	}
+	return append([]string{}, e.Routes.Matching(ev.input(), e.Filters.Failed)...)
 }
 
 // input is an event as route filters see it.
@@ -87,7 +107,11 @@ func (ev Event) input() *filter.Input {
 func (e *Enqueuer) EnqueueManyTx(ctx context.Context, tx pgx.Tx, events []Event) ([]int, error) {
 	var want []Created
 	for _, ev := range events {
-		for _, r := range e.Routes.Matching(ev.input(), e.Filters.Failed) {
+		routes := ev.Routes
+		if routes == nil {
+			routes = e.Routes.Matching(ev.input(), e.Filters.Failed)
+		}
+		for _, r := range routes {
 			want = append(want, Created{Provider: ev.Provider, DeliveryID: ev.DeliveryID, Route: r, Generation: 1})
 		}
 	}

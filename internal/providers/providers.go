@@ -63,6 +63,10 @@ type Delivery struct {
 	Body []byte
 	// SecretIndex is which configured secret matched; 0 is the primary.
 	SecretIndex int
+	// Routes, when not nil, are the routes that take the delivery, decided
+	// before its transaction (where route filters read its payload); nil
+	// leaves the decision to the transaction.
+	Routes []string
 	// Challenge, when set, is a verified request that is no delivery but
 	// asks to be answered with this value (Slack's url_verification): the
 	// gateway answers it and stores nothing.
