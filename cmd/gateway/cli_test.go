@@ -50,14 +50,7 @@ func TestCLIAgainstRunningGateway(t *testing.T) {
 	t.Setenv("STRIPE_WEBHOOK_SECRET", "whsec_cli")
 	t.Setenv("GATEWAY_ROUTES", "audit=*:*>builtin:log subs=stripe:customer.subscription>builtin:stripe-subscriptions")
 
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"serve"}, io.Discard, io.Discard) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	waitFor(t, "http://"+addr+"/readyz", 200, 30*time.Second)
+	serveInBackground(t, addr)
 
 	out, code := cliRun(t, "send", "stripe", "--event", "customer.subscription.updated", "--url", "http://"+addr, "--json")
 	var sent struct {
@@ -82,18 +75,7 @@ func TestCLIAgainstRunningGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var pending int
-		_ = pool.QueryRow(context.Background(), "SELECT count(*) FROM hookgate_dispatches WHERE state <> 'succeeded'").Scan(&pending)
-		if pending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d dispatches not succeeded", pending)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitDispatches(t, pool, "state <> 'succeeded'")
 
 	out, code = cliRun(t, "deliveries", "list", "--provider", "stripe", "--json")
 	var listed struct {
@@ -201,14 +183,7 @@ routes:
 	t.Setenv("GATEWAY_CONFIG_FILE", file)
 	t.Setenv("CI_TARGET", target.URL+"/hook?key=sekret")
 
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"serve"}, io.Discard, io.Discard) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	waitFor(t, "http://"+addr+"/readyz", 200, 30*time.Second)
+	serveInBackground(t, addr)
 
 	out, code := cliRun(t, "routes", "list", "--json")
 	var listed struct {

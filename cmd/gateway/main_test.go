@@ -38,6 +38,38 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
+// serveInBackground runs gateway serve, with the environment the test set,
+// until the test ends, and waits until it is ready on addr.
+func serveInBackground(t *testing.T, addr string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"serve"}, io.Discard, io.Discard) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	waitFor(t, "http://"+addr+"/readyz", 200, 30*time.Second)
+}
+
+// waitDispatches waits until no dispatch is where (a condition on
+// hookgate_dispatches), for up to 20 s.
+func waitDispatches(t *testing.T, pool *pgxpool.Pool, where string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var n int
+		_ = pool.QueryRow(context.Background(), "SELECT count(*) FROM hookgate_dispatches WHERE "+where).Scan(&n)
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d dispatches still %s", n, where)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func waitFor(t *testing.T, url string, want int, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
@@ -318,14 +350,7 @@ func TestServeRecoversAtStart(t *testing.T) {
 	t.Setenv("STRIPE_API_URL", stripeAPI.URL)
 	t.Setenv("GATEWAY_ROUTES", "audit=stripe:*>builtin:log")
 
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"serve"}, io.Discard, io.Discard) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	waitFor(t, "http://"+addr+"/readyz", 200, 30*time.Second)
+	serveInBackground(t, addr)
 	pool, err := pgxpool.New(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)

@@ -65,14 +65,7 @@ func TestEverySourceKindEndToEnd(t *testing.T) {
 	}
 	t.Setenv("GATEWAY_CONFIG_FILE", file)
 
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"serve"}, io.Discard, io.Discard) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	waitFor(t, "http://"+addr+"/readyz", 200, 30*time.Second)
+	serveInBackground(t, addr)
 
 	post := func(name string, h http.Header, body []byte) (int, map[string]any) {
 		t.Helper()
@@ -157,18 +150,7 @@ func TestEverySourceKindEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var busy int
-		_ = pool.QueryRow(context.Background(), "SELECT count(*) FROM hookgate_dispatches WHERE state NOT IN ('succeeded', 'discarded')").Scan(&busy)
-		if busy == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d dispatches not done", busy)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitDispatches(t, pool, "state NOT IN ('succeeded', 'discarded')")
 	for _, k := range providers.KindNames() {
 		name, id := "e2e-"+k, "e2e-dup-"+k
 		if out, code := cliRun(t, "replay", name, id, "--force", "--reason", "e2e"); code != 0 || !strings.Contains(out, "1 dispatch") {

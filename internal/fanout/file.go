@@ -143,10 +143,7 @@ func ReadFile(path string, builtins []string, d Defaults) (File, error) {
 		}
 		seen := map[string]bool{}
 		for i, n := range list.Content {
-			where := fmt.Sprintf("source %d (line %d)", i+1, n.Line)
-			if name := value(n, "name"); name != nil && name.Kind == yaml.ScalarNode {
-				where = fmt.Sprintf("source %q (line %d)", name.Value, n.Line)
-			}
+			where := itemName("source", i, n)
 			src, err := readSource(n)
 			if err != nil {
 				return f, bad("%s: %w", where, err)
@@ -169,10 +166,7 @@ func ReadFile(path string, builtins []string, d Defaults) (File, error) {
 	}
 	seen := map[string]bool{}
 	for i, n := range list.Content {
-		where := fmt.Sprintf("route %d (line %d)", i+1, n.Line)
-		if name := value(n, "name"); name != nil && name.Kind == yaml.ScalarNode {
-			where = fmt.Sprintf("route %q (line %d)", name.Value, n.Line)
-		}
+		where := itemName("route", i, n)
 		r, err := readRoute(n, builtins, d)
 		if err != nil {
 			return f, bad("%s: %w", where, err)
@@ -184,6 +178,15 @@ func ReadFile(path string, builtins []string, d Defaults) (File, error) {
 		f.Routes = append(f.Routes, r)
 	}
 	return f, nil
+}
+
+// itemName names the i-th item of a list for messages: by its name and line
+// when it has a name, else by its place.
+func itemName(what string, i int, n *yaml.Node) string {
+	if name := value(n, "name"); name != nil && name.Kind == yaml.ScalarNode {
+		return fmt.Sprintf("%s %q (line %d)", what, name.Value, n.Line)
+	}
+	return fmt.Sprintf("%s %d (line %d)", what, i+1, n.Line)
 }
 
 // fileSource is one source as the file spells it.
