@@ -244,6 +244,11 @@ func TestCLIRecover(t *testing.T) {
 		t.Fatalf("recover github with hooks and no token: exit %d", code)
 	}
 	t.Setenv("GITHUB_RECOVERY_HOOKS", "")
+	// A configuration the environment refuses: the operator's to fix, exit 2.
+	t.Setenv("STRIPE_API_KEY", "pk_live_publishable")
+	if _, code := cliRun(t, "recover", "stripe"); code != cli.ExitUsage {
+		t.Fatalf("recover stripe with a publishable key: exit %d", code)
+	}
 	t.Setenv("STRIPE_API_KEY", "")
 	if _, code := cliRun(t, "recover", "stripe"); code != cli.ExitUsage {
 		t.Fatalf("recover stripe without STRIPE_API_KEY: exit %d", code)

@@ -92,6 +92,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	cfg, err := config.Load()
 	if err != nil {
+		if command != "serve" && command != "migrate" {
+			// The operator's to fix, as a wrong flag is: exit 2.
+			return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("configuration: %w", err)}
+		}
 		return fmt.Errorf("configuration: %w", err)
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))

@@ -5,10 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/ingest"
+	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
 	"github.com/hookgate/hookgate/internal/recovery"
 )
@@ -77,11 +81,29 @@ func recoverCmd(ctx context.Context, env Env, args []string) error {
 		ids  []string
 	}{{"missing", rep.Found}, {"asked for", rep.Requested}, {"stored", rep.Stored}} {
 		for _, id := range l.ids {
-			fmt.Fprintf(env.Stdout, "  %-9s  %s\n", l.what, id)
+			fmt.Fprintf(env.Stdout, "  %-9s  %s\n", l.what, shown(id))
 		}
 	}
 	for _, sk := range rep.Skipped {
-		fmt.Fprintf(env.Stdout, "  %-9s  %s  (%s)\n", "skipped", sk.DeliveryID, sk.Reason)
+		fmt.Fprintf(env.Stdout, "  %-9s  %s  (%s)\n", "skipped", shown(sk.DeliveryID), strings.Map(visible, sk.Reason))
 	}
 	return err
+}
+
+// shown is an id from a provider's API as a terminal may print it: quoted
+// and escaped when it is not printable text (an id a provider lists is not
+// checked before it is reported).
+func shown(id string) string {
+	if id == "" || !providers.Printable(id) {
+		return strconv.Quote(id)
+	}
+	return id
+}
+
+// visible drops what a terminal would act on from text a provider sent.
+func visible(r rune) rune {
+	if unicode.IsControl(r) {
+		return -1
+	}
+	return r
 }

@@ -239,7 +239,7 @@ func readSecretFiles() error {
 		if !ok || path == "" {
 			continue
 		}
-		if _, both := os.LookupEnv(name); both {
+		if v, both := os.LookupEnv(name); both && v != "" {
 			return fmt.Errorf("%s and %s_FILE are both set; set one", name, name)
 		}
 		b, err := os.ReadFile(path)

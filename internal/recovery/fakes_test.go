@@ -60,6 +60,9 @@ type fakeGitHub struct {
 	// X-RateLimit-Remaining: 0, a reset a second away).
 	primaryOnce bool
 	limited     int
+	// readOnly makes every redelivery request 403, as GitHub answers a
+	// token that may only read webhooks.
+	readOnly bool
 }
 
 // fakeDelivery is one attempt in a hook's log, with what was sent.
@@ -239,6 +242,11 @@ func (f *fakeGitHub) redeliver(w http.ResponseWriter, key string, id int64) {
 		f.answer(w, http.StatusNotFound, map[string]string{"message": "Not Found"})
 		return
 	}
+	if f.readOnly {
+		f.answer(w, http.StatusForbidden, map[string]string{"message": "Resource not accessible by personal access token",
+			"documentation_url": "https://docs.github.com/rest/repos/webhooks#redeliver-a-delivery-for-a-repository-webhook"})
+		return
+	}
 	f.asked[orig.GUID]++
 	f.answer(w, http.StatusAccepted, map[string]any{})
 	if !f.deliver {
@@ -311,6 +319,9 @@ type fakeStripe struct {
 	mu     sync.Mutex
 	events []map[string]any // oldest first
 	calls  int
+	// tooMany is how many requests, from the first, are answered 429 with
+	// Retry-After: 1.
+	tooMany int
 }
 
 func newFakeStripe(t *testing.T, key string) *fakeStripe {
@@ -351,6 +362,12 @@ func (f *fakeStripe) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.calls++
+	if f.calls <= f.tooMany {
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusTooManyRequests)
+		fmt.Fprint(w, `{"error":{"message":"Too many requests hit the API too quickly.","type":"invalid_request_error","code":"rate_limit"}}`)
+		return
+	}
 	q, _ := url.ParseQuery(r.URL.RawQuery)
 	limit, _ := strconv.Atoi(q.Get("limit"))
 	if limit <= 0 {

@@ -15,7 +15,6 @@ import (
 	"github.com/google/go-github/v88/github"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/providers"
 )
 
@@ -167,10 +166,12 @@ func NewGitHub(cfg GitHubConfig) (*GitHub, error) {
 	if cfg.APIURL == "" {
 		cfg.APIURL = "https://api.github.com"
 	}
+	if err := checkAPIURL(cfg.APIURL); err != nil {
+		return nil, fmt.Errorf("GITHUB_API_URL: %w", err)
+	}
 	base, err := url.Parse(strings.TrimRight(cfg.APIURL, "/") + "/")
-	if err != nil || (base.Scheme != "https" && base.Scheme != "http") || base.Host == "" || base.User != nil {
-		// Not the URL as given: it may hold a credential.
-		return nil, fmt.Errorf("GITHUB_API_URL: %q is not an http(s) URL without credentials", fanout.RedactURL(cfg.APIURL))
+	if err != nil {
+		return nil, fmt.Errorf("GITHUB_API_URL: %w", err)
 	}
 	if cfg.Transport == nil {
 		cfg.Transport = http.DefaultTransport
@@ -424,7 +425,7 @@ func (r *Recoverer) recoverHook(ctx context.Context, h Hook, opts Options, rep *
 			}
 			guid := d.GetGUID()
 			if guid == "" || !providers.ValidID(guid) {
-				if id := quoted(guid); !skipped[id] {
+				if id := cutText(guid, 80); !skipped[id] {
 					skipped[id] = true
 					r.skip(ctx, rep, "github", id, fmt.Sprintf("GitHub listed delivery %d of hook %s with a GUID no delivery could have", d.GetID(), h))
 				}
@@ -470,7 +471,7 @@ func (r *Recoverer) recoverHook(ctx context.Context, h Hook, opts Options, rep *
 	rep.Found = append(rep.Found, missing...)
 	r.Metrics.Recovery("github", "found", len(missing))
 	if opts.DryRun {
-		return nil
+		return r.explain(ctx, h, missing, rep)
 	}
 
 	checkpoint := start.Add(-overlap)
@@ -509,8 +510,14 @@ func (r *Recoverer) recoverHook(ctx context.Context, h Hook, opts Options, rep *
 			if errors.Is(err, ErrRateLimited) || ctx.Err() != nil {
 				return err
 			}
-			// GitHub refused this one (too old, gone): the others may pass.
+			// GitHub refused this one (too old, gone, a token that may not
+			// write): the others may pass. A refusal is no ask: it is not
+			// counted against the GUID's 3.
 			r.logger().WarnContext(ctx, "recovery: GitHub refused a redelivery", "hook", h.String(), "delivery_id", guid, "error", err)
+			if uerr := r.unclaim(ctx, h, guid, opts.Actor, err); uerr != nil {
+				return errors.Join(err, uerr)
+			}
+			rep.Skipped = append(rep.Skipped, Skip{DeliveryID: guid, Reason: "GitHub refused the redelivery request (not counted as an ask): " + err.Error()})
 			failed = errors.Join(failed, fmt.Errorf("redeliver %s: %w", guid, err))
 			continue
 		}
@@ -595,6 +602,61 @@ func (r *Recoverer) claim(ctx context.Context, h Hook, l *listed, actor string) 
 	return attempt, nil
 }
 
+// explain says, for a dry run, which missing GUIDs a run would not ask for
+// and why, reading the counts only.
+func (r *Recoverer) explain(ctx context.Context, h Hook, missing []string, rep *Report) error {
+	rows, err := r.Pool.Query(ctx, `SELECT delivery_id, attempts, asked_at >= now() - make_interval(secs => $3)
+		FROM hookgate_recovery_requests WHERE provider = 'github' AND scope = $1 AND delivery_id = ANY($2)`,
+		requestScope(h), missing, askAgainAfter.Seconds())
+	if err != nil {
+		return fmt.Errorf("read attempts: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var guid string
+		var n int
+		var lately bool
+		if err := rows.Scan(&guid, &n, &lately); err != nil {
+			return fmt.Errorf("read attempts: %w", err)
+		}
+		switch {
+		case lately:
+			rep.Skipped = append(rep.Skipped, Skip{DeliveryID: guid, Reason: fmt.Sprintf("asked for %d of %d times, the last less than %s ago; a run would wait for it", n, MaxAttempts, askAgainAfter)})
+		case n >= MaxAttempts:
+			rep.Skipped = append(rep.Skipped, Skip{DeliveryID: guid, Reason: fmt.Sprintf("asked for %d times and it never arrived; a run would not ask again", n)})
+		}
+	}
+	return rows.Err()
+}
+
+// unclaim takes back the ask claim counted for a GUID GitHub then refused,
+// with an audit entry saying so, in one transaction.
+func (r *Recoverer) unclaim(ctx context.Context, h Hook, guid, actor string, refusal error) error {
+	tx, err := r.Pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("unclaim: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	// The first ask's row goes; a later ask's count goes down by one.
+	_, err = tx.Exec(ctx, `DELETE FROM hookgate_recovery_requests
+		WHERE provider = 'github' AND scope = $1 AND delivery_id = $2 AND attempts = 1`, requestScope(h), guid)
+	if err == nil {
+		_, err = tx.Exec(ctx, `UPDATE hookgate_recovery_requests SET attempts = attempts - 1
+			WHERE provider = 'github' AND scope = $1 AND delivery_id = $2 AND attempts > 1`, requestScope(h), guid)
+	}
+	if err != nil {
+		return fmt.Errorf("unclaim: %w", err)
+	}
+	reason := fmt.Sprintf("GitHub refused to redeliver it to hook %s (not counted as an ask): %s", h, cutText(refusal.Error(), 200))
+	if err := recordAudit(ctx, tx, actor, "github", reason, guid); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("unclaim: %w", err)
+	}
+	return nil
+}
+
 // settle tells about a GUID claim did not ask for: how many times it was
 // asked for, whether lately (less than askAgainAfter ago), and whether the
 // gateway gave up on it just now (asked for MaxAttempts times, the last one
@@ -629,12 +691,12 @@ func (r *Recoverer) settle(ctx context.Context, h Hook, guid, actor string) (n i
 	return n, lately, gaveUp, nil
 }
 
-// quoted shows a GUID the gateway cannot store, cut short.
-func quoted(s string) string {
-	if len(s) > 80 {
-		s = s[:80] + "..."
+// cutText cuts s to at most n bytes, marking the cut.
+func cutText(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
 	}
-	return strconv.Quote(s)
+	return s
 }
 
 func earlier(a, b time.Time) time.Time {

@@ -21,6 +21,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/audit"
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/metrics"
 )
@@ -140,12 +142,25 @@ func (r *Recoverer) Providers() []string {
 
 // Run recovers one provider's deliveries. A run that fails is counted and
 // logged; what it did before failing is in its report.
-func (r *Recoverer) Run(ctx context.Context, provider string, opts Options) (Report, error) {
+func (r *Recoverer) Run(ctx context.Context, provider string, opts Options) (out Report, outErr error) {
 	if opts.Actor == "" {
 		opts.Actor = Actor
 	}
 	var rep Report
 	var err error
+	defer func() {
+		// A client library that panics on an answer it did not expect must
+		// not end the process (the CLI) or pass uncounted (the job).
+		if v := recover(); v != nil {
+			err = fmt.Errorf("recovery of %s stopped on an answer its client could not read: %v", provider, v)
+			r.Metrics.RecoveryRun(provider, false)
+			r.logger().WarnContext(ctx, "recovery: a run failed; the next run starts again from the checkpoint", "provider", provider, "error", err)
+			out, outErr = rep, err
+			if out.Provider == "" {
+				out = newReport(provider, opts)
+			}
+		}
+	}()
 	switch {
 	case provider == "github" && r.GitHub != nil:
 		rep, err = r.recoverGitHub(ctx, opts)
@@ -274,6 +289,17 @@ func FromConfig(c config.Config) (*GitHub, *Stripe, error) {
 		}
 	}
 	return gh, st, nil
+}
+
+// checkAPIURL refuses an API URL that is not http(s), or that carries a user,
+// a password, a query or a fragment (a client would send the first two and
+// lose the others). The URL is shown without what may be a credential.
+func checkAPIURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("must be an http(s) URL without a user, password, query or fragment, such as https://api.example.com (got %q)", fanout.RedactURL(raw))
+	}
+	return nil
 }
 
 // Bounds on what a provider's API may make a run read: an answer's size, and

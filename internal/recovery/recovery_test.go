@@ -345,7 +345,7 @@ func TestRecoveryAsksForEachGUIDOnceAndAtMostThrice(t *testing.T) {
 		}
 	}
 	if waiting != 12 || !slices.ContainsFunc(rep.Skipped, func(sk recovery.Skip) bool {
-		return sk.DeliveryID == `"e5000000-bad-\x01"` && strings.Contains(sk.Reason, "a GUID no delivery could have")
+		return sk.DeliveryID == "e5000000-bad-\x01" && strings.Contains(sk.Reason, "a GUID no delivery could have")
 	}) {
 		t.Errorf("the report of a run that asked for nothing: %+v", rep.Skipped)
 	}
@@ -436,6 +436,7 @@ func TestStripeRecoveryStoresMissedEventsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := g.recoverer(nil, client)
+	st.tooMany = 2 // Stripe's rate limit, waited out
 	rep, err := r.Run(context.Background(), "stripe", recovery.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -713,5 +714,57 @@ func TestRecoveryStopsAListingThatNeverEnds(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "did not end") {
 			t.Errorf("%s: an endless listing gave %v", p, err)
 		}
+	}
+	// A page of nothing that promises more (stripe-go panicked on it).
+	empty := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"object":"list","has_more":true,"url":"/v1/events","data":[]}`)
+	}))
+	defer empty.Close()
+	st, err = recovery.NewStripe(recovery.StripeConfig{APIKey: "rk_test", APIURL: empty.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.recoverer(nil, st).Run(context.Background(), "stripe", recovery.Options{}); err == nil || !strings.Contains(err.Error(), "did not end") {
+		t.Errorf("an empty page with more to come: %v", err)
+	}
+}
+
+// A redelivery GitHub refuses (a token that may only read webhooks) is
+// reported with GitHub's answer and is not counted as an ask: once the token
+// may write, the GUID is asked for, 3 times at most as ever.
+func TestRecoveryDoesNotCountARefusedRedelivery(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t)
+	f := newFakeGitHub(t, ghSecret)
+	f.target = g.srv.URL + "/webhooks/github"
+	f.deliver = false
+	f.readOnly = true
+	guid := "e7000000-0000-4000-8000-000000000001"
+	f.add("acme/api/42", 42, guid, "push", pushBody(1), time.Now().Add(-time.Hour), 503)
+	r := g.recoverer(githubClient(t, f, "repo:acme/api:42"), nil)
+	for range 4 {
+		rep, err := r.Run(context.Background(), "github", recovery.Options{})
+		if err == nil || !strings.Contains(err.Error(), "Resource not accessible") {
+			t.Fatalf("a refused redelivery: %v", err)
+		}
+		if len(rep.Skipped) != 1 || !strings.Contains(rep.Skipped[0].Reason, "not counted as an ask") {
+			t.Fatalf("the report of a refused redelivery: %+v", rep.Skipped)
+		}
+	}
+	if n := count(t, g.pool, `SELECT count(*) FROM hookgate_recovery_requests`); n != 0 {
+		t.Errorf("refusals counted as asks: %d rows", n)
+	}
+	if n := count(t, g.pool, `SELECT count(*) FROM hookgate_audit WHERE reason LIKE 'GitHub refused%'`); n != 4 {
+		t.Errorf("audit entries of refusals: %d, want 4", n)
+	}
+	f.mu.Lock()
+	f.readOnly = false
+	f.mu.Unlock()
+	if rep, err := r.Run(context.Background(), "github", recovery.Options{}); err != nil || len(rep.Requested) != 1 {
+		t.Fatalf("once the token may write: %+v, %v", rep, err)
+	}
+	if n := count(t, g.pool, `SELECT attempts FROM hookgate_recovery_requests`); n != 1 {
+		t.Errorf("attempts after the first real ask: %d", n)
 	}
 }

@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -19,7 +19,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stripe/stripe-go/v84"
 
-	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/providers"
 )
@@ -53,10 +52,8 @@ func NewStripe(cfg StripeConfig) (*Stripe, error) {
 	if cfg.APIURL == "" {
 		cfg.APIURL = "https://api.stripe.com"
 	}
-	u, err := url.Parse(cfg.APIURL)
-	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil {
-		// Not the URL as given: it may hold a credential.
-		return nil, fmt.Errorf("STRIPE_API_URL: %q is not an http(s) URL without credentials", fanout.RedactURL(cfg.APIURL))
+	if err := checkAPIURL(cfg.APIURL); err != nil {
+		return nil, fmt.Errorf("STRIPE_API_URL: %w", err)
 	}
 	cfg.APIURL = strings.TrimRight(cfg.APIURL, "/")
 	if cfg.Transport == nil {
@@ -101,7 +98,7 @@ func (s *Stripe) list(ctx context.Context, since time.Time, fn func(event) error
 			return fmt.Errorf("list events: Stripe's listing did not end (%d events listed); the next run starts again", maxListed)
 		}
 		if seen[e.ID] {
-			skip(e.ID, "listed twice by Stripe's API; stored at most once")
+			skip(e.ID, "listed twice by Stripe's API; the first copy listed is the one stored")
 			continue
 		}
 		seen[e.ID] = true
@@ -134,9 +131,25 @@ type pageKeeper struct {
 	err  error
 }
 
-// RoundTrip implements http.RoundTripper.
+// RoundTrip implements http.RoundTripper. A 429 is waited out (its
+// Retry-After, a second without one) up to 3 times and 2 minutes: stripe-go
+// retries only a few kinds of 429.
 func (p *pageKeeper) RoundTrip(req *http.Request) (*http.Response, error) {
 	res, err := p.next.RoundTrip(req)
+	for try := 1; err == nil && res.StatusCode == http.StatusTooManyRequests && try <= 3 && req.Method == http.MethodGet; try++ {
+		wait := time.Second
+		if sec, perr := strconv.Atoi(res.Header.Get("Retry-After")); perr == nil && sec >= 0 {
+			wait = time.Duration(sec) * time.Second
+		}
+		if wait > 2*time.Minute {
+			break
+		}
+		res.Body.Close()
+		if err := sleep(req.Context(), wait); err != nil {
+			return nil, err
+		}
+		res, err = p.next.RoundTrip(req)
+	}
 	if err != nil || res.StatusCode != http.StatusOK {
 		return res, err
 	}
@@ -180,11 +193,14 @@ func (p *pageKeeper) keep(body []byte) ([]byte, bool) {
 			fresh++
 			p.seen[e.ID] = true
 		}
-		p.raw[e.ID] = raw
+		if _, listed := p.raw[e.ID]; !listed {
+			p.raw[e.ID] = raw // the first copy listed (the newest) is the one stored
+		}
 		kept = append(kept, raw)
 	}
 	switch {
-	case hasMore && len(data) > 0 && fresh == 0:
+	case hasMore && fresh == 0:
+		// A page of nothing new (or of nothing at all) that promises more.
 		p.err, hasMore = errListingLoops, false
 	case hasMore && !lastUsable:
 		// stripe-go would ask for the page after the last event it read,
