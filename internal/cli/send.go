@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -26,7 +27,7 @@ func send(ctx context.Context, env Env, args []string) error {
 	fs := flag.NewFlagSet("send", flag.ContinueOnError)
 	event := fs.String("event", "", "event name: ping, push, pull_request.opened, invoice.paid, customer.subscription.updated, ...")
 	file := fs.String("file", "", "send this file's bytes as the payload instead of a sample")
-	target := fs.String("url", "http://localhost:8080", "the gateway, or its full webhook URL")
+	target := fs.String("url", localURL(env.Config.Addr), "the gateway, or its full webhook URL (default: GATEWAY_ADDR on this machine)")
 	asJSON := fs.Bool("json", false, "print the gateway's JSON answer")
 	rest, err := parse(fs, args)
 	if err != nil {
@@ -117,6 +118,18 @@ func send(ctx context.Context, env Env, args []string) error {
 		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("send: the gateway answered %s", res.Status)}
 	}
 	return nil
+}
+
+// localURL is the URL of a gateway listening on addr on this machine.
+func localURL(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "http://localhost:8080"
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
 
 // source returns a configured source's configuration.

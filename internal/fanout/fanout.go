@@ -179,7 +179,7 @@ type Table []Route
 func (rs Table) Matching(in *filter.Input, failed func(route string, err error)) []string {
 	var names []string
 	for _, r := range rs {
-		if !r.matches(in.Provider, in.Event) {
+		if !r.MatchesEvent(in.Provider, in.Event) {
 			continue
 		}
 		if r.Filter != nil {
@@ -200,15 +200,16 @@ func (rs Table) Matching(in *filter.Input, failed func(route string, err error))
 // filter: only then does the event's payload decide anything.
 func (rs Table) FiltersFor(provider, event string) bool {
 	for _, r := range rs {
-		if r.Filter != nil && r.matches(provider, event) {
+		if r.Filter != nil && r.MatchesEvent(provider, event) {
 			return true
 		}
 	}
 	return false
 }
 
-// matches reports whether one of the route's matches matches.
-func (r Route) matches(provider, event string) bool {
+// MatchesEvent reports whether one of the route's matches matches an event
+// (its filter aside).
+func (r Route) MatchesEvent(provider, event string) bool {
 	for _, m := range r.Matches {
 		if m.Matches(provider, event) {
 			return true

@@ -385,29 +385,40 @@ func ParseRate(s string) (Rate, error) {
 
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// fromEnv reads a target URL from the variable name, or from the file its
-// _FILE variant names.
+// fromEnv reads a value (a target URL, a source's secrets) from the
+// variable name, or from the file its _FILE variant names. Errors name the
+// variable only when it looks like one (A_NAME_LIKE_THIS): what was put
+// there by mistake may be the secret itself.
 func fromEnv(name string) (string, error) {
+	shown := name
+	if !conventionalRE.MatchString(name) {
+		shown = "the variable it names (not shown: it does not look like a variable's name; give the variable's name, not its value)"
+	}
 	if !envNameRE.MatchString(name) {
-		return "", fmt.Errorf("%q is not a variable name", name)
+		return "", fmt.Errorf("must be a variable's name such as ACME_WEBHOOK_SECRET, not its value (the value given is not shown)")
 	}
 	v, set := os.LookupEnv(name)
 	path, fileSet := os.LookupEnv(name + "_FILE")
 	switch {
-	case set && fileSet && path != "":
-		return "", fmt.Errorf("%s and %s_FILE are both set; set one", name, name)
+	case set && v != "" && fileSet && path != "":
+		return "", fmt.Errorf("%s and its _FILE variant are both set; set one", shown)
 	case fileSet && path != "":
 		b, err := os.ReadFile(path)
 		if err != nil {
-			return "", fmt.Errorf("%s_FILE: %w", name, err)
+			return "", fmt.Errorf("%s_FILE: %w", shown, err)
 		}
-		v = strings.TrimSpace(string(b))
+		if v = strings.TrimSpace(string(b)); v == "" {
+			return "", fmt.Errorf("%s_FILE: %s is empty", shown, path)
+		}
 	}
 	if strings.TrimSpace(v) == "" {
-		return "", fmt.Errorf("%s is not set", name)
+		return "", fmt.Errorf("%s is not set", shown)
 	}
 	return strings.TrimSpace(v), nil
 }
+
+// conventionalRE is what a variable's name looks like by convention.
+var conventionalRE = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
 
 // checkKeys refuses a node that is not a mapping, or holds a key not in
 // allowed or one key twice.

@@ -256,6 +256,8 @@ routes:
 		{"sources:\n  - {name: a, kind: gitlab, secret_env: CLERK_SECRET}\n  - {name: a, kind: slack, secret_env: CLERK_SECRET}\n", `a is used by another source`},
 		{"sources:\n  - {name: a, kind: hmac, secret_env: CLERK_SECRET, id_header: X-Id, event_field: type}\n", `key signature_header`},
 		{"sources: {name: a}\n", `sources must be a list`},
+		{"sources:\n  - {name: a, kind: gitlab, secret_env: whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw}\n", `key secret_env: the variable it names (not shown`},
+		{"sources:\n  - {name: a, kind: gitlab, secret_env: \"whsec_p@ss word\"}\n", `must be a variable's name`},
 		{"routes:\n  - {name: r, match: [\"clerk:user\"], target: builtin:log}\n", `key match`},
 	} {
 		path := writeFile(t, tt.text)

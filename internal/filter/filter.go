@@ -10,8 +10,6 @@
 package filter
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,6 +20,7 @@ import (
 
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/ext"
+	"github.com/valyala/fastjson"
 
 	"github.com/hookgate/hookgate/internal/providers"
 )
@@ -75,9 +74,52 @@ func parse(contentType string, body []byte, v *any) error {
 		}
 		body = p
 	}
-	d := json.NewDecoder(bytes.NewReader(body))
-	if err := d.Decode(v); err != nil {
+	p := parsers.Get()
+	if len(body) <= 1<<20 {
+		// native copies out what it keeps; a parser that read a large
+		// payload is not kept, or the pool would hold its memory on.
+		defer parsers.Put(p)
+	}
+	parsed, err := p.ParseBytes(body)
+	if err != nil {
 		return fmt.Errorf("the payload is not JSON: %w", err)
+	}
+	*v = native(parsed)
+	return nil
+}
+
+var parsers fastjson.ParserPool
+
+// native turns a parsed JSON value into what CEL reads (maps, lists,
+// strings, doubles, bools, null). Of a key given twice, the first counts, as
+// it does for the delivery's id and event.
+func native(v *fastjson.Value) any {
+	switch v.Type() {
+	case fastjson.TypeObject:
+		o, _ := v.Object()
+		m := make(map[string]any, o.Len())
+		o.Visit(func(k []byte, e *fastjson.Value) {
+			if _, seen := m[string(k)]; !seen {
+				m[string(k)] = native(e)
+			}
+		})
+		return m
+	case fastjson.TypeArray:
+		a, _ := v.Array()
+		l := make([]any, len(a))
+		for i, e := range a {
+			l[i] = native(e)
+		}
+		return l
+	case fastjson.TypeString:
+		b, _ := v.StringBytes()
+		return string(b)
+	case fastjson.TypeNumber:
+		return v.GetFloat64()
+	case fastjson.TypeTrue:
+		return true
+	case fastjson.TypeFalse:
+		return false
 	}
 	return nil
 }
@@ -101,6 +143,9 @@ var env = sync.OnceValues(func() (*cel.Env, error) {
 		// them with integers as a person means it.
 		cel.CrossTypeNumericComparisons(true),
 		ext.Strings(),
+		// A literal that can never work is a compile error, not a filter
+		// false for every delivery.
+		cel.ASTValidators(cel.ValidateRegexLiterals(), cel.ValidateDurationLiterals(), cel.ValidateTimestampLiterals()),
 	)
 })
 

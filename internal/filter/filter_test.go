@@ -92,6 +92,16 @@ func TestFiltersThatFailAreFalse(t *testing.T) {
 	}
 }
 
+// Of a key given twice, the filter sees the first, as the delivery's event
+// and id are read: a filter and the event name never disagree.
+func TestFiltersSeeTheFirstOfADuplicateKey(t *testing.T) {
+	in := &filter.Input{Provider: "github", Event: "pull_request.closed", ContentType: "application/json",
+		Body: []byte(`{"action":"closed","action":"opened"}`)}
+	if got, err := compile(t, `payload.action == "closed"`).Match(in); !got || err != nil {
+		t.Errorf("duplicate key: %v, %v", got, err)
+	}
+}
+
 // GitHub's form-encoded deliveries carry their JSON in the payload field.
 func TestFiltersReadAFormEncodedPayload(t *testing.T) {
 	json, err := os.ReadFile("testdata/pull_request.opened.json")

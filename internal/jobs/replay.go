@@ -58,7 +58,10 @@ func (e *Enqueuer) RedispatchTx(ctx context.Context, tx pgx.Tx, provider, delive
 		routes = nil
 		for _, r := range req.Routes {
 			if !slices.Contains(matching, r) {
-				return nil, fmt.Errorf("%w: %q is not a configured route matching %s:%s (with a filter true for it)", ErrUnknownRoute, r, provider, ev.Event)
+				if route, ok := e.Routes.ByName(r); ok && route.Filter != nil && route.MatchesEvent(provider, ev.Event) {
+					return nil, fmt.Errorf("%w: route %q's filter is false for %s:%s, or fails on it", ErrUnknownRoute, r, provider, ev.Event)
+				}
+				return nil, fmt.Errorf("%w: %q is not a configured route matching %s:%s", ErrUnknownRoute, r, provider, ev.Event)
 			}
 			if !slices.Contains(routes, r) {
 				routes = append(routes, r)

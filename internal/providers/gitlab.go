@@ -18,9 +18,10 @@ type gitlab struct{ source }
 var gitlabKind = Kind{
 	New: func(c SourceConfig) (Provider, error) { return gitlab{source{cfg: c}}, nil },
 	Sign: func(c SourceConfig, h http.Header, _ []byte, id, event string, _ time.Time) error {
+		kind, _, _ := cutDot(event)
 		h.Set("Content-Type", "application/json")
 		h.Set("User-Agent", "GitLab/18.0.0")
-		h.Set("X-Gitlab-Event", "System Hook")
+		h.Set("X-Gitlab-Event", cmpOr(gitlabHookNames[kind], "System Hook"))
 		h.Set("X-Gitlab-Event-UUID", id)
 		h.Set("X-Gitlab-Token", c.Secrets[0])
 		return nil
@@ -33,6 +34,13 @@ var gitlabKind = Kind{
 		}
 		return sample(fields)
 	},
+}
+
+// gitlabHookNames are X-Gitlab-Event's values for a project hook's object kinds.
+var gitlabHookNames = map[string]string{
+	"push": "Push Hook", "tag_push": "Tag Push Hook", "issue": "Issue Hook", "note": "Note Hook",
+	"merge_request": "Merge Request Hook", "wiki_page": "Wiki Page Hook", "pipeline": "Pipeline Hook",
+	"build": "Job Hook", "deployment": "Deployment Hook", "release": "Release Hook",
 }
 
 var gitlabKeptHeaders = []string{"X-Gitlab-Event", "X-Gitlab-Event-UUID", "X-Gitlab-Webhook-UUID", "X-Gitlab-Instance", "User-Agent"}

@@ -54,6 +54,11 @@ var hmacKind = Kind{
 		case s.IDField != "" && !validPath(s.IDField), s.EventField != "" && !validPath(s.EventField):
 			return nil, errors.New("keys id_field and event_field: must be JSON paths such as data.id")
 		}
+		for _, other := range []string{s.TimestampHeader, s.IDHeader, s.EventHeader} {
+			if other != "" && http.CanonicalHeaderKey(other) == http.CanonicalHeaderKey(s.SignatureHeader) {
+				return nil, fmt.Errorf("key signature_header: %s also names the timestamp, id or event", s.SignatureHeader)
+			}
+		}
 		return hmacSource{source: source{cfg: c}, hash: h}, nil
 	},
 	Sign: func(c SourceConfig, h http.Header, body []byte, id, event string, now time.Time) error {

@@ -13,7 +13,11 @@ import (
 
 // shopify verifies Shopify's webhooks: X-Shopify-Hmac-Sha256 is the base64
 // HMAC-SHA256 of the body keyed by the app's client secret. The id, topic
-// and shop are headers Shopify does not sign, as GitHub's are.
+// and shop are headers Shopify does not sign, as GitHub's are. The scope is
+// empty, not the shop: a scope from an unsigned header would let a captured
+// delivery be stored again under any shop name, and its id reused with
+// another body pass for another shop's copy instead of a conflict. The shop
+// is kept as a header.
 type shopify struct{ source }
 
 var shopifyKind = Kind{
@@ -50,17 +54,18 @@ func (p shopify) Check(h http.Header, _ time.Time) (Request, error) {
 	if err != nil {
 		return Request{}, err
 	}
-	shop, err := optionalHeader(h, "X-Shopify-Shop-Domain")
-	if err != nil {
+	if _, err := optionalHeader(h, "X-Shopify-Shop-Domain"); err != nil {
 		return Request{}, err
 	}
 	mac, err := verify.Decode("base64", strings.TrimSpace(h.Get("X-Shopify-Hmac-Sha256")))
+	if err == nil && len(mac) != sha256.Size {
+		err = verify.ErrSignatureMismatch
+	}
 	if err != nil {
 		return Request{}, fmt.Errorf("X-Shopify-Hmac-Sha256: %w", err)
 	}
 	return Request{
 		ContentType: contentType,
-		Scope:       shop,
 		DeliveryID:  id,
 		Event:       strings.ReplaceAll(topic, "/", "."),
 		Headers:     keptHeaders(h, shopifyKeptHeaders...),

@@ -75,18 +75,19 @@ func (p slack) Verify(req Request, pieces Body) (Delivery, error) {
 		return Delivery{}, fmt.Errorf("X-Slack-Signature: %w", err)
 	}
 	d := p.delivery(req, pieces.Bytes(), idx)
+	var verification bool
 	var challenge string
 	err = parseObject(d.Body, func(v *fastjson.Value) {
-		if text(v.Get("type")) == "url_verification" {
+		if verification = text(v.Get("type")) == "url_verification"; verification {
 			challenge = text(v.Get("challenge"))
 		}
 	})
 	if err != nil {
 		return Delivery{}, err
 	}
-	if challenge != "" {
-		if len(challenge) > MaxIDLen || !Printable(challenge) {
-			return Delivery{}, fmt.Errorf("%w: the challenge must be printable text of at most %d bytes", ErrBadPayload, MaxIDLen)
+	if verification {
+		if challenge == "" || len(challenge) > MaxIDLen || !Printable(challenge) {
+			return Delivery{}, fmt.Errorf("%w: a url_verification's challenge must be printable text of 1 to %d bytes", ErrBadPayload, MaxIDLen)
 		}
 		return Delivery{Provider: p.cfg.Name, Challenge: challenge, SecretIndex: idx}, nil
 	}

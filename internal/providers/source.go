@@ -117,14 +117,17 @@ func NewSource(c SourceConfig) (Provider, error) {
 	if len(c.Secrets) == 0 {
 		return nil, fmt.Errorf("key secret_env: %s holds no secret", c.SecretVar)
 	}
-	if c.Tolerance <= 0 {
-		c.Tolerance = DefaultTolerance
-	}
 	if o := c.Order; o != nil && (!validPath(o.Entity) || !validPath(o.Time)) {
 		return nil, errors.New("key order: entity and time must both be JSON paths such as data.id")
 	}
 	if c.Kind != "hmac" && c.HMAC != (HMACScheme{}) {
 		return nil, fmt.Errorf("the keys of an hmac scheme (signature_header, ...) are for kind hmac, not %s", c.Kind)
+	}
+	if untimed := c.Kind == "shopify" || c.Kind == "gitlab" || c.Kind == "hmac" && c.HMAC.TimestampHeader == ""; untimed && c.Tolerance != 0 {
+		return nil, fmt.Errorf("key tolerance: a %s source signs no time", c.Kind)
+	}
+	if c.Tolerance <= 0 {
+		c.Tolerance = DefaultTolerance
 	}
 	return k.New(c)
 }

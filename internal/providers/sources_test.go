@@ -62,8 +62,17 @@ func TestShopifyAndHMACVectorsFromOpenSSL(t *testing.T) {
 		"X-Shopify-Topic": {"orders/create"}, "X-Shopify-Shop-Domain": {"example.myshopify.com"},
 		"X-Shopify-Hmac-Sha256": {"eMLOYqjwC/1fQ0q9PTeH238wBKchfP3+kCgtHXChmxI="}}
 	d, err := providers.Parse(shop, h, order, time.Now())
-	if err != nil || d.Event != "orders.create" || d.Scope != "example.myshopify.com" || d.DeliveryID != "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043" {
+	if err != nil || d.Event != "orders.create" || d.DeliveryID != "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043" {
 		t.Fatalf("Shopify: %+v, %v", d, err)
+	}
+	// The shop is not signed: kept as a header, never the receipt's scope.
+	if d.Scope != "" || d.Headers["X-Shopify-Shop-Domain"] != "example.myshopify.com" {
+		t.Errorf("Shopify's scope %q, headers %v", d.Scope, d.Headers)
+	}
+	// A MAC of the wrong length is refused from the headers alone.
+	h.Set("X-Shopify-Hmac-Sha256", "AAAA")
+	if _, err := shop.Check(h, time.Now()); !errors.Is(err, verify.ErrSignatureMismatch) {
+		t.Errorf("a 3-byte MAC: %v", err)
 	}
 
 	paid := []byte(`{"event":"order.paid","order":{"id":"ord_1","paid_at":1767225600}}`)
@@ -226,6 +235,12 @@ func TestSlackURLVerification(t *testing.T) {
 	if _, err := providers.Parse(p, h, body, now); !errors.Is(err, verify.ErrSignatureMismatch) {
 		t.Fatalf("an unsigned url_verification: %v", err)
 	}
+	noChallenge := []byte(`{"type":"url_verification","challenge":42}`)
+	h = http.Header{}
+	_ = providers.Kinds["slack"].Sign(c, h, noChallenge, "", "", now)
+	if _, err := providers.Parse(p, h, noChallenge, now); !errors.Is(err, providers.ErrBadPayload) || !strings.Contains(err.Error(), "challenge") {
+		t.Fatalf("a url_verification without a text challenge: %v", err)
+	}
 }
 
 // GitLab's event is the payload's object_kind, and its action when there is one.
@@ -275,6 +290,8 @@ func TestNewSourceRefusesWhatCannotWork(t *testing.T) {
 		{hm(func(h *providers.HMACScheme) { h.SignatureHeader = "X Sig" }), "key signature_header"},
 		{hm(func(h *providers.HMACScheme) { h.IDField = "id" }), "id_header and id_field: give one"},
 		{hm(func(h *providers.HMACScheme) { h.EventField = "" }), "event_header and event_field: give one"},
+		{hm(func(h *providers.HMACScheme) { h.IDHeader = "x-sig" }), "also names the timestamp, id or event"},
+		{providers.SourceConfig{Name: "acme", Kind: "shopify", Secrets: s, Tolerance: time.Minute}, "key tolerance: a shopify source signs no time"},
 	} {
 		_, err := providers.NewSource(c.cfg)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

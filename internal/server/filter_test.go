@@ -2,12 +2,14 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -110,5 +112,15 @@ routes:
 	created = replay("f-1", jobs.ReplayRequest{Force: true})
 	if slices.ContainsFunc(created, func(c jobs.Created) bool { return c.Route == "api-prs" }) {
 		t.Errorf("replay of f-1 under the new filter: %+v, want no api-prs", created)
+	}
+	// Asking for the route by name says why it is refused.
+	tx, err := b.pool.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	_, err = now.RedispatchTx(context.Background(), tx, "github", "f-1", jobs.ReplayRequest{Routes: []string{"api-prs"}})
+	if !errors.Is(err, jobs.ErrUnknownRoute) || !strings.Contains(err.Error(), `route "api-prs"'s filter is false`) {
+		t.Errorf("replay of f-1 to api-prs by name: %v", err)
 	}
 }
