@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -311,8 +312,13 @@ func checkTarget(target string, builtins []string) error {
 		return nil
 	}
 	u, err := url.Parse(target)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 		return fmt.Errorf("target %q must be an http:// or https:// URL or builtin:<name>", RedactURL(target))
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("target %q: the port must be 1 to 65535", RedactURL(target))
+		}
 	}
 	return nil
 }

@@ -83,6 +83,8 @@ func TestParse(t *testing.T) {
 		"a=github:push>builtin:nope",
 		"a=github:push>ftp://x/y",
 		"a=github:push>http://",
+		"a=github:push>http://127.0.0.1:99999999/x",
+		"a=github:push>http://:8080/x",
 		"a=github:push>builtin:log a=stripe:x>builtin:log",
 	} {
 		if _, err := fanout.Parse(bad, handlers, fanout.Defaults{}); !errors.Is(err, fanout.ErrBadTable) {

@@ -13,12 +13,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"mime"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
 
 	"cel.dev/cel-go/cel"
+	celast "cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/ext"
 	"github.com/valyala/fastjson"
 
@@ -115,7 +118,19 @@ func native(v *fastjson.Value) any {
 		b, _ := v.StringBytes()
 		return string(b)
 	case fastjson.TypeNumber:
-		return v.GetFloat64()
+		// An integer stays exact (ids past 2^53 compare as written); any
+		// other number is a double.
+		if i, err := v.Int64(); err == nil {
+			return i
+		}
+		if u, err := v.Uint64(); err == nil {
+			return u
+		}
+		f := v.GetFloat64()
+		if math.IsInf(f, 0) {
+			return nil
+		}
+		return f
 	case fastjson.TypeTrue:
 		return true
 	case fastjson.TypeFalse:
@@ -168,6 +183,9 @@ func Compile(src string) (*Filter, error) {
 	if iss.Err() != nil {
 		return nil, fmt.Errorf("%w: %s", ErrInvalid, strings.ReplaceAll(iss.Err().Error(), "\n", " "))
 	}
+	if err := checkPatterns(ast); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
 	if t := ast.OutputType(); !t.IsExactType(cel.BoolType) {
 		return nil, fmt.Errorf("%w: its type is %s, not bool (compare the field, or wrap it: payload.draft == true)", ErrInvalid, t)
 	}
@@ -176,6 +194,32 @@ func Compile(src string) (*Filter, error) {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return &Filter{src: src, prg: prg}, nil
+}
+
+// checkPatterns compiles every constant pattern of matches(), in either form
+// (text.matches(p) or matches(text, p)): one that cannot compile would make
+// the filter fail on every delivery.
+func checkPatterns(a *cel.Ast) error {
+	var bad error
+	celast.PreOrderVisit(a.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
+		if bad != nil || e.Kind() != celast.CallKind || e.AsCall().FunctionName() != "matches" {
+			return
+		}
+		args := e.AsCall().Args()
+		if len(args) == 0 {
+			return
+		}
+		p := args[len(args)-1]
+		if p.Kind() != celast.LiteralKind {
+			return
+		}
+		if pattern, ok := p.AsLiteral().Value().(string); ok {
+			if _, err := regexp.Compile(pattern); err != nil {
+				bad = fmt.Errorf("matches: %w", err)
+			}
+		}
+	}))
+	return bad
 }
 
 // Match reports whether the filter is true for the delivery. An error says

@@ -102,6 +102,24 @@ func TestFiltersSeeTheFirstOfADuplicateKey(t *testing.T) {
 	}
 }
 
+// Integers compare exactly, past 2^53 too: an id decides as written.
+func TestFiltersCompareLargeIntegersExactly(t *testing.T) {
+	in := &filter.Input{Provider: "stripe", Event: "x", ContentType: "application/json",
+		Body: []byte(`{"n":9007199254740992,"u":18446744073709551614,"f":1.5,"big":1e400}`)}
+	for src, want := range map[string]bool{
+		`payload.n == 9007199254740993`:      false,
+		`payload.n == 9007199254740992`:      true,
+		`payload.u == 18446744073709551615u`: false,
+		`payload.u == 18446744073709551614u`: true,
+		`payload.f > 1 && payload.f < 2`:     true,
+		`payload.n > 1.5`:                    true,
+	} {
+		if got, err := compile(t, src).Match(in); got != want || err != nil {
+			t.Errorf("%s: %v, %v; want %v", src, got, err, want)
+		}
+	}
+}
+
 // GitHub's form-encoded deliveries carry their JSON in the payload field.
 func TestFiltersReadAFormEncodedPayload(t *testing.T) {
 	json, err := os.ReadFile("testdata/pull_request.opened.json")

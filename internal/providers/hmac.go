@@ -54,10 +54,17 @@ var hmacKind = Kind{
 		case s.IDField != "" && !validPath(s.IDField), s.EventField != "" && !validPath(s.EventField):
 			return nil, errors.New("keys id_field and event_field: must be JSON paths such as data.id")
 		}
-		for _, other := range []string{s.TimestampHeader, s.IDHeader, s.EventHeader} {
-			if other != "" && http.CanonicalHeaderKey(other) == http.CanonicalHeaderKey(s.SignatureHeader) {
-				return nil, fmt.Errorf("key signature_header: %s also names the timestamp, id or event", s.SignatureHeader)
+		seen := map[string]string{}
+		for _, hd := range [][2]string{{"signature_header", s.SignatureHeader}, {"timestamp_header", s.TimestampHeader},
+			{"id_header", s.IDHeader}, {"event_header", s.EventHeader}} {
+			if hd[1] == "" {
+				continue
 			}
+			name := http.CanonicalHeaderKey(hd[1])
+			if key, clash := seen[name]; clash {
+				return nil, fmt.Errorf("keys %s and %s name the same header, %s: each carries its own value", key, hd[0], name)
+			}
+			seen[name] = hd[0]
 		}
 		return hmacSource{source: source{cfg: c}, hash: h}, nil
 	},

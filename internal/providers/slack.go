@@ -91,11 +91,29 @@ func (p slack) Verify(req Request, pieces Body) (Delivery, error) {
 		}
 		return Delivery{Provider: p.cfg.Name, Challenge: challenge, SecretIndex: idx}, nil
 	}
-	err = p.finish(&d, "event_id", "event.type", func(v *fastjson.Value) error {
+	var rateLimited bool
+	err = p.finish(&d, "", "", func(v *fastjson.Value) error {
 		if d.Scope = text(v.Get("team_id")); !ValidID(d.Scope) {
 			return fmt.Errorf("%w: the payload's team_id must be printable text of at most %d bytes", ErrBadPayload, MaxIDLen)
 		}
+		d.DeliveryID, d.Event = idText(v.Get("event_id")), text(v.Get("event", "type"))
+		if text(v.Get("type")) == "app_rate_limited" {
+			// Slack's notice that it dropped events: no event_id, one a
+			// minute per team; keyed by that minute, so its retries are
+			// duplicates.
+			rateLimited = true
+			d.DeliveryID, d.Event = "app_rate_limited:"+d.Scope+":"+number(v.Get("minute_rate_limited")), "app_rate_limited"
+		}
 		return nil
 	})
-	return d, err
+	if err != nil {
+		return Delivery{}, err
+	}
+	if d.DeliveryID == "" || !ValidID(d.DeliveryID) {
+		return Delivery{}, fmt.Errorf("%w: the payload's event_id must be a non-empty string of at most %d bytes", ErrBadPayload, MaxIDLen)
+	}
+	if !rateLimited && (d.Event == "" || !ValidID(d.Event)) {
+		return Delivery{}, fmt.Errorf("%w: the payload's event.type must be a non-empty printable string of at most %d bytes", ErrBadPayload, MaxIDLen)
+	}
+	return d, nil
 }

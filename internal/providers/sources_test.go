@@ -243,6 +243,21 @@ func TestSlackURLVerification(t *testing.T) {
 	}
 }
 
+// Slack's app_rate_limited notice has no event_id: it is keyed by its team
+// and minute, so Slack's retries of it are duplicates.
+func TestSlackAppRateLimited(t *testing.T) {
+	c := kindConfigs()["slack"]
+	p := source(t, c)
+	now := time.Now()
+	body := []byte(`{"token":"Jhj5dZrVaK7ZwHHjRyZWjbDl","type":"app_rate_limited","team_id":"T123456","minute_rate_limited":1518467820,"api_app_id":"A123456"}`)
+	h := http.Header{}
+	_ = providers.Kinds["slack"].Sign(c, h, body, "", "", now)
+	d, err := providers.Parse(p, h, body, now)
+	if err != nil || d.Event != "app_rate_limited" || d.DeliveryID != "app_rate_limited:T123456:1518467820" || d.Scope != "T123456" {
+		t.Fatalf("app_rate_limited: %+v, %v", d, err)
+	}
+}
+
 // GitLab's event is the payload's object_kind, and its action when there is one.
 func TestGitLabEventNames(t *testing.T) {
 	c := kindConfigs()["gitlab"]
@@ -290,7 +305,8 @@ func TestNewSourceRefusesWhatCannotWork(t *testing.T) {
 		{hm(func(h *providers.HMACScheme) { h.SignatureHeader = "X Sig" }), "key signature_header"},
 		{hm(func(h *providers.HMACScheme) { h.IDField = "id" }), "id_header and id_field: give one"},
 		{hm(func(h *providers.HMACScheme) { h.EventField = "" }), "event_header and event_field: give one"},
-		{hm(func(h *providers.HMACScheme) { h.IDHeader = "x-sig" }), "also names the timestamp, id or event"},
+		{hm(func(h *providers.HMACScheme) { h.IDHeader = "x-sig" }), "keys signature_header and id_header name the same header"},
+		{hm(func(h *providers.HMACScheme) { h.TimestampHeader = "X-Id" }), "keys timestamp_header and id_header name the same header"},
 		{providers.SourceConfig{Name: "acme", Kind: "shopify", Secrets: s, Tolerance: time.Minute}, "key tolerance: a shopify source signs no time"},
 	} {
 		_, err := providers.NewSource(c.cfg)

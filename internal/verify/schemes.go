@@ -163,7 +163,7 @@ func ParseStandardSignatures(header string) ([][]byte, error) {
 		}
 	}
 	if len(macs) == 0 {
-		return nil, fmt.Errorf("%w: no v1 signature", ErrSignatureMismatch)
+		return nil, fmt.Errorf("%w: no usable v1 signature (v1,<base64 of 32 bytes>)", ErrSignatureMismatch)
 	}
 	return macs, nil
 }
