@@ -328,6 +328,7 @@ type cappedBody struct {
 	left int64
 }
 
+// Read implements io.Reader, failing past the cap.
 func (b *cappedBody) Read(p []byte) (int, error) {
 	if b.left <= 0 {
 		return 0, fmt.Errorf("the API's answer is larger than %d bytes", maxAnswerBytes)
