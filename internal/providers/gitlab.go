@@ -1,8 +1,10 @@
 package providers
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/valyala/fastjson"
@@ -18,16 +20,16 @@ type gitlab struct{ source }
 var gitlabKind = Kind{
 	New: func(c SourceConfig) (Provider, error) { return gitlab{source{cfg: c}}, nil },
 	Sign: func(c SourceConfig, h http.Header, _ []byte, id, event string, _ time.Time) error {
-		kind, _, _ := cutDot(event)
+		kind, _, _ := strings.Cut(event, ".")
 		h.Set("Content-Type", "application/json")
 		h.Set("User-Agent", "GitLab/18.0.0")
-		h.Set("X-Gitlab-Event", cmpOr(gitlabHookNames[kind], "System Hook"))
+		h.Set("X-Gitlab-Event", cmp.Or(gitlabHookNames[kind], "System Hook"))
 		h.Set("X-Gitlab-Event-UUID", id)
 		h.Set("X-Gitlab-Token", c.Secrets[0])
 		return nil
 	},
 	Sample: func(_ SourceConfig, _, event string, now time.Time) []byte {
-		kind, action, _ := cutDot(event)
+		kind, action, _ := strings.Cut(event, ".")
 		fields := map[string]any{"object_kind": kind, "project": map[string]any{"id": 1, "path_with_namespace": "acme/api"}}
 		if action != "" {
 			fields["object_attributes"] = map[string]any{"id": now.Unix(), "action": action, "updated_at": now.UTC().Format(time.RFC3339)}

@@ -1,6 +1,7 @@
 package providers
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"hash"
@@ -70,7 +71,7 @@ var hmacKind = Kind{
 	},
 	Sign: func(c SourceConfig, h http.Header, body []byte, id, event string, now time.Time) error {
 		s := c.HMAC
-		hf, ok := verify.Hashes[cmpOr(s.Algorithm, "sha256")]
+		hf, ok := verify.Hashes[cmp.Or(s.Algorithm, "sha256")]
 		if !ok {
 			return fmt.Errorf("unknown algorithm %q", s.Algorithm)
 		}
@@ -81,7 +82,7 @@ var hmacKind = Kind{
 			parts = [][]byte{[]byte(ts + "."), body}
 		}
 		h.Set("Content-Type", "application/json")
-		h.Set(s.SignatureHeader, s.Prefix+verify.Encode(cmpOr(s.Encoding, "hex"), verify.Sign(hf, []byte(c.Secrets[0]), parts...)))
+		h.Set(s.SignatureHeader, s.Prefix+verify.Encode(cmp.Or(s.Encoding, "hex"), verify.Sign(hf, []byte(c.Secrets[0]), parts...)))
 		if s.IDHeader != "" {
 			h.Set(s.IDHeader, id)
 		}
@@ -175,12 +176,3 @@ func setPath(m map[string]any, path, v string) {
 	}
 	m[parts[len(parts)-1]] = v
 }
-
-func cmpOr(s, fallback string) string {
-	if s == "" {
-		return fallback
-	}
-	return s
-}
-
-func cutDot(s string) (string, string, bool) { return strings.Cut(s, ".") }

@@ -27,11 +27,7 @@ func (s Secrets) MatchPartsWith(h func() hash.Hash, msg [][]byte, candidates [][
 	}
 	matched := -1
 	for i, secret := range s {
-		mac := hmac.New(h, []byte(secret))
-		for _, p := range msg {
-			mac.Write(p)
-		}
-		want := mac.Sum(nil)
+		want := Sign(h, []byte(secret), msg...)
 		for _, got := range candidates {
 			if hmac.Equal(want, got) && matched < 0 {
 				matched = i
