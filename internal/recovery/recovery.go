@@ -142,30 +142,16 @@ func (r *Recoverer) Providers() []string {
 
 // Run recovers one provider's deliveries. A run that fails is counted and
 // logged; what it did before failing is in its report.
-func (r *Recoverer) Run(ctx context.Context, provider string, opts Options) (out Report, outErr error) {
+func (r *Recoverer) Run(ctx context.Context, provider string, opts Options) (Report, error) {
 	if opts.Actor == "" {
 		opts.Actor = Actor
 	}
-	var rep Report
-	var err error
-	defer func() {
-		// A client library that panics on an answer it did not expect must
-		// not end the process (the CLI) or pass uncounted (the job).
-		if v := recover(); v != nil {
-			err = fmt.Errorf("recovery of %s stopped on an answer its client could not read: %v", provider, v)
-			r.Metrics.RecoveryRun(provider, false)
-			r.logger().WarnContext(ctx, "recovery: a run failed; the next run starts again from the checkpoint", "provider", provider, "error", err)
-			out, outErr = rep, err
-			if out.Provider == "" {
-				out = newReport(provider, opts)
-			}
-		}
-	}()
+	var run func(context.Context, Options) (Report, error)
 	switch {
 	case provider == "github" && r.GitHub != nil:
-		rep, err = r.recoverGitHub(ctx, opts)
+		run = r.recoverGitHub
 	case provider == "stripe" && r.Stripe != nil:
-		rep, err = r.recoverStripe(ctx, opts)
+		run = r.recoverStripe
 	case provider == "github":
 		return newReport(provider, opts), fmt.Errorf("%w: set GITHUB_RECOVERY_HOOKS and GITHUB_TOKEN or a GitHub App", ErrNotConfigured)
 	case provider == "stripe":
@@ -173,12 +159,25 @@ func (r *Recoverer) Run(ctx context.Context, provider string, opts Options) (out
 	default:
 		return newReport(provider, opts), fmt.Errorf("%w: recovery knows github and stripe, not %q", ErrNotConfigured, provider)
 	}
+	rep, err := guarded(ctx, provider, opts, run)
 	r.Metrics.RecoveryRun(provider, err == nil)
 	if err != nil {
 		r.logger().WarnContext(ctx, "recovery: a run failed; the next run starts again from the checkpoint", "provider", provider,
 			"found", len(rep.Found), "requested", len(rep.Requested), "stored", len(rep.Stored), "error", err)
 	}
 	return rep, err
+}
+
+// guarded calls run, turning a panic into the run's error: a client library
+// that panics on an answer it did not expect must not end the process (the
+// CLI) or pass uncounted (the job).
+func guarded(ctx context.Context, provider string, opts Options, run func(context.Context, Options) (Report, error)) (rep Report, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			rep, err = newReport(provider, opts), fmt.Errorf("recovery of %s stopped on an answer its client could not read: %v", provider, v)
+		}
+	}()
+	return run(ctx, opts)
 }
 
 // Floor is the earliest time a run starting at now lists from: the lookback

@@ -13,8 +13,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stripe/stripe-go/v84"
@@ -67,6 +65,9 @@ type event struct {
 	id      string
 	created time.Time
 	raw     []byte
+	// d is the event read as a delivery of scope recovered, once it was
+	// found storable.
+	d providers.Delivery
 }
 
 // errListingLoops ends a listing whose pages start naming events already
@@ -239,7 +240,7 @@ func looseID(raw []byte) string {
 		return "(no id)"
 	}
 	id := strings.Trim(string(e.ID), `"`)
-	if len(id) > 80 || !utf8.ValidString(id) || strings.ContainsFunc(id, unicode.IsControl) {
+	if len(id) > 80 || !providers.Printable(id) {
 		return "(an unprintable id)"
 	}
 	return id
@@ -306,11 +307,14 @@ func (r *Recoverer) recoverStripe(ctx context.Context, opts Options) (Report, er
 		if !e.created.Before(young) {
 			return nil // the next run sees it
 		}
-		if _, err := providers.StripeEvent(e.raw); err != nil {
+		d, err := providers.StripeEvent(e.raw)
+		if err != nil {
 			// Not storable as an event; no later run would do better.
 			skip(e.id, err.Error())
 			return nil
 		}
+		d.Scope, d.ContentType, d.Headers = RecoveredScope, "application/json", map[string]string{}
+		e.d = d
 		if batch = append(batch, e); len(batch) >= compared {
 			return compare()
 		}
@@ -365,14 +369,9 @@ func (r *Recoverer) missingStripe(ctx context.Context, events []event) ([]event,
 // storeStripe stores events, in transactions of storeBatch, and reports and
 // counts what it stored.
 func (r *Recoverer) storeStripe(ctx context.Context, events []event, actor string, rep *Report) error {
-	var ds []providers.Delivery
-	for _, e := range events {
-		d, err := providers.StripeEvent(e.raw) // checked as listed
-		if err != nil {
-			continue
-		}
-		d.Scope, d.ContentType, d.Headers = RecoveredScope, "application/json", map[string]string{}
-		ds = append(ds, d)
+	ds := make([]providers.Delivery, len(events))
+	for i, e := range events {
+		ds[i] = e.d
 	}
 	for chunk := range slices.Chunk(ds, storeBatch) {
 		stored, err := r.storeStripeTx(ctx, chunk, actor)
