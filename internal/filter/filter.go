@@ -48,9 +48,9 @@ type Input struct {
 	ContentType string
 	Body        []byte
 
-	once    sync.Once
-	vars    map[string]any
-	payload error
+	once     sync.Once
+	vars     map[string]any
+	parseErr error
 }
 
 // activation returns the variables a filter sees, parsing the payload once.
@@ -61,10 +61,10 @@ func (in *Input) activation() (map[string]any, error) {
 			headers[strings.ToLower(k)] = v
 		}
 		var payload any
-		in.payload = parse(in.ContentType, in.Body, &payload)
+		in.parseErr = parse(in.ContentType, in.Body, &payload)
 		in.vars = map[string]any{"provider": in.Provider, "event": in.Event, "headers": headers, "payload": payload}
 	})
-	return in.vars, in.payload
+	return in.vars, in.parseErr
 }
 
 // parse reads a body's JSON into v: the body itself, or the payload field of
@@ -77,21 +77,8 @@ func parse(contentType string, body []byte, v *any) error {
 		}
 		body = p
 	}
-	p := parsers.Get()
-	if len(body) <= 1<<20 {
-		// native copies out what it keeps; a parser that read a large
-		// payload is not kept, or the pool would hold its memory on.
-		defer parsers.Put(p)
-	}
-	parsed, err := p.ParseBytes(body)
-	if err != nil {
-		return fmt.Errorf("the payload is not JSON: %w", err)
-	}
-	*v = native(parsed)
-	return nil
+	return providers.ReadObject(body, func(parsed *fastjson.Value) { *v = native(parsed) })
 }
-
-var parsers fastjson.ParserPool
 
 // native turns a parsed JSON value into what CEL reads (maps, lists,
 // strings, doubles, bools, null). Of a key given twice, the first counts, as

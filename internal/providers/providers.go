@@ -247,6 +247,10 @@ func parseObject(body []byte, read func(v *fastjson.Value)) error {
 	return nil
 }
 
+// ReadObject is parseObject for other packages (route filters): one parser
+// pool, one rule for what a payload must be.
+func ReadObject(body []byte, read func(v *fastjson.Value)) error { return parseObject(body, read) }
+
 // text returns a JSON string's value, or "" when v is absent or no string.
 func text(v *fastjson.Value) string {
 	if v == nil || v.Type() != fastjson.TypeString {
