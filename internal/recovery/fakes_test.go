@@ -63,6 +63,11 @@ type fakeGitHub struct {
 	// readOnly makes every redelivery request 403, as GitHub answers a
 	// token that may only read webhooks.
 	readOnly bool
+	// redirect, when set, answers each authenticated request it gives a
+	// status for with a redirect of that status to the same path and query
+	// at redirectTo (another server).
+	redirect   func(r *http.Request) int
+	redirectTo string
 }
 
 // fakeDelivery is one attempt in a hook's log, with what was sent.
@@ -145,6 +150,13 @@ func (f *fakeGitHub) serve(w http.ResponseWriter, r *http.Request) {
 	case !app && auth != "Bearer "+f.token && auth != "token "+f.token && (f.installToken == "" || auth != "token "+f.installToken):
 		f.answer(w, http.StatusUnauthorized, map[string]string{"message": "Bad credentials"})
 		return
+	}
+	if f.redirect != nil {
+		if code := f.redirect(r); code != 0 {
+			w.Header().Set("Location", f.redirectTo+r.URL.RequestURI())
+			w.WriteHeader(code)
+			return
+		}
 	}
 
 	switch {
@@ -322,6 +334,10 @@ type fakeStripe struct {
 	// tooMany is how many requests, from the first, are answered 429 with
 	// Retry-After: 1.
 	tooMany int
+	// redirect, when not 0, answers each authenticated listing with a
+	// redirect of that status to the same path and query at redirectTo.
+	redirect   int
+	redirectTo string
 }
 
 func newFakeStripe(t *testing.T, key string) *fakeStripe {
@@ -362,6 +378,11 @@ func (f *fakeStripe) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.calls++
+	if f.redirect != 0 {
+		w.Header().Set("Location", f.redirectTo+r.URL.RequestURI())
+		w.WriteHeader(f.redirect)
+		return
+	}
 	if f.calls <= f.tooMany {
 		w.Header().Set("Retry-After", "1")
 		w.WriteHeader(http.StatusTooManyRequests)
@@ -398,4 +419,53 @@ func (f *fakeStripe) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	fmt.Fprintf(&b, "\n  ],\n  \"has_more\": %t,\n  \"url\": \"/v1/events\"\n}", more)
 	_, _ = w.Write(b.Bytes())
+}
+
+// elsewhere is another server, on another port of the same host, where a
+// fake API's redirects point. It records every request it gets, with its
+// Authorization header, and answers as the API would with nothing to
+// recover: an empty listing of deliveries or events, a redelivery queued,
+// an installation token. A client that followed a redirect there would take
+// that for the truth.
+type elsewhere struct {
+	srv *httptest.Server
+
+	mu       sync.Mutex
+	requests []string // "METHOD PATH Authorization: VALUE" of each request
+}
+
+func newElsewhere(t *testing.T) *elsewhere {
+	e := &elsewhere{}
+	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e.mu.Lock()
+		e.requests = append(e.requests, r.Method+" "+r.URL.Path+" Authorization: "+r.Header.Get("Authorization"))
+		e.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/deliveries"):
+			fmt.Fprint(w, `[]`)
+		case strings.HasSuffix(r.URL.Path, "/attempts"):
+			w.WriteHeader(http.StatusAccepted)
+			fmt.Fprint(w, `{}`)
+		case strings.HasSuffix(r.URL.Path, "/access_tokens"):
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, `{"token":"ghs_elsewhere","expires_at":%q}`, time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+		case strings.HasSuffix(r.URL.Path, "/installation"):
+			fmt.Fprint(w, `{"id":99,"app_id":314}`)
+		case r.URL.Path == "/v1/events":
+			fmt.Fprint(w, `{"object":"list","data":[],"has_more":false,"url":"/v1/events"}`)
+		default:
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprint(w, `{"message":"Not Found"}`)
+		}
+	}))
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+// seen returns the requests elsewhere got.
+func (e *elsewhere) seen() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.requests)
 }

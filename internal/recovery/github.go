@@ -1,9 +1,11 @@
 package recovery
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -14,6 +16,7 @@ import (
 	"github.com/bradleyfalzon/ghinstallation/v2"
 	"github.com/google/go-github/v88/github"
 	"github.com/jackc/pgx/v5"
+	"github.com/tidwall/gjson"
 
 	"github.com/hookgate/hookgate/internal/providers"
 )
@@ -148,10 +151,11 @@ type GitHubConfig struct {
 // GitHub lists GitHub hooks' deliveries and asks for redeliveries, through
 // go-github.
 type GitHub struct {
-	cfg   GitHubConfig
-	base  *url.URL
-	token *github.Client
-	apps  *ghinstallation.AppsTransport
+	cfg    GitHubConfig
+	base   *url.URL
+	origin origin
+	token  *github.Client
+	apps   *ghinstallation.AppsTransport
 
 	mu        sync.Mutex
 	clients   map[Hook]*github.Client
@@ -176,14 +180,16 @@ func NewGitHub(cfg GitHubConfig) (*GitHub, error) {
 	if cfg.Transport == nil {
 		cfg.Transport = http.DefaultTransport
 	}
-	cfg.Transport = capped{next: cfg.Transport}
+	// Whatever carries a credential (the token, the App's JWT, an
+	// installation token) goes through pinned: to the API URL's host only.
+	cfg.Transport = listingsChecked{next: capped{next: pinned{origin: originOf(base), next: cfg.Transport}}}
 	if cfg.MutationGap <= 0 {
 		cfg.MutationGap = time.Second
 	}
 	if cfg.MaxWait <= 0 {
 		cfg.MaxWait = 2 * time.Minute
 	}
-	g := &GitHub{cfg: cfg, base: base, clients: map[Hook]*github.Client{}}
+	g := &GitHub{cfg: cfg, base: base, origin: originOf(base), clients: map[Hook]*github.Client{}}
 	hasApp := cfg.AppID != 0 || cfg.AppKeyFile != ""
 	switch {
 	case hasApp && (cfg.AppID <= 0 || cfg.AppKeyFile == ""):
@@ -195,6 +201,9 @@ func NewGitHub(cfg GitHubConfig) (*GitHub, error) {
 			return nil, fmt.Errorf("GITHUB_APP_PRIVATE_KEY_FILE: %w", err)
 		}
 		g.apps.BaseURL = strings.TrimRight(base.String(), "/")
+		// ghinstallation sends the token exchange through its transport; its
+		// Client is what a version of it may use instead.
+		g.apps.Client = g.httpClient(cfg.Transport)
 	case cfg.Token == "":
 		return nil, errors.New("GITHUB_RECOVERY_HOOKS needs GITHUB_TOKEN or a GitHub App (GITHUB_APP_ID and GITHUB_APP_PRIVATE_KEY_FILE)")
 	}
@@ -214,10 +223,16 @@ func NewGitHub(cfg GitHubConfig) (*GitHub, error) {
 // Hooks are the hooks recovery lists.
 func (g *GitHub) Hooks() []Hook { return g.cfg.Hooks }
 
+// httpClient is an http.Client of tr that follows no redirect away from the
+// API URL's host.
+func (g *GitHub) httpClient(tr http.RoundTripper) *http.Client {
+	return &http.Client{Transport: tr, Timeout: time.Minute, CheckRedirect: g.origin.followWithin}
+}
+
 func (g *GitHub) newClient(tr http.RoundTripper, more ...github.ClientOptionsFunc) (*github.Client, error) {
 	base := g.base.String()
 	c, err := github.NewClient(append([]github.ClientOptionsFunc{
-		github.WithHTTPClient(&http.Client{Transport: tr, Timeout: time.Minute}),
+		github.WithHTTPClient(g.httpClient(tr)),
 		github.WithURLs(&base, nil),
 	}, more...)...)
 	if err != nil {
@@ -263,8 +278,12 @@ func (g *GitHub) client(ctx context.Context, h Hook) (*github.Client, error) {
 		if err != nil {
 			return nil, fmt.Errorf("find the App's installation: %w", err)
 		}
+		if inst.GetID() <= 0 {
+			return nil, errors.New("find the App's installation: GitHub's answer names no installation")
+		}
 		itr := ghinstallation.NewFromAppsTransport(g.apps, inst.GetID())
 		itr.BaseURL = g.apps.BaseURL
+		itr.Client = g.httpClient(g.cfg.Transport)
 		if c, err = g.newClient(itr); err != nil {
 			return nil, err
 		}
@@ -324,6 +343,7 @@ func (g *GitHub) redeliver(ctx context.Context, c *github.Client, h Hook, id int
 func (g *GitHub) call(ctx context.Context, do func(context.Context) (*github.Response, error)) (*github.Response, error) {
 	for try := 1; ; try++ {
 		resp, err := do(ctx)
+		err = redirected(err)
 		var primary *github.RateLimitError
 		var secondary *github.AbuseRateLimitError
 		var wait time.Duration
@@ -345,6 +365,61 @@ func (g *GitHub) call(ctx context.Context, do func(context.Context) (*github.Res
 			return resp, err
 		}
 	}
+}
+
+// redirected marks as ErrRedirectRefused the failure of an installation
+// token's exchange that GitHub answered with a redirect: ghinstallation does
+// not follow it, and says only that the answer was not 2xx.
+func redirected(err error) error {
+	var exchange *ghinstallation.HTTPError
+	if errors.As(err, &exchange) && exchange.Response != nil && exchange.Response.StatusCode/100 == 3 && !errors.Is(err, ErrRedirectRefused) {
+		return fmt.Errorf("%w: %w", ErrRedirectRefused, err)
+	}
+	return err
+}
+
+// listingsChecked is a transport that fails a 2xx answer to a listing of
+// deliveries whose body is not a JSON array: go-github reads an empty body
+// as no deliveries, which must never pass for "nothing missing".
+type listingsChecked struct{ next http.RoundTripper }
+
+// RoundTrip implements http.RoundTripper.
+func (l listingsChecked) RoundTrip(req *http.Request) (*http.Response, error) {
+	res, err := l.next.RoundTrip(req)
+	if err != nil || req.Method != http.MethodGet || !strings.HasSuffix(req.URL.Path, "/deliveries") || res.StatusCode/100 != 2 {
+		return res, err
+	}
+	body, err := io.ReadAll(res.Body) // capped: maxAnswerBytes
+	res.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	if trimmed := bytes.TrimLeft(body, " \t\r\n"); !gjson.ValidBytes(body) || len(trimmed) == 0 || trimmed[0] != '[' {
+		return nil, fmt.Errorf("GitHub's answer (%s, Content-Type %q, %d bytes) is not a JSON list of deliveries", res.Status, res.Header.Get("Content-Type"), len(body))
+	}
+	res.Body = io.NopCloser(bytes.NewReader(body))
+	res.ContentLength = int64(len(body))
+	return res, nil
+}
+
+// wellFormed checks a page of a hook's deliveries as go-github read it: a
+// JSON array (null reads as nil) of deliveries each with an id and a time.
+// Anything else is no answer of GitHub's, and never passes for "nothing
+// missing".
+func wellFormed(page []*github.HookDelivery, resp *github.Response) error {
+	if page == nil {
+		status := "no answer"
+		if resp != nil && resp.Response != nil {
+			status = resp.Status
+		}
+		return fmt.Errorf("GitHub's answer (%s) is not a list of deliveries", status)
+	}
+	for _, d := range page {
+		if d == nil || d.ID == nil || d.DeliveredAt == nil || d.DeliveredAt.IsZero() {
+			return errors.New("GitHub's answer lists a delivery without an id or a time: it is not a list of deliveries")
+		}
+	}
+	return nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -413,6 +488,9 @@ func (r *Recoverer) recoverHook(ctx context.Context, h Hook, opts Options, rep *
 			page, resp, err = g.list(ctx, c, h, listOpts)
 			return resp, err
 		})
+		if err == nil {
+			err = wellFormed(page, resp)
+		}
 		if err != nil {
 			return fmt.Errorf("list deliveries: %w", err)
 		}
@@ -509,6 +587,17 @@ func (r *Recoverer) recoverHook(ctx context.Context, h Hook, opts Options, rep *
 			r.Metrics.Recovery("github", "failed", 1)
 			if errors.Is(err, ErrRateLimited) || ctx.Err() != nil {
 				return err
+			}
+			var exchange *ghinstallation.HTTPError
+			if errors.Is(err, ErrRedirectRefused) || errors.As(err, &exchange) {
+				// Not GitHub's answer about this delivery (a redirect away
+				// from the API, an installation token GitHub would not give):
+				// no ask, and the run stops where it is, its checkpoint
+				// unchanged.
+				if uerr := r.unclaim(ctx, h, guid, opts.Actor, err); uerr != nil {
+					return errors.Join(err, uerr)
+				}
+				return fmt.Errorf("redeliver %s: %w", guid, err)
 			}
 			// GitHub refused this one (too old, gone, a token that may not
 			// write): the others may pass. A refusal is no ask: it is not

@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -62,6 +63,11 @@ const (
 // done; the next run carries on from the same checkpoint.
 var ErrRateLimited = errors.New("rate limited")
 
+// ErrRedirectRefused means a provider's API answered with a redirect to
+// another scheme, host or port than its configured URL's. It is not
+// followed: the request carries the credential, which goes nowhere else.
+var ErrRedirectRefused = errors.New("a redirect away from the configured API URL's scheme, host and port was not followed")
+
 // ErrNotConfigured means recovery for that provider has no credentials.
 var ErrNotConfigured = errors.New("recovery not configured")
 
@@ -81,7 +87,8 @@ type Report struct {
 
 // Skip is a delivery a run left alone, and why: one the provider's API
 // listed that the gateway cannot store (an unusable id, an event without a
-// type), or a GitHub GUID asked for lately or asked for MaxAttempts times.
+// type, a Stripe event larger than GATEWAY_MAX_BODY_BYTES), or a GitHub GUID
+// asked for lately or asked for MaxAttempts times.
 type Skip struct {
 	DeliveryID string `json:"delivery_id"`
 	Reason     string `json:"reason"`
@@ -283,7 +290,7 @@ func FromConfig(c config.Config) (*GitHub, *Stripe, error) {
 		return nil, nil, errors.New("GITHUB_APP_ID and GITHUB_APP_PRIVATE_KEY_FILE are for recovery: set GITHUB_RECOVERY_HOOKS too")
 	}
 	if c.StripeAPIKey != "" {
-		if st, err = NewStripe(StripeConfig{APIKey: c.StripeAPIKey.Value(), APIURL: c.StripeAPIURL}); err != nil {
+		if st, err = NewStripe(StripeConfig{APIKey: c.StripeAPIKey.Value(), APIURL: c.StripeAPIURL, MaxBodyBytes: c.MaxBodyBytes}); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -299,6 +306,61 @@ func checkAPIURL(raw string) error {
 		return fmt.Errorf("must be an http(s) URL without a user, password, query or fragment, such as https://api.example.com (got %q)", fanout.RedactURL(raw))
 	}
 	return nil
+}
+
+// origin is an API URL's scheme, host and port: the only place its
+// credential is sent.
+type origin struct{ scheme, host, port string }
+
+func originOf(u *url.URL) origin {
+	o := origin{scheme: strings.ToLower(u.Scheme), host: strings.ToLower(u.Hostname()), port: u.Port()}
+	if o.port == "" {
+		switch o.scheme {
+		case "https":
+			o.port = "443"
+		case "http":
+			o.port = "80"
+		}
+	}
+	return o
+}
+
+// followWithin is an http.Client's CheckRedirect: a redirect within o is
+// followed (10 at most in a row), one anywhere else is refused with
+// ErrRedirectRefused. An API client adds its credential in its transport,
+// on every hop, so Go's own rule (which keeps Authorization for another port
+// of the same host) would not keep it from another server.
+func (o origin) followWithin(req *http.Request, via []*http.Request) error {
+	if originOf(req.URL) != o {
+		status := 0
+		if req.Response != nil {
+			status = req.Response.StatusCode
+		}
+		return fmt.Errorf("%w: the API answered %d, to %s", ErrRedirectRefused, status, fanout.RedactURL(req.URL.String()))
+	}
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	return nil
+}
+
+// pinned is the innermost transport of every provider API client: it sends
+// nothing to another scheme, host or port than the API URL's, whatever a
+// client above it does with a redirect.
+type pinned struct {
+	origin origin
+	next   http.RoundTripper
+}
+
+// RoundTrip implements http.RoundTripper.
+func (p pinned) RoundTrip(req *http.Request) (*http.Response, error) {
+	if originOf(req.URL) != p.origin {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, fmt.Errorf("%w: refused to send a request to %s", ErrRedirectRefused, fanout.RedactURL(req.URL.String()))
+	}
+	return p.next.RoundTrip(req)
 }
 
 // Bounds on what a provider's API may make a run read: an answer's size, and

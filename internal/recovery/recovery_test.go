@@ -487,8 +487,8 @@ func TestStripeRecoveryStoresMissedEventsOnce(t *testing.T) {
 	}
 }
 
-// What Stripe's API lists that the gateway cannot store (an event stripe-go
-// cannot read, one without a type, one listed twice) is reported as skipped,
+// What Stripe's API lists that the gateway cannot store (an event whose id
+// cannot be read, one without a type, one listed twice) is reported as skipped,
 // and the rest is stored; an unreadable event that ends a page ends the
 // listing with an error, after what was found is stored.
 func TestStripeRecoverySkipsWhatItCannotStore(t *testing.T) {
