@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"mime"
 	"regexp"
 	"strings"
@@ -22,9 +21,10 @@ import (
 
 	"cel.dev/cel-go/cel"
 	celast "cel.dev/cel-go/common/ast"
+	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/ext"
-	"github.com/valyala/fastjson"
 
+	"github.com/hookgate/hookgate/internal/payload"
 	"github.com/hookgate/hookgate/internal/providers"
 )
 
@@ -60,70 +60,28 @@ func (in *Input) activation() (map[string]any, error) {
 		for k, v := range in.Headers {
 			headers[strings.ToLower(k)] = v
 		}
-		var payload any
-		in.parseErr = parse(in.ContentType, in.Body, &payload)
-		in.vars = map[string]any{"provider": in.Provider, "event": in.Event, "headers": headers, "payload": payload}
+		view, err := parse(in.ContentType, in.Body)
+		in.parseErr = err
+		in.vars = map[string]any{"provider": in.Provider, "event": in.Event, "headers": headers, "payload": view}
 	})
 	return in.vars, in.parseErr
 }
 
-// parse reads a body's JSON into v: the body itself, or the payload field of
-// a form-encoded body.
-func parse(contentType string, body []byte, v *any) error {
+// parse returns the view of a body's JSON that filters read: the body
+// itself, or the payload field of a form-encoded body.
+func parse(contentType string, body []byte) (ref.Val, error) {
 	if mt, _, _ := mime.ParseMediaType(contentType); mt == "application/x-www-form-urlencoded" {
 		p, err := providers.DecodeGitHubForm(body)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		body = p
 	}
-	return providers.ReadObject(body, func(parsed *fastjson.Value) { *v = native(parsed) })
-}
-
-// native turns a parsed JSON value into what CEL reads (maps, lists,
-// strings, doubles, bools, null). Of a key given twice, the first counts, as
-// it does for the delivery's id and event.
-func native(v *fastjson.Value) any {
-	switch v.Type() {
-	case fastjson.TypeObject:
-		o, _ := v.Object()
-		m := make(map[string]any, o.Len())
-		o.Visit(func(k []byte, e *fastjson.Value) {
-			if _, seen := m[string(k)]; !seen {
-				m[string(k)] = native(e)
-			}
-		})
-		return m
-	case fastjson.TypeArray:
-		a, _ := v.Array()
-		l := make([]any, len(a))
-		for i, e := range a {
-			l[i] = native(e)
-		}
-		return l
-	case fastjson.TypeString:
-		b, _ := v.StringBytes()
-		return string(b)
-	case fastjson.TypeNumber:
-		// An integer stays exact (ids past 2^53 compare as written); any
-		// other number is a double.
-		if i, err := v.Int64(); err == nil {
-			return i
-		}
-		if u, err := v.Uint64(); err == nil {
-			return u
-		}
-		f := v.GetFloat64()
-		if math.IsInf(f, 0) {
-			return nil
-		}
-		return f
-	case fastjson.TypeTrue:
-		return true
-	case fastjson.TypeFalse:
-		return false
+	o, err := payload.Parse(body)
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	return value(o.Root().Result()), nil
 }
 
 // Filter is a compiled filter.

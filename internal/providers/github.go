@@ -7,8 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/valyala/fastjson"
-
+	"github.com/hookgate/hookgate/internal/payload"
 	"github.com/hookgate/hookgate/internal/verify"
 )
 
@@ -94,19 +93,16 @@ func (g GitHub) Verify(req Request, pieces Body) (Delivery, error) {
 		Body:        body,
 		SecretIndex: idx,
 	}
-	var badAction bool
-	err = parseObject(payload, func(v *fastjson.Value) {
-		action := text(v.Get("action"))
-		badAction = !ValidID(action)
-		if action != "" && !badAction {
-			d.Event = req.Event + "." + action
-		}
-		d.Entity, d.EventTime = githubEntity(req.Event, v)
-	})
+	v, err := readObject(payload)
 	if err != nil {
 		return Delivery{}, err
 	}
-	if badAction {
+	action := v.Get("action").Text()
+	if action != "" && ValidID(action) {
+		d.Event = req.Event + "." + action
+	}
+	d.Entity, d.EventTime = githubEntity(req.Event, v)
+	if !ValidID(action) {
 		// Routes match on the action: dropping it would quietly route the
 		// delivery elsewhere.
 		return Delivery{}, fmt.Errorf("%w: the payload's action must be printable text of at most %d bytes", ErrBadPayload, MaxIDLen)
@@ -129,13 +125,13 @@ func DecodeGitHubForm(body []byte) ([]byte, error) {
 }
 
 // githubEntity applies the contract's Order table to a payload.
-func githubEntity(event string, v *fastjson.Value) (string, time.Time) {
+func githubEntity(event string, v payload.Object) (string, time.Time) {
 	object := func(kind string) (string, time.Time) {
 		id := idText(v.Get(kind, "id"))
 		if id == "" {
 			return "", time.Time{}
 		}
-		return "github:" + kind + ":" + id, timeValue(v.Get(kind, "updated_at"))
+		return "github:" + kind + ":" + id, v.Get(kind, "updated_at").Time()
 	}
 	switch event {
 	case "pull_request", "pull_request_review", "pull_request_review_comment", "pull_request_review_thread":
@@ -145,7 +141,7 @@ func githubEntity(event string, v *fastjson.Value) (string, time.Time) {
 	case "workflow_run":
 		return object("workflow_run")
 	case "push":
-		ref := text(v.Get("ref"))
+		ref := v.Get("ref").Text()
 		if ref == "" || !ValidID(ref) {
 			return "", time.Time{}
 		}
@@ -153,7 +149,7 @@ func githubEntity(event string, v *fastjson.Value) (string, time.Time) {
 		if id == "" {
 			return "", time.Time{}
 		}
-		return "github:push:" + id + ":" + ref, timeValue(v.Get("repository", "pushed_at"))
+		return "github:push:" + id + ":" + ref, v.Get("repository", "pushed_at").Time()
 	}
 	return "", time.Time{}
 }

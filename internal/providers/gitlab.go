@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/valyala/fastjson"
+	"github.com/hookgate/hookgate/internal/payload"
 )
 
 // gitlab verifies GitLab's webhooks: X-Gitlab-Token carries the secret
@@ -70,9 +70,9 @@ func (p gitlab) Verify(req Request, pieces Body) (Delivery, error) {
 		return Delivery{}, fmt.Errorf("X-Gitlab-Token: %w", errUnchecked)
 	}
 	d := p.delivery(req, pieces.Bytes(), req.matched-1)
-	err := p.finish(&d, "", "", func(v *fastjson.Value) error {
-		kind := text(v.Get("object_kind"))
-		if action := text(v.Get("object_attributes", "action")); kind != "" && action != "" {
+	err := p.finish(&d, "", "", func(v payload.Object) error {
+		kind := v.Get("object_kind").Text()
+		if action := v.Get("object_attributes", "action").Text(); kind != "" && action != "" {
 			kind += "." + action
 		}
 		d.Event = kind

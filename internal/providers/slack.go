@@ -8,8 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/valyala/fastjson"
-
+	"github.com/hookgate/hookgate/internal/payload"
 	"github.com/hookgate/hookgate/internal/verify"
 )
 
@@ -77,13 +76,12 @@ func (p slack) Verify(req Request, pieces Body) (Delivery, error) {
 	d := p.delivery(req, pieces.Bytes(), idx)
 	var verification bool
 	var challenge string
-	err = parseObject(d.Body, func(v *fastjson.Value) {
-		if verification = text(v.Get("type")) == "url_verification"; verification {
-			challenge = text(v.Get("challenge"))
-		}
-	})
+	v, err := readObject(d.Body)
 	if err != nil {
 		return Delivery{}, err
+	}
+	if verification = v.Get("type").Text() == "url_verification"; verification {
+		challenge = v.Get("challenge").Text()
 	}
 	if verification {
 		if challenge == "" || len(challenge) > MaxIDLen || !Printable(challenge) {
@@ -92,17 +90,17 @@ func (p slack) Verify(req Request, pieces Body) (Delivery, error) {
 		return Delivery{Provider: p.cfg.Name, Challenge: challenge, SecretIndex: idx}, nil
 	}
 	var rateLimited bool
-	err = p.finish(&d, "", "", func(v *fastjson.Value) error {
-		if d.Scope = text(v.Get("team_id")); !ValidID(d.Scope) {
+	err = p.finish(&d, "", "", func(v payload.Object) error {
+		if d.Scope = v.Get("team_id").Text(); !ValidID(d.Scope) {
 			return fmt.Errorf("%w: the payload's team_id must be printable text of at most %d bytes", ErrBadPayload, MaxIDLen)
 		}
-		d.DeliveryID, d.Event = idText(v.Get("event_id")), text(v.Get("event", "type"))
-		if text(v.Get("type")) == "app_rate_limited" {
+		d.DeliveryID, d.Event = idText(v.Get("event_id")), v.Get("event", "type").Text()
+		if v.Get("type").Text() == "app_rate_limited" {
 			// Slack's notice that it dropped events: no event_id, one a
 			// minute per team; keyed by that minute, so its retries are
 			// duplicates.
 			rateLimited = true
-			d.DeliveryID, d.Event = "app_rate_limited:"+d.Scope+":"+number(v.Get("minute_rate_limited")), "app_rate_limited"
+			d.DeliveryID, d.Event = "app_rate_limited:"+d.Scope+":"+v.Get("minute_rate_limited").Number(), "app_rate_limited"
 		}
 		return nil
 	})

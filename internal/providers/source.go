@@ -12,8 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/valyala/fastjson"
-
+	"github.com/hookgate/hookgate/internal/payload"
 	"github.com/hookgate/hookgate/internal/verify"
 )
 
@@ -198,39 +197,36 @@ type Configured interface {
 }
 
 // path returns the value at a dot-separated path.
-func path(v *fastjson.Value, p string) *fastjson.Value {
+func path(v payload.Object, p string) payload.Value {
 	return v.Get(strings.Split(p, ".")...)
 }
 
 // finish reads a verified payload into d: the event and id from paths when
 // the headers did not name them, and the order fields. An id or event that
 // is required and absent is ErrBadPayload.
-func (s source) finish(d *Delivery, idPath, eventPath string, read func(v *fastjson.Value) error) error {
-	var readErr error
-	err := parseObject(d.Body, func(v *fastjson.Value) {
-		if idPath != "" {
-			d.DeliveryID = idText(path(v, idPath))
-		}
-		if eventPath != "" {
-			d.Event = text(path(v, eventPath))
-		}
-		if o := s.cfg.Order; o != nil {
-			if e := idText(path(v, o.Entity)); e != "" {
-				d.Entity, d.EventTime = s.cfg.Name+":"+e, timeValue(path(v, o.Time))
-				if d.EventTime.IsZero() {
-					d.Entity = ""
-				}
-			}
-		}
-		if read != nil {
-			readErr = read(v)
-		}
-	})
+func (s source) finish(d *Delivery, idPath, eventPath string, read func(v payload.Object) error) error {
+	v, err := readObject(d.Body)
 	if err != nil {
 		return err
 	}
-	if readErr != nil {
-		return readErr
+	if idPath != "" {
+		d.DeliveryID = idText(path(v, idPath))
+	}
+	if eventPath != "" {
+		d.Event = path(v, eventPath).Text()
+	}
+	if o := s.cfg.Order; o != nil {
+		if e := idText(path(v, o.Entity)); e != "" {
+			d.Entity, d.EventTime = s.cfg.Name+":"+e, path(v, o.Time).Time()
+			if d.EventTime.IsZero() {
+				d.Entity = ""
+			}
+		}
+	}
+	if read != nil {
+		if err := read(v); err != nil {
+			return err
+		}
 	}
 	if idPath != "" && d.DeliveryID == "" {
 		return fmt.Errorf("%w: the payload's %s must be a non-empty string or number of at most %d bytes", ErrBadPayload, idPath, MaxIDLen)

@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/valyala/fastjson"
-
 	"github.com/hookgate/hookgate/internal/verify"
 )
 
@@ -66,14 +64,13 @@ func (s Stripe) Verify(req Request, pieces Body) (Delivery, error) {
 func StripeEvent(body []byte) (Delivery, error) {
 	var id, typ, object string
 	var created time.Time
-	err := parseObject(body, func(v *fastjson.Value) {
-		id, typ = text(v.Get("id")), text(v.Get("type"))
-		if object = idText(v.Get("data", "object", "id")); object != "" {
-			created = timeValue(v.Get("created"))
-		}
-	})
+	v, err := readObject(body)
 	if err != nil {
 		return Delivery{}, err
+	}
+	id, typ = v.Get("id").Text(), v.Get("type").Text()
+	if object = idText(v.Get("data", "object", "id")); object != "" {
+		created = v.Get("created").Time()
 	}
 	if id == "" || !ValidID(id) {
 		return Delivery{}, fmt.Errorf("%w: the payload's id must be a non-empty printable string of at most %d bytes", ErrBadPayload, MaxIDLen)
