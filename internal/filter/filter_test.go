@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -166,5 +167,100 @@ func BenchmarkFilter(b *testing.B) {
 		if ok, err := f.Match(in); !ok || err != nil {
 			b.Fatal(ok, err)
 		}
+	}
+}
+
+// The payload's view behaves as CEL's own maps and lists do, for every
+// operation a filter may apply to it.
+func TestFiltersSeeThePayloadAsMapsAndLists(t *testing.T) {
+	in := func() *filter.Input {
+		return &filter.Input{Provider: "acme", Event: "x", ContentType: "application/json",
+			Body: []byte(`{"a":{"b":1,"c":[1,"two",{"d":null}]},"list":[1,2],"dup":1,"dup":2,"e":{},"s":"text"}`)}
+	}
+	for _, src := range []string{
+		`size(payload) == 5`,
+		`"a" in payload && !("z" in payload)`,
+		`has(payload.a.b) && !has(payload.a.z)`,
+		`payload.a.c[1] == "two" && payload.a.c[2].d == null`,
+		`size(payload.a.c) == 3 && payload.a.c.size() == 3`,
+		`2 in payload.list && !(3 in payload.list)`,
+		`payload.list + [3] == [1, 2, 3]`,
+		`payload.list == [1, 2] && payload.list != [2, 1]`,
+		`payload.a.c.exists(x, x == "two")`,
+		`payload.list.map(x, x * 2) == [2, 4]`,
+		`payload.exists(k, k == "dup") && payload.all(k, k != "")`,
+		`payload.dup == 1`,
+		`payload.e == {} && payload.a != {}`,
+		`{"b": 1, "c": [1, "two", {"d": null}]} == payload.a`,
+		`payload.s.startsWith("te") && payload.s.split("x").size() == 2`,
+		`type(payload) == map && type(payload.list) == list`,
+	} {
+		if got, err := compile(t, src).Match(in()); !got || err != nil {
+			t.Errorf("%s: %v, %v", src, got, err)
+		}
+	}
+	if _, err := compile(t, `payload.list[5] == 1`).Match(in()); err == nil {
+		t.Error("an index out of range is no error")
+	}
+}
+
+// What one call may scan is bounded by what a filter reads: a payload string
+// longer than filter.MaxString is no string to a filter, so split on a 10 MB
+// string of commas is false, with the reason, without making ten million
+// strings (the allocation is measured; BenchmarkFilterOnAHugeString times
+// it).
+func TestFiltersDoNotReadHugeStrings(t *testing.T) {
+	in := &filter.Input{Provider: "gitlab", Event: "push", ContentType: "application/json",
+		Body: []byte(`{"text":"` + strings.Repeat(",", 10<<20) + `","ok":"` + strings.Repeat(",", filter.MaxString) + `"}`)}
+	f := compile(t, `payload.text.split(",").size() > 1`)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	got, err := f.Match(in)
+	runtime.ReadMemStats(&after)
+	if got || err == nil || !strings.Contains(err.Error(), "longer than filters read") {
+		t.Errorf("split on a 10 MB string: %v, %v", got, err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 4<<20 {
+		t.Errorf("a filter refused a huge string and allocated %d bytes", alloc)
+	}
+	// A string of exactly MaxString bytes is read.
+	if got, err := compile(t, `payload.ok.size() == 262144`).Match(in); !got || err != nil {
+		t.Errorf("a string of MaxString bytes: %v, %v", got, err)
+	}
+}
+
+// A filter over an array of a million values costs its index of the array
+// (8 bytes an element) and stops at the cost limit; it never builds a tree.
+func TestFiltersOnAMillionValues(t *testing.T) {
+	in := &filter.Input{Provider: "github", Event: "push", ContentType: "application/json",
+		Body: []byte(`{"values":[` + strings.Repeat("0,", 1e6) + `1]}`)}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	got, err := compile(t, `payload.values.exists(v, v == 1)`).Match(in)
+	runtime.ReadMemStats(&after)
+	if got || err == nil || !strings.Contains(err.Error(), "cost limit") {
+		t.Errorf("a walk of a million values: %v, %v", got, err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 4*uint64(len(in.Body)) {
+		t.Errorf("a filter over %d bytes allocated %d bytes", len(in.Body), alloc)
+	}
+}
+
+// BenchmarkFilterOnAHugeString is split on a 20 MB string of commas (the
+// filter is false: no filter reads such a string) and contains on one.
+//
+//	go test -run '^$' -bench HugeString -benchmem ./internal/filter/
+func BenchmarkFilterOnAHugeString(b *testing.B) {
+	body := []byte(`{"text":"` + strings.Repeat(",", 20<<20) + `"}`)
+	for _, src := range []string{`payload.text.split(",").size() > 1`, `payload.text.contains("x")`, `payload.text.replace(",", "xx") == ""`} {
+		f := compile(b, src)
+		b.Run(strings.SplitN(strings.TrimPrefix(src, "payload.text."), "(", 2)[0], func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if ok, err := f.Match(&filter.Input{Provider: "x", Event: "x", ContentType: "application/json", Body: body}); ok || err == nil {
+					b.Fatal(ok, err)
+				}
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"reflect"
 	"strconv"
+	"strings"
 
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
@@ -165,29 +166,36 @@ func (o *object) Type() ref.Type { return types.MapType }
 func (o *object) Value() any { return o.r.Raw }
 
 // list is a JSON array's view: a traits.Lister. Its elements are found once,
-// when first needed, as spans of its bytes (8 bytes an element).
+// when first needed, as the offsets where they start (4 bytes an element, so
+// at most 2 bytes per byte of the densest array, [0,0,...]); an element ends
+// where the next begins, less the comma and white space between them.
 type list struct {
-	r     gjson.Result
-	spans []span
-	found bool
+	r      gjson.Result
+	starts []uint32
+	found  bool
 }
 
-type span struct{ start, end uint32 }
-
-func (l *list) index() []span {
+func (l *list) index() []uint32 {
 	if !l.found {
 		l.found = true
+		n := 0
+		l.r.ForEach(func(_, _ gjson.Result) bool { n++; return true })
+		l.starts = make([]uint32, 0, n)
 		l.r.ForEach(func(_, v gjson.Result) bool {
-			l.spans = append(l.spans, span{uint32(v.Index), uint32(v.Index + len(v.Raw))})
+			l.starts = append(l.starts, uint32(v.Index))
 			return true
 		})
 	}
-	return l.spans
+	return l.starts
 }
 
 func (l *list) at(i int) ref.Val {
-	s := l.index()[i]
-	return value(gjson.Parse(l.r.Raw[s.start:s.end]))
+	starts := l.index()
+	end := strings.LastIndexByte(l.r.Raw, ']')
+	if i+1 < len(starts) {
+		end = int(starts[i+1])
+	}
+	return value(gjson.Parse(strings.TrimRight(l.r.Raw[starts[i]:end], " \t\r\n,")))
 }
 
 // Size implements traits.Sizer.
