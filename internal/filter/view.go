@@ -149,15 +149,7 @@ func (o *object) ConvertToNative(typeDesc reflect.Type) (any, error) {
 }
 
 // ConvertToType implements ref.Val.
-func (o *object) ConvertToType(t ref.Type) ref.Val {
-	switch t {
-	case types.MapType:
-		return o
-	case types.TypeType:
-		return types.MapType
-	}
-	return types.NewErr("type conversion error from map to '%s'", t)
-}
+func (o *object) ConvertToType(t ref.Type) ref.Val { return convertTo(o, t) }
 
 // Type implements ref.Val.
 func (o *object) Type() ref.Type { return types.MapType }
@@ -253,14 +245,18 @@ func (l *list) Equal(other ref.Val) ref.Val {
 func (l *list) ConvertToNative(typeDesc reflect.Type) (any, error) { return native(l.r.Raw, typeDesc) }
 
 // ConvertToType implements ref.Val.
-func (l *list) ConvertToType(t ref.Type) ref.Val {
+func (l *list) ConvertToType(t ref.Type) ref.Val { return convertTo(l, t) }
+
+// convertTo is a view's ConvertToType: to its own type it is itself, to
+// type its type, to nothing else.
+func convertTo(v ref.Val, t ref.Type) ref.Val {
 	switch t {
-	case types.ListType:
-		return l
+	case v.Type():
+		return v
 	case types.TypeType:
-		return types.ListType
+		return v.Type().(ref.Val)
 	}
-	return types.NewErr("type conversion error from list to '%s'", t)
+	return types.NewErr("type conversion error from %s to '%s'", v.Type().TypeName(), t)
 }
 
 // Type implements ref.Val.
