@@ -179,8 +179,15 @@ func (v Value) Time() time.Time {
 		}
 		t = time.Unix(sec, 0).UTC()
 	}
-	if y := t.Year(); y < 1 || y > 9999 {
+	if !Storable(t) {
 		return time.Time{}
 	}
 	return t
+}
+
+// Storable reports whether t, in UTC, falls in the years JSON and
+// PostgreSQL both take: 1 to 9999.
+func Storable(t time.Time) bool {
+	y := t.UTC().Year()
+	return y >= 1 && y <= 9999
 }

@@ -234,10 +234,7 @@ func idText(v payload.Value) string {
 
 // StorableTime reports whether t, in UTC, falls in the years JSON and
 // PostgreSQL both take: 1 to 9999.
-func StorableTime(t time.Time) bool {
-	y := t.UTC().Year()
-	return y >= 1 && y <= 9999
-}
+func StorableTime(t time.Time) bool { return payload.Storable(t) }
 
 func truncate(s string) string {
 	if len(s) > 64 {
