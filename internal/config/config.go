@@ -7,6 +7,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -70,6 +71,10 @@ type Config struct {
 	// Console is "on" (the default) or "off": the operator console in the
 	// browser at /admin/, when GATEWAY_ADMIN_TOKEN is set.
 	Console string `envconfig:"GATEWAY_CONSOLE" default:"on"`
+	// PublicURL is the URL people reach the gateway at (https://... behind a
+	// TLS-terminating proxy): the console's origin for its CSRF check, and its
+	// cookie Secure when https. Empty: the request's own.
+	PublicURL string `envconfig:"GATEWAY_PUBLIC_URL"`
 
 	// GitHubRecoveryHooks are the GitHub hooks whose deliveries recovery
 	// lists: repo:OWNER/NAME:HOOK_ID, org:ORG:HOOK_ID or app, space-separated.
@@ -209,6 +214,10 @@ func (c Config) Validate() error {
 	if c.Console != "on" && c.Console != "off" {
 		bad("GATEWAY_CONSOLE", "must be on or off, got %q", c.Console)
 	}
+	if c.PublicURL != "" && !publicURL(c.PublicURL) {
+		// Not the value: a URL may carry a password.
+		bad("GATEWAY_PUBLIC_URL", "must be an http:// or https:// URL with a host and no user, path, query or fragment, such as https://hooks.example.com")
+	}
 	if c.RecoveryInterval < time.Minute {
 		bad("GATEWAY_RECOVERY_INTERVAL", "must be at least 1m, got %s", c.RecoveryInterval)
 	}
@@ -225,6 +234,13 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// publicURL reports whether s is an origin: scheme and host, nothing more.
+func publicURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Hostname() != "" && u.User == nil &&
+		(u.Path == "" || u.Path == "/") && u.RawPath == "" && u.RawQuery == "" && !u.ForceQuery && u.Fragment == "" && u.Opaque == ""
 }
 
 // secretVars may be given as files through their _FILE variants.

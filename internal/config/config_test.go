@@ -64,6 +64,10 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		{"STRIPE_API_KEY", "rk_topsecret\t", "STRIPE_API_KEY: must not hold white space"},
 		{"STRIPE_API_KEY", "pk_live_topsecret", "STRIPE_API_KEY: must be a secret (sk_...) or restricted (rk_...) key"},
 		{"STRIPE_API_KEY", "whsec_topsecret", "STRIPE_API_KEY: must be a secret"},
+		{"GATEWAY_PUBLIC_URL", "hooks.example.com", "GATEWAY_PUBLIC_URL: must be an http:// or https:// URL"},
+		{"GATEWAY_PUBLIC_URL", "https://hooks.example.com/gateway", "GATEWAY_PUBLIC_URL: must be an http:// or https:// URL"},
+		{"GATEWAY_PUBLIC_URL", "https://hooks.example.com/?x=1", "GATEWAY_PUBLIC_URL: must be an http:// or https:// URL"},
+		{"GATEWAY_PUBLIC_URL", "https://ops:topsecret@hooks.example.com", "GATEWAY_PUBLIC_URL: must be an http:// or https:// URL"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name+"="+tt.value, func(t *testing.T) {
@@ -76,6 +80,16 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 				t.Fatalf("error shows a secret: %v", err)
 			}
 		})
+	}
+}
+
+// GATEWAY_PUBLIC_URL is an origin, with or without its last slash.
+func TestLoadPublicURL(t *testing.T) {
+	for _, v := range []string{"https://hooks.example.com", "http://127.0.0.1:8080/"} {
+		t.Setenv("GATEWAY_PUBLIC_URL", v)
+		if c, err := config.Load(); err != nil || c.PublicURL != v {
+			t.Fatalf("GATEWAY_PUBLIC_URL=%s: %v, %q", v, err, c.PublicURL)
+		}
 	}
 }
 
