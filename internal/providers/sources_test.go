@@ -2,6 +2,7 @@ package providers_test
 
 import (
 	"errors"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -41,6 +42,99 @@ func TestStandardWebhooksPublishedVector(t *testing.T) {
 	d, err := providers.Parse(p, h, []byte(`{"test": 2432232314, "type": "user.created"}`), at)
 	if !errors.Is(err, verify.ErrSignatureMismatch) {
 		t.Fatalf("another body under the vector's signature: %v, %+v", err, d)
+	}
+}
+
+// A Standard Webhooks delivery keeps the headers of the family whose
+// signature was checked (webhook-* or Svix's svix-*), never the other's:
+// those are signed by nothing, and what is kept is shown to operators and
+// filters as the delivery's.
+func TestStandardWebhooksKeepsOnlyTheVerifiedFamily(t *testing.T) {
+	c := kindConfigs()["standard-webhooks"]
+	p := source(t, c)
+	now := time.Unix(1767225600, 0)
+	ts := "1767225600"
+	body := providers.Kinds[c.Kind].Sample(c, "msg_1", "user.created", now)
+	sig, err := verify.SignStandard(c.Secrets[0], "msg_1", now, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name    string
+		headers map[string]string
+		want    map[string]string // nil: refused
+	}{
+		{"webhook-* signed, stray svix-*",
+			map[string]string{"webhook-id": "msg_1", "webhook-timestamp": ts, "webhook-signature": sig,
+				"svix-id": "spoofed-svix", "svix-timestamp": "1", "svix-signature": "v1,c3Bvb2ZlZA=="},
+			map[string]string{"webhook-id": "msg_1", "webhook-timestamp": ts}},
+		{"svix-* signed, stray webhook-timestamp and webhook-signature",
+			map[string]string{"svix-id": "msg_1", "svix-timestamp": ts, "svix-signature": sig,
+				"webhook-timestamp": "1", "webhook-signature": "v1,c3Bvb2ZlZA=="},
+			map[string]string{"svix-id": "msg_1", "svix-timestamp": ts}},
+		{"svix-* signed, stray webhook-id: the webhook-* family is the one checked, and it is unsigned",
+			map[string]string{"svix-id": "msg_1", "svix-timestamp": ts, "svix-signature": sig, "webhook-id": "spoofed-webhook"},
+			nil},
+		{"webhook-* signed, User-Agent kept",
+			map[string]string{"webhook-id": "msg_1", "webhook-timestamp": ts, "webhook-signature": sig, "User-Agent": "Svix-Webhooks/1.0",
+				"svix-timestamp": ts},
+			map[string]string{"webhook-id": "msg_1", "webhook-timestamp": ts, "User-Agent": "Svix-Webhooks/1.0"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := http.Header{"Content-Type": {"application/json"}}
+			for name, v := range tt.headers {
+				h.Set(name, v)
+			}
+			d, err := providers.Parse(p, h, body, now)
+			if tt.want == nil {
+				if err == nil {
+					t.Fatalf("accepted, keeping %v", d.Headers)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !maps.Equal(d.Headers, tt.want) {
+				t.Errorf("kept %v, want %v", d.Headers, tt.want)
+			}
+		})
+	}
+}
+
+// No kind keeps a header it did not read as its own: a delivery that also
+// carries every other kind's headers, and Svix's, keeps none of them.
+func TestNoKindKeepsStrayHeaders(t *testing.T) {
+	now := time.Now()
+	for kind, c := range kindConfigs() {
+		t.Run(kind, func(t *testing.T) {
+			k := providers.Kinds[kind]
+			body := k.Sample(c, "id-1", "thing.created", now)
+			h := http.Header{}
+			if err := k.Sign(c, h, body, "id-1", "thing.created", now); err != nil {
+				t.Fatal(err)
+			}
+			stray := http.Header{"Svix-Id": {"x"}, "Svix-Timestamp": {"x"}, "Svix-Signature": {"x"}}
+			for other, oc := range kindConfigs() {
+				if other != kind {
+					_ = providers.Kinds[other].Sign(oc, stray, body, "x", "x", now)
+				}
+			}
+			for name, v := range stray {
+				if h.Get(name) == "" {
+					h[name] = v
+				}
+			}
+			d, err := providers.Parse(source(t, c), h, body, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, v := range d.Headers {
+				if stray.Get(name) != "" && h.Get(name) == stray.Get(name) && name != "User-Agent" {
+					t.Errorf("kept another kind's header %s: %q", name, v)
+				}
+			}
+		})
 	}
 }
 

@@ -60,6 +60,9 @@ func (p standardWebhooks) Check(h http.Header, now time.Time) (Request, error) {
 	if err != nil {
 		return Request{}, err
 	}
+	// One family is read and kept: its signature is the one checked, and
+	// the other family's headers, signed by nothing, must not pass for
+	// verified.
 	names := standardHeaders[0]
 	if h.Get(names[0]) == "" && h.Get(standardHeaders[1][0]) != "" {
 		names = standardHeaders[1]
@@ -82,7 +85,7 @@ func (p standardWebhooks) Check(h http.Header, now time.Time) (Request, error) {
 	return Request{
 		ContentType:  contentType,
 		DeliveryID:   id,
-		Headers:      keptHeaders(h, slices.Concat(standardHeaders[0][:2], standardHeaders[1][:2], []string{"User-Agent"})...),
+		Headers:      keptHeaders(h, names[0], names[1], "User-Agent"),
 		signedPrefix: [][]byte{[]byte(id + "." + strconv.FormatInt(ts.Unix(), 10) + ".")},
 		signatures:   macs,
 	}, nil
