@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -50,6 +51,9 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if len(os.Args) < 2 || os.Args[1] == "serve" {
+		limitMemory()
+	}
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "gateway:", err)
 		code := cli.ExitFailed
@@ -59,6 +63,28 @@ func main() {
 		}
 		stop()
 		os.Exit(code)
+	}
+}
+
+// memoryHeadroom is what the gateway process needs beside the request bodies
+// it holds: its pools, River, the route table, caches and the garbage
+// collector's slack (an idle gateway's heap is about 10 MiB).
+const memoryHeadroom = 64 << 20
+
+// limitMemory gives Go's runtime a soft memory limit that follows the
+// in-flight budget (GATEWAY_MAX_INFLIGHT_BYTES plus memoryHeadroom), unless
+// GOMEMLIMIT is set, so that the process's peak is predictable from its
+// budget: without it the collector lets the heap grow to twice what is live,
+// and a burst of large bodies peaked near twice the budget. Only the gateway
+// binary does this; the library never sets a process-wide limit inside
+// another service. A configuration that does not load is left to run, which
+// reports it.
+func limitMemory() {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return // the runtime has read it already
+	}
+	if cfg, err := config.Load(); err == nil {
+		debug.SetMemoryLimit(cfg.MaxInflightBytes + memoryHeadroom)
 	}
 }
 
