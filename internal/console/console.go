@@ -19,6 +19,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/guess"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/throttle"
 )
@@ -56,12 +58,25 @@ type Config struct {
 	// Classify turns an error into the status code and error code of the
 	// server's one table of them.
 	Classify func(error) (status int, code string)
+	// Sessions are the token's sessions; nil: NewSessions(Pool, Token),
+	// recorded when first used.
+	Sessions *Sessions
+	// Guesses charges wrong sign-ins; give it the one that charges wrong
+	// bearer tokens, so that both draw on the same budgets. Nil: one of the
+	// console's own.
+	Guesses *guess.Guard
+	// PublicURL is GATEWAY_PUBLIC_URL, an http(s) origin: the origin a
+	// request from the console's own pages comes from, and, when https, its
+	// cookies are Secure. Empty: the request's own host, and Secure over TLS.
+	PublicURL string
 }
 
 // Console serves the console's pages.
 type Console struct {
 	Config
-	sessions *sessions
+	sessions *Sessions
+	origin   string // PublicURL's origin; empty: the request's host
+	secure   bool   // cookies are Secure whatever the request came over
 	pages    map[string]*template.Template
 	charts   map[string]*throttle.Value[overviewCharts]
 }
@@ -76,7 +91,24 @@ func New(cfg Config) *Console {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	c := &Console{Config: cfg, sessions: &sessions{pool: cfg.Pool, actor: cfg.Actor}, pages: map[string]*template.Template{}}
+	if cfg.Sessions == nil {
+		cfg.Sessions = NewSessions(cfg.Pool, cfg.Token)
+	}
+	if cfg.Guesses == nil {
+		cfg.Guesses = &guess.Guard{Logger: cfg.Logger}
+	}
+	c := &Console{Config: cfg, sessions: cfg.Sessions, pages: map[string]*template.Template{}}
+	if cfg.PublicURL != "" {
+		u, err := url.Parse(cfg.PublicURL)
+		if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+			// config.Validate refuses such a value; here, fail closed: no
+			// Origin matches, and cookies go over TLS only.
+			cfg.Logger.Error("console: the public URL is not an http(s) origin; forms need a browser that sends Sec-Fetch-Site")
+			c.origin, c.secure = "-", true
+		} else {
+			c.origin, c.secure = originOf(u), u.Scheme == "https"
+		}
+	}
 	names, _ := fs.Glob(templateFS, "templates/*.html")
 	for _, name := range names {
 		page := strings.TrimSuffix(strings.TrimPrefix(name, "templates/"), ".html")
@@ -138,7 +170,7 @@ func (c *Console) Allows(r *http.Request) bool {
 	case http.MethodGet, http.MethodHead, http.MethodOptions:
 		return true
 	}
-	return sameOrigin(r)
+	return c.sameOrigin(r)
 }
 
 func securityHeaders(next http.Handler) http.Handler {

@@ -118,7 +118,7 @@ func localNext(next string) string {
 
 func (c *Console) loginForm(w http.ResponseWriter, r *http.Request, status int, next, problem string) {
 	token := randomToken()
-	http.SetCookie(w, cookie(r, loginCookie, token, 3600))
+	http.SetCookie(w, c.cookie(r, loginCookie, token, 3600))
 	c.render(w, r, status, "login", page{Title: "Sign in", Problem: problem, CSRF: "-", Data: loginData{Next: localNext(next), Login: token}})
 }
 
@@ -148,8 +148,7 @@ func (c *Console) handleLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !sameToken(r.PostForm.Get("token"), c.Token) {
-		c.Logger.WarnContext(r.Context(), "console sign-in refused: wrong token", "remote_addr", r.RemoteAddr)
-		time.Sleep(500 * time.Millisecond) // a guesser gets two tries a second per connection
+		c.Guesses.Wrong(r)
 		c.loginForm(w, r, http.StatusUnauthorized, next, "That is not the admin token.")
 		return
 	}
@@ -158,8 +157,8 @@ func (c *Console) handleLogin(w http.ResponseWriter, r *http.Request) {
 		c.serverError(w, r, err)
 		return
 	}
-	http.SetCookie(w, cookie(r, loginCookie, "", -1))
-	http.SetCookie(w, cookie(r, sessionCookie, id, 0))
+	http.SetCookie(w, c.cookie(r, loginCookie, "", -1))
+	http.SetCookie(w, c.cookie(r, sessionCookie, id, 0))
 	http.Redirect(w, r, localNext(next), http.StatusSeeOther)
 }
 
@@ -168,7 +167,7 @@ func (c *Console) handleLogout(w http.ResponseWriter, r *http.Request) {
 		c.serverError(w, r, err)
 		return
 	}
-	http.SetCookie(w, cookie(r, sessionCookie, "", -1))
+	http.SetCookie(w, c.cookie(r, sessionCookie, "", -1))
 	http.Redirect(w, r, "/admin/ui/login", http.StatusSeeOther)
 }
 

@@ -8,8 +8,11 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,12 +42,68 @@ type session struct {
 // errNoSession means the request carries no live session.
 var errNoSession = errors.New("no session")
 
-// sessions keeps the console's sessions in PostgreSQL, so that every gateway
-// process behind a load balancer knows them and sign-out ends them
-// everywhere.
-type sessions struct {
+// Sessions are the console's sessions of one admin token. They are kept in
+// PostgreSQL, so that every gateway process behind a load balancer knows them
+// and sign-out ends them everywhere. A session belongs to its token's
+// generation (see Record), not to the token's bytes: when the token changes,
+// its sessions end for good, and turning it back does not revive them.
+type Sessions struct {
 	pool  *pgxpool.Pool
-	actor string // the current admin token's actor; others' sessions are dead
+	token []byte // the admin token's SHA-256
+
+	mu         sync.Mutex
+	generation int64 // this gateway's generation of the token; 0 until recorded
+}
+
+// NewSessions returns the sessions of token on pool. Call Record when the
+// gateway starts.
+func NewSessions(pool *pgxpool.Pool, token string) *Sessions {
+	return &Sessions{pool: pool, token: digest(token)}
+}
+
+// Record records the token's generation, once per gateway: the generation
+// recorded last when it is this token's, else a new one, which ends every
+// session of the others. A gateway records it when it starts, so that a token
+// in force for a while ends the sessions of the one before even if no one
+// signs in with it. Sessions that are used before it is recorded record it
+// then.
+func (s *Sessions) Record(ctx context.Context) error {
+	_, err := s.current(ctx)
+	return err
+}
+
+func (s *Sessions) current(ctx context.Context) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.generation != 0 {
+		return s.generation, nil
+	}
+	var gen int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// One gateway at a time: two starting together with a new token
+		// share one generation.
+		if _, err := tx.Exec(ctx, `LOCK TABLE hookgate_admin_token_generations IN SHARE ROW EXCLUSIVE MODE`); err != nil {
+			return err
+		}
+		var last []byte
+		err := tx.QueryRow(ctx, `SELECT id, token_sha256 FROM hookgate_admin_token_generations ORDER BY id DESC LIMIT 1`).Scan(&gen, &last)
+		switch {
+		case err == nil && subtle.ConstantTimeCompare(last, s.token) == 1:
+			return nil
+		case err != nil && !errors.Is(err, pgx.ErrNoRows):
+			return err
+		}
+		if err := tx.QueryRow(ctx, `INSERT INTO hookgate_admin_token_generations (token_sha256) VALUES ($1) RETURNING id`, s.token).Scan(&gen); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM hookgate_console_sessions WHERE generation IS DISTINCT FROM $1`, gen)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("record the admin token's generation: %w", err)
+	}
+	s.generation = gen
+	return gen, nil
 }
 
 // randomToken returns 32 random bytes, base64url.
@@ -60,10 +119,14 @@ func digest(id string) []byte {
 }
 
 // create stores a new session and returns its id, for the cookie.
-func (s *sessions) create(ctx context.Context) (string, error) {
+func (s *Sessions) create(ctx context.Context) (string, error) {
+	gen, err := s.current(ctx)
+	if err != nil {
+		return "", err
+	}
 	id := randomToken()
-	if _, err := s.pool.Exec(ctx, `INSERT INTO hookgate_console_sessions (id_sha256, csrf, actor) VALUES ($1, $2, $3)`,
-		digest(id), randomToken(), s.actor); err != nil {
+	if _, err := s.pool.Exec(ctx, `INSERT INTO hookgate_console_sessions (id_sha256, csrf, generation) VALUES ($1, $2, $3)`,
+		digest(id), randomToken(), gen); err != nil {
 		return "", fmt.Errorf("create console session: %w", err)
 	}
 	// Now and then, sessions long idle go; the retention job removes the rest.
@@ -74,17 +137,21 @@ func (s *sessions) create(ctx context.Context) (string, error) {
 
 // get returns the request's live session, touching it when its last-seen
 // time is older than touchEvery; errNoSession when there is none.
-func (s *sessions) get(ctx context.Context, r *http.Request) (session, error) {
+func (s *Sessions) get(ctx context.Context, r *http.Request) (session, error) {
 	c, err := r.Cookie(sessionCookie)
 	if err != nil || c.Value == "" || len(c.Value) > 100 {
 		return session{}, errNoSession
+	}
+	gen, err := s.current(ctx)
+	if err != nil {
+		return session{}, err
 	}
 	var sess session
 	var stale bool
 	err = s.pool.QueryRow(ctx, `SELECT csrf, seen_at < now() - make_interval(secs => $3)
 		FROM hookgate_console_sessions
-		WHERE id_sha256 = $1 AND actor = $2 AND seen_at >= now() - make_interval(secs => $4)`,
-		digest(c.Value), s.actor, touchEvery.Seconds(), IdleTimeout.Seconds()).Scan(&sess.csrf, &stale)
+		WHERE id_sha256 = $1 AND generation = $2 AND seen_at >= now() - make_interval(secs => $4)`,
+		digest(c.Value), gen, touchEvery.Seconds(), IdleTimeout.Seconds()).Scan(&sess.csrf, &stale)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return session{}, errNoSession
 	}
@@ -100,7 +167,7 @@ func (s *sessions) get(ctx context.Context, r *http.Request) (session, error) {
 }
 
 // remove ends the request's session, if any.
-func (s *sessions) remove(ctx context.Context, r *http.Request) error {
+func (s *Sessions) remove(ctx context.Context, r *http.Request) error {
 	c, err := r.Cookie(sessionCookie)
 	if err != nil {
 		return nil
@@ -119,19 +186,20 @@ func sameToken(a, b string) bool {
 }
 
 // cookie returns a console cookie: HttpOnly, SameSite=Strict, for /admin
-// only, and Secure when the request came over TLS. maxAge 0 makes a cookie
-// that ends with the browser; -1 deletes it.
-func cookie(r *http.Request, name, value string, maxAge int) *http.Cookie {
+// only, and Secure when the request came over TLS or the public URL is
+// https. maxAge 0 makes a cookie that ends with the browser; -1 deletes it.
+func (c *Console) cookie(r *http.Request, name, value string, maxAge int) *http.Cookie {
 	return &http.Cookie{
 		Name: name, Value: value, Path: "/admin", MaxAge: maxAge,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil || c.secure,
 	}
 }
 
 // sameOrigin reports whether a request came from a page of this gateway: the
-// browser's Sec-Fetch-Site says so, or its Origin names this host. A request
-// with neither (an old browser, a script) is not trusted with a session.
-func sameOrigin(r *http.Request) bool {
+// browser's Sec-Fetch-Site says so, or its Origin is the public URL's (or,
+// without one, names this host). A request with neither (an old browser, a
+// script) is not trusted with a session.
+func (c *Console) sameOrigin(r *http.Request) bool {
 	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
 		return site == "same-origin"
 	}
@@ -140,5 +208,26 @@ func sameOrigin(r *http.Request) bool {
 		return false
 	}
 	u, err := url.Parse(origin)
-	return err == nil && u.Host == r.Host
+	if err != nil {
+		return false
+	}
+	if c.origin != "" {
+		return originOf(u) == c.origin
+	}
+	return u.Host == r.Host
+}
+
+// originOf is u's origin as a browser writes it: scheme://host[:port], lower
+// case, without the scheme's default port.
+func originOf(u *url.URL) string {
+	scheme, host, port := strings.ToLower(u.Scheme), strings.ToLower(u.Hostname()), u.Port()
+	if scheme == "https" && port == "443" || scheme == "http" && port == "80" {
+		port = ""
+	}
+	if port != "" {
+		host = net.JoinHostPort(host, port)
+	} else if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	return scheme + "://" + host
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/guess"
 	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/jobs"
@@ -45,6 +46,12 @@ type AdminConfig struct {
 	// NoConsole turns the browser console off (GATEWAY_CONSOLE=off): the
 	// JSON API and River UI then take the bearer token only.
 	NoConsole bool
+	// PublicURL is GATEWAY_PUBLIC_URL: the console's origin, and its cookies
+	// Secure when https. Empty: the request's own.
+	PublicURL string
+	// Guesses charges wrong bearer tokens and wrong console sign-ins alike.
+	// Nil: a guess.Guard with its defaults.
+	Guesses *guess.Guard
 }
 
 // Actor is how the replay log names whoever holds a token: a short digest,
@@ -152,6 +159,16 @@ func (s *server) bearerToken(r *http.Request) bool {
 	return ok && subtle.ConstantTimeCompare(got[:], want[:]) == 1
 }
 
+// refuse answers 401 to a request without the token. One that presented a
+// token first waits a wrong guess's cost; the right token never waits, and
+// neither does a request that guessed nothing.
+func (s *server) refuse(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Authorization") != "" {
+		s.Admin.Guesses.Wrong(r)
+	}
+	s.unauthorized(w, r)
+}
+
 func (s *server) unauthorized(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="hookgate"`)
 	writeError(w, r, s.Logger, fmt.Errorf("%w: a valid Authorization: Bearer token is required", errUnauthorized))
@@ -162,7 +179,7 @@ func (s *server) unauthorized(w http.ResponseWriter, r *http.Request) {
 func (s *server) bearerOnly(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.bearerToken(r) {
-			s.unauthorized(w, r)
+			s.refuse(w, r)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -181,7 +198,7 @@ func (s *server) bearerOrSession(next http.Handler) http.Handler {
 			strings.Contains(r.Header.Get("Accept"), "text/html"):
 			http.Redirect(w, r, "/admin/ui/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 		default:
-			s.unauthorized(w, r)
+			s.refuse(w, r)
 		}
 	})
 }

@@ -279,22 +279,59 @@ func TestConsoleSessionCookieIsSecureOverTLS(t *testing.T) {
 	}
 }
 
-// A new admin token ends the sessions of the old one.
+// A session belongs to the token that opened it: a gateway started with
+// another token ends it, and turning the token back does not revive it, nor a
+// session that a gateway still running with the old token opened after the
+// new one started. Gateways with the same token share their sessions.
 func TestConsoleSessionsEndWithTheirToken(t *testing.T) {
 	t.Parallel()
-	a := setupAdmin(t, adminToken)
-	b := newBrowser(t, a.handler)
+	pool := dbtest.NewPool(t)
+	a1 := setupAdminOn(t, pool, adminToken)
+	first := sessionOf(t, a1.handler)
+	a1b := setupAdminOn(t, pool, adminToken)
+	if got := pageWith(t, a1b.handler, first); got != http.StatusOK {
+		t.Fatalf("another gateway with the same token = %d", got)
+	}
+
+	b := setupAdminOn(t, pool, "another-token-456")
+	if got := pageWith(t, b.handler, first); got != http.StatusSeeOther {
+		t.Fatalf("a session of the old token = %d", got)
+	}
+	late := sessionOf(t, a1.handler) // a1 still runs with the old token
+
+	a2 := setupAdminOn(t, pool, adminToken)
+	for name, id := range map[string]string{"first": first, "late": late} {
+		if got := pageWith(t, a2.handler, id); got != http.StatusSeeOther {
+			t.Fatalf("the token turned back: the %s session = %d", name, got)
+		}
+	}
+	if got := pageWith(t, a2.handler, sessionOf(t, a2.handler)); got != http.StatusOK {
+		t.Fatalf("a new session of the token turned back = %d", got)
+	}
+}
+
+// sessionOf signs in to a gateway and returns its session cookie.
+func sessionOf(t *testing.T, h http.Handler) string {
+	t.Helper()
+	b := newBrowser(t, h)
 	b.signIn(adminToken)
-	// The same database, a gateway restarted with another token.
-	rotated := setupAdminOn(t, a.pool, "another-token-456")
-	b2 := &browser{t: t, srv: httptest.NewServer(rotated.handler), client: b.client}
-	defer b2.srv.Close()
 	for _, c := range b.client.Jar.Cookies(mustURL(t, b.srv.URL+"/admin/")) {
-		b2.client.Jar.SetCookies(mustURL(t, b2.srv.URL+"/admin/"), []*http.Cookie{{Name: c.Name, Value: c.Value, Path: "/admin"}})
+		if c.Name == "hookgate_session" {
+			return c.Value
+		}
 	}
-	if res, _ := b2.do("GET", "/admin/", nil); res.StatusCode != http.StatusSeeOther {
-		t.Fatalf("a session of the old token = %d", res.StatusCode)
-	}
+	t.Fatal("no session cookie")
+	return ""
+}
+
+// pageWith returns the status of the console's overview with a session cookie.
+func pageWith(t *testing.T, h http.Handler, session string) int {
+	t.Helper()
+	req := httptest.NewRequest("GET", "/admin/", nil)
+	req.AddCookie(&http.Cookie{Name: "hookgate_session", Value: session})
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec.Code
 }
 
 func mustURL(t *testing.T, s string) *url.URL {

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/hookgate/hookgate/internal/console"
+	"github.com/hookgate/hookgate/internal/guess"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/providers"
@@ -27,7 +28,8 @@ import (
 
 // Config holds what the server needs.
 type Config struct {
-	// Logger logs server-side failures; never payloads or secrets.
+	// Logger logs server-side failures; never payloads or secrets. Defaults
+	// to slog.Default().
 	Logger *slog.Logger
 	// Providers are the configured providers; others answer 404.
 	Providers []providers.Provider
@@ -78,6 +80,12 @@ func New(cfg Config) http.Handler {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Admin.Guesses == nil {
+		cfg.Admin.Guesses = &guess.Guard{Logger: cfg.Logger}
+	}
 	s := &server{Config: cfg, providers: map[string]providers.Provider{},
 		inflight: semaphore.NewWeighted(cfg.MaxInflightBytes),
 		ready: &throttle.Value[struct{}]{Every: time.Second, Read: func(ctx context.Context) (struct{}, error) {
@@ -86,11 +94,22 @@ func New(cfg Config) http.Handler {
 	for _, p := range cfg.Providers {
 		s.providers[p.Name()] = p
 	}
-	if cfg.Admin.Token != "" && cfg.Admin.Pool != nil && cfg.Admin.Enqueuer != nil && !cfg.Admin.NoConsole {
-		s.console = console.New(console.Config{
-			Token: cfg.Admin.Token, Actor: Actor(cfg.Admin.Token), Pool: cfg.Admin.Pool, Enqueuer: cfg.Admin.Enqueuer,
-			Routes: cfg.Admin.Routes, Logger: cfg.Logger, Now: cfg.Now, Classify: classify,
-		})
+	if cfg.Admin.Token != "" && cfg.Admin.Pool != nil {
+		// Recorded now, console or not: a token in force for a while ends
+		// the sessions of the one before, even if no one signs in with it.
+		sessions := console.NewSessions(cfg.Admin.Pool, cfg.Admin.Token)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := sessions.Record(ctx); err != nil {
+			cfg.Logger.Error("the admin token's generation is not recorded; the console tries again when used", "error", err)
+		}
+		cancel()
+		if cfg.Admin.Enqueuer != nil && !cfg.Admin.NoConsole {
+			s.console = console.New(console.Config{
+				Token: cfg.Admin.Token, Actor: Actor(cfg.Admin.Token), Pool: cfg.Admin.Pool, Enqueuer: cfg.Admin.Enqueuer,
+				Routes: cfg.Admin.Routes, Logger: cfg.Logger, Now: cfg.Now, Classify: classify,
+				Sessions: sessions, Guesses: cfg.Admin.Guesses, PublicURL: cfg.Admin.PublicURL,
+			})
+		}
 	}
 	s.Metrics.Gauge("hookgate_ingest_inflight_bytes", "Request bodies held in memory, against GATEWAY_MAX_INFLIGHT_BYTES.",
 		func() float64 { return float64(s.held.Load()) })
