@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,7 +22,9 @@ import (
 // up, always answers the contract's JSON, and never stores a receipt for a
 // request without a valid signature. Each fuzzed request is sent together
 // with valid deliveries, so that they share commits: whatever the fuzzed one
-// holds, every valid one is accepted. The seeds run in every go test.
+// holds, every valid one is accepted. Whatever its shape, a request costs
+// memory in proportion to its bytes (deep arrays, a million tiny values). The
+// seeds run in every go test.
 func FuzzIngest(f *testing.F) {
 	b := setup(f, setupOpts{committers: 1})
 	var companions atomic.Int64
@@ -39,6 +43,14 @@ func FuzzIngest(f *testing.F) {
 	f.Add(uint8(0), "application/json; charset=\"\xff\"", "push", "d-9", uint8(0), "", []byte(`{"ref":"refs/heads/main"}`))
 	f.Add(uint8(1), "application/json; x=\"\x00\"", "", "", uint8(0), "", []byte(`{"id":"evt_9","type":"invoice.paid"}`))
 	f.Add(uint8(0), "application/json", "push\xfe", "d-\xff", uint8(0), "", []byte(`{}`))
+	// Shapes that cost a tree parser most: deep arrays, at and past the
+	// depth limit, and a million tiny values.
+	f.Add(uint8(0), "application/json", "push", "d-deep", uint8(0), "", []byte(`{"a":`+strings.Repeat("[", 299)+strings.Repeat("]", 299)+`}`))
+	f.Add(uint8(0), "application/json", "push", "d-deeper", uint8(0), "", []byte(`{"a":`+strings.Repeat("[", 300)+strings.Repeat("]", 300)+`}`))
+	f.Add(uint8(0), "application/json", "push", "d-many", uint8(0), "",
+		[]byte(`{"ref":"refs/heads/main","repository":{"id":1,"pushed_at":1},"a":[`+strings.Repeat("0,", 3e4)+`0]}`))
+	f.Add(uint8(1), "application/json", "", "", uint8(0), "",
+		[]byte(`{"id":"evt_m","type":"invoice.paid","data":{"object":{"id":"in_m","lines":[`+strings.Repeat("{},", 2e4)+`{}]}},"created":1}`))
 
 	// Every kind of source too, signed as its sender signs.
 	kinds := providers.KindNames()
@@ -78,6 +90,8 @@ func FuzzIngest(f *testing.F) {
 		req.Header.Set("X-GitHub-Delivery", id)
 		const fuzzed = "SELECT count(*) FROM hookgate_receipts WHERE scope <> 'companion'"
 		before := b.count(t, fuzzed)
+		var memBefore, memAfter runtime.MemStats
+		runtime.ReadMemStats(&memBefore)
 		rec := httptest.NewRecorder()
 		var wg sync.WaitGroup
 		wg.Go(func() { b.handler.ServeHTTP(rec, req) })
@@ -92,7 +106,14 @@ func FuzzIngest(f *testing.F) {
 			})
 		}
 		wg.Wait()
+		runtime.ReadMemStats(&memAfter)
 		after := b.count(t, fuzzed)
+		// The body is read, hashed and sent to the database: a few copies of
+		// its bytes, never a cost per JSON value. The constant covers the
+		// companions and the database round trips.
+		if alloc := memAfter.TotalAlloc - memBefore.TotalAlloc; alloc > 8*uint64(len(body))+512<<10 {
+			t.Errorf("a request of %d bytes allocated %d bytes", len(body), alloc)
+		}
 
 		if rec.Code >= 500 {
 			t.Fatalf("%d while the database is up: %s", rec.Code, rec.Body)
