@@ -393,7 +393,7 @@ func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, table fan
 		MetricsElsewhere: cfg.MetricsAddr != "",
 		Rejections:       recorder,
 		Admin: server.AdminConfig{Token: cfg.AdminToken.Value(), Pool: pool, Enqueuer: enqueuer, RiverUI: riverUI, Routes: table,
-			NoConsole: cfg.Console == "off"},
+			NoConsole: cfg.Console == "off", PublicURL: cfg.PublicURL},
 	})
 	srv := &http.Server{
 		Handler:           handler,
