@@ -3,9 +3,12 @@
 // budgets, one per remote address and one of all addresses together; once a
 // budget is spent, each further wrong guess waits until the budget would
 // have room for it, so a guesser that opens more connections gets its
-// answers no sooner. The right token never waits: only a caller that has
-// been told its guess is wrong is made to wait. Wrong guesses are logged at
-// most once a second, counted, with the addresses they came from.
+// answers no sooner. The right token never waits: the token is checked
+// first, and only a wrong one is made to wait for its answer. (So a caller
+// that stops waiting early can tell a wrong guess by the missing prompt
+// answer; the delay slows guessers that wait for theirs, and the log shows
+// every guess.) Wrong guesses are logged at most once a second, counted,
+// with the addresses they came from.
 //
 // The wait holds no database connection and no worker: it is a timer in the
 // request's own goroutine, and it ends when the request's context does.
