@@ -248,7 +248,9 @@ var secretVars = []string{"DATABASE_URL", "GITHUB_WEBHOOK_SECRET", "STRIPE_WEBHO
 	"GITHUB_TOKEN", "STRIPE_API_KEY"}
 
 // readSecretFiles sets each secret variable from its _FILE variant, when that
-// is set; setting both is an error.
+// is set; setting both is an error. Its errors do not show the _FILE
+// variant's value: the secret itself may have been put there instead of
+// its file's path.
 func readSecretFiles() error {
 	for _, name := range secretVars {
 		path, ok := os.LookupEnv(name + "_FILE")
@@ -260,12 +262,15 @@ func readSecretFiles() error {
 		}
 		b, err := os.ReadFile(path)
 		if err != nil {
-			return fmt.Errorf("%s_FILE: %w", name, err)
+			if pe := (*os.PathError)(nil); errors.As(err, &pe) {
+				err = pe.Err
+			}
+			return fmt.Errorf("%s_FILE: the file it names cannot be read: %w", name, err)
 		}
 		value := strings.TrimSpace(string(b))
 		if value == "" {
 			// A secret not mounted yet must not pass for a choice to leave it unset.
-			return fmt.Errorf("%s_FILE: %s is empty", name, path)
+			return fmt.Errorf("%s_FILE: the file it names is empty", name)
 		}
 		if err := os.Setenv(name, value); err != nil {
 			return fmt.Errorf("%s_FILE: %w", name, err)

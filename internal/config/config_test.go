@@ -135,12 +135,35 @@ func TestSecretFromFile(t *testing.T) {
 	}
 	os.Unsetenv("STRIPE_WEBHOOK_SECRET") // Load set it from the file
 	t.Setenv("STRIPE_WEBHOOK_SECRET_FILE", empty)
-	if _, err := config.Load(); err == nil || !strings.Contains(err.Error(), "STRIPE_WEBHOOK_SECRET_FILE: "+empty+" is empty") {
+	if _, err := config.Load(); err == nil || !strings.Contains(err.Error(), "STRIPE_WEBHOOK_SECRET_FILE: the file it names is empty") {
 		t.Fatalf("an empty secret file: %v", err)
 	}
 	t.Setenv("STRIPE_WEBHOOK_SECRET_FILE", path)
 	t.Setenv("STRIPE_WEBHOOK_SECRET", "whsec_both")
 	if _, err := config.Load(); err == nil || !strings.Contains(err.Error(), "both set") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// A secret put in a _FILE variable instead of its file's path is not shown
+// by the error that follows.
+func TestSecretFileErrorsNeverShowTheValue(t *testing.T) {
+	for _, tt := range []struct{ name, value, want string }{
+		{"GITHUB_WEBHOOK_SECRET", "B7E1F0A9C3D2E1F0A9B8C7D6E5F4A3B2", "GITHUB_WEBHOOK_SECRET_FILE: the file it names cannot be read: no such file or directory"},
+		{"STRIPE_WEBHOOK_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "STRIPE_WEBHOOK_SECRET_FILE: the file it names cannot be read: no such file or directory"},
+		{"GATEWAY_ADMIN_TOKEN", "B7E1F0A9C3D2E1F0A9B8C7D6E5F4A3B2", "GATEWAY_ADMIN_TOKEN_FILE: the file it names cannot be read"},
+		{"DATABASE_URL", "postgres://hookgate:B7E1F0A9C3D2E1F0A9B8C7D6E5F4A3B2@db/hookgate", "DATABASE_URL_FILE: the file it names cannot be read"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv(tt.name, "")
+			t.Setenv(tt.name+"_FILE", tt.value)
+			_, err := config.Load()
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want it to contain %q", err, tt.want)
+			}
+			if strings.Contains(err.Error(), "B7E1F0A9") || strings.Contains(err.Error(), "MfKQ9r8") {
+				t.Fatalf("error shows the secret: %v", err)
+			}
+		})
 	}
 }

@@ -249,33 +249,37 @@ var (
 func Parse(s string, builtins []string, d Defaults) (Table, error) {
 	var rs Table
 	seen := map[string]bool{}
-	for _, entry := range strings.Fields(s) {
-		shown := redactEntry(entry) // errors are printed: a target's credentials must not be
+	for i, entry := range strings.Fields(s) {
+		// An entry is named by its place and name, never shown: its target
+		// may carry a credential, in its path too, and what was written
+		// by mistake may be a URL or a secret alone.
+		where := fmt.Sprintf("entry %d", i+1)
 		name, rest, ok := strings.Cut(entry, "=")
 		if !ok {
-			return nil, fmt.Errorf("%w %q: want name=provider:pattern[,...]>target", ErrBadTable, shown)
+			return nil, fmt.Errorf("%w, %s: want name=provider:pattern[,...]>target", ErrBadTable, where)
 		}
 		if !routeNameRE.MatchString(name) {
-			return nil, fmt.Errorf("%w %q: the name must be 1-64 of a-z, 0-9, _ and -, starting with a letter or digit", ErrBadTable, shown)
+			return nil, fmt.Errorf("%w, %s: the name must be 1-64 of a-z, 0-9, _ and -, starting with a letter or digit", ErrBadTable, where)
 		}
+		where = fmt.Sprintf("%s (%q)", where, name)
 		if seen[name] {
-			return nil, fmt.Errorf("%w %q: the name %s is used twice", ErrBadTable, shown, name)
+			return nil, fmt.Errorf("%w, %s: the name %s is used twice", ErrBadTable, where, name)
 		}
 		seen[name] = true
 		matches, target, ok := strings.Cut(rest, ">")
 		if !ok || target == "" {
-			return nil, fmt.Errorf("%w %q: no >target", ErrBadTable, shown)
+			return nil, fmt.Errorf("%w, %s: no >target", ErrBadTable, where)
 		}
 		r := Route{Name: name, Target: target, Concurrency: d.Concurrency, Timeout: d.Timeout, MaxAttempts: d.MaxAttempts, Circuit: DefaultCircuit}
 		for m := range strings.SplitSeq(matches, ",") {
 			match, err := parseMatch(m, d.Sources)
 			if err != nil {
-				return nil, fmt.Errorf("%w %q: %w", ErrBadTable, shown, err)
+				return nil, fmt.Errorf("%w, %s: %w", ErrBadTable, where, err)
 			}
 			r.Matches = append(r.Matches, match)
 		}
 		if err := checkTarget(target, builtins); err != nil {
-			return nil, fmt.Errorf("%w %q: %w", ErrBadTable, shown, err)
+			return nil, fmt.Errorf("%w, %s: %w", ErrBadTable, where, err)
 		}
 		rs = append(rs, r)
 	}
@@ -295,15 +299,8 @@ func parseMatch(m string, sources []string) (Match, error) {
 	return Match{Provider: provider, Pattern: pattern}, nil
 }
 
-// redactEntry is a route entry as an error may show it: its target redacted.
-func redactEntry(entry string) string {
-	head, target, ok := strings.Cut(entry, ">")
-	if !ok || target == "" || strings.HasPrefix(target, "builtin:") {
-		return entry
-	}
-	return head + ">" + RedactURL(target)
-}
-
+// checkTarget checks a route's target. Its errors do not show the target:
+// even redacted, a URL may carry a credential in its path.
 func checkTarget(target string, builtins []string) error {
 	if name, ok := strings.CutPrefix(target, "builtin:"); ok {
 		if !slices.Contains(builtins, name) {
@@ -313,11 +310,11 @@ func checkTarget(target string, builtins []string) error {
 	}
 	u, err := url.Parse(target)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
-		return fmt.Errorf("target %q must be an http:// or https:// URL or builtin:<name>", RedactURL(target))
+		return errors.New("the target must be an http:// or https:// URL or builtin:<name>")
 	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return fmt.Errorf("target %q: the port must be 1 to 65535", RedactURL(target))
+			return errors.New("the target's port must be 1 to 65535")
 		}
 	}
 	return nil

@@ -93,6 +93,30 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// A GATEWAY_ROUTES error names the entry by its place and name, never shows
+// it: its target may carry a credential in its path, and an entry written by
+// mistake may be a URL or a secret alone.
+func TestParseErrorsNeverShowAnEntry(t *testing.T) {
+	t.Parallel()
+	const secret = "B7E1F0A9C3D2E1F0A9B8C7D6E5F4A3B2"
+	slack := "hooks.slack.com/services/T0000/B0000/" + secret
+	for _, tt := range []struct{ routes, want string }{
+		{"https://" + slack, "bad route, entry 1: want name="},
+		{"ok=github:push>builtin:log " + secret, "bad route, entry 2: want name="},
+		{"ci=github:push>" + slack, `bad route, entry 1 ("ci"): the target must be an http:// or https:// URL`},
+		{"ci=github:push>https://hooks.slack.com:99999/services/T0000/B0000/" + secret, `bad route, entry 1 ("ci"): the target's port must be 1 to 65535`},
+		{"a=github:push>builtin:log ci=github:push>https://" + slack + " ci=github:push>builtin:log", `bad route, entry 3 ("ci"): the name ci is used twice`},
+	} {
+		_, err := fanout.Parse(tt.routes, []string{"log"}, fanout.Defaults{})
+		if !errors.Is(err, fanout.ErrBadTable) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Parse(%q):\n got %v\nwant %s", tt.routes, err, tt.want)
+		}
+		if err != nil && (strings.Contains(err.Error(), secret) || strings.Contains(err.Error(), "slack")) {
+			t.Errorf("Parse(%q) shows the entry: %v", tt.routes, err)
+		}
+	}
+}
+
 // A route entry's target may carry a credential: an error about the entry
 // shows it redacted.
 func TestParseErrorsRedactTheTarget(t *testing.T) {

@@ -20,7 +20,9 @@ import (
 )
 
 // ErrBadFile means the configuration file could not be read or holds a value
-// that makes no sense. Its message names the file, the route and the key.
+// that makes no sense. Its message names the file, the route or source, and
+// the key with its line; never the value of secret_env or target_env, nor
+// what the variable they name holds.
 var ErrBadFile = errors.New("configuration file")
 
 // Limits on what a route may ask for, so that a typo cannot exhaust a process
@@ -149,7 +151,7 @@ func ReadFile(path string, builtins []string, d Defaults) (File, error) {
 				return f, bad("%s: %w", where, err)
 			}
 			if seen[src.Name()] {
-				return f, bad("%s: key name: %s is used by another source", where, src.Name())
+				return f, bad("%s: %w", where, keyErrors(n)("name", "%s is used by another source", src.Name()))
 			}
 			seen[src.Name()] = true
 			f.Sources = append(f.Sources, src)
@@ -172,7 +174,7 @@ func ReadFile(path string, builtins []string, d Defaults) (File, error) {
 			return f, bad("%s: %w", where, err)
 		}
 		if seen[r.Name] {
-			return f, bad("%s: key name: %s is used by another route", where, r.Name)
+			return f, bad("%s: %w", where, keyErrors(n)("name", "%s is used by another route", r.Name))
 		}
 		seen[r.Name] = true
 		f.Routes = append(f.Routes, r)
@@ -225,7 +227,8 @@ func readSource(n *yaml.Node) (providers.Provider, error) {
 	if err := n.Decode(&fs); err != nil {
 		return nil, errors.New(strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n  "))
 	}
-	c := providers.SourceConfig{Name: fs.Name, Kind: fs.Kind, SecretVar: fs.SecretEnv, HMAC: providers.HMACScheme{
+	bad := keyErrors(n)
+	c := providers.SourceConfig{Name: fs.Name, Kind: fs.Kind, HMAC: providers.HMACScheme{
 		SignatureHeader: fs.SignatureHeader, Algorithm: fs.Algorithm, Encoding: fs.Encoding, Prefix: fs.Prefix,
 		TimestampHeader: fs.TimestampHeader, IDHeader: fs.IDHeader, IDField: fs.IDField, EventHeader: fs.EventHeader, EventField: fs.EventField,
 	}}
@@ -235,24 +238,28 @@ func readSource(n *yaml.Node) (providers.Provider, error) {
 	if fs.Tolerance != "" {
 		t, err := time.ParseDuration(fs.Tolerance)
 		if err != nil || t <= 0 || t > time.Hour {
-			return nil, fmt.Errorf("key tolerance: must be a duration above 0 and at most 1h, got %q", fs.Tolerance)
+			return nil, bad("tolerance", "must be a duration above 0 and at most 1h, got %q", fs.Tolerance)
 		}
 		c.Tolerance = t
 	}
 	if fs.SecretEnv == "" {
-		return nil, errors.New("key secret_env: name the variable that holds the source's secrets")
+		return nil, bad("secret_env", "name the variable that holds the source's secrets")
 	}
 	secrets, err := fromEnv(fs.SecretEnv)
 	if err != nil {
-		return nil, fmt.Errorf("key secret_env: %w", err)
+		return nil, bad("secret_env", "%w", err)
 	}
 	for secret := range strings.SplitSeq(secrets, ",") {
 		if secret = strings.TrimSpace(secret); secret == "" {
-			return nil, fmt.Errorf("key secret_env: %s holds an empty secret in its list", fs.SecretEnv)
+			return nil, bad("secret_env", "the variable it names holds an empty secret in its list")
 		}
 		c.Secrets = append(c.Secrets, secret)
 	}
-	return providers.NewSource(c)
+	p, err := providers.NewSource(c)
+	if ke := (*providers.KeyError)(nil); errors.As(err, &ke) {
+		return nil, bad(ke.Key, "%s", ke.Problem)
+	}
+	return p, err
 }
 
 // readRoute reads and checks one route of the file.
@@ -265,13 +272,11 @@ func readRoute(n *yaml.Node, builtins []string, d Defaults) (Route, error) {
 			return Route{}, fmt.Errorf("circuit: %w", err)
 		}
 	}
-	for _, k := range []struct {
-		n    *yaml.Node
-		name string
-	}{{value(n, "concurrency"), "concurrency"}, {value(n, "max_attempts"), "max_attempts"}, {value(value(n, "circuit"), "failures"), "circuit.failures"}} {
+	bad := keyErrors(n)
+	for _, key := range []string{"concurrency", "max_attempts", "circuit.failures"} {
 		// The decoder would cut 8.5 down to 8.
-		if k.n != nil && k.n.Kind == yaml.ScalarNode && k.n.ShortTag() == "!!float" {
-			return Route{}, fmt.Errorf("key %s: must be a whole number, got %s", k.name, k.n.Value)
+		if v := valueAt(n, key); v != nil && v.Kind == yaml.ScalarNode && v.ShortTag() == "!!float" {
+			return Route{}, bad(key, "must be a whole number, got %s", v.Value)
 		}
 	}
 	var f fileRoute
@@ -280,15 +285,15 @@ func readRoute(n *yaml.Node, builtins []string, d Defaults) (Route, error) {
 	}
 	r := Route{Name: f.Name, Concurrency: d.Concurrency, Timeout: d.Timeout, MaxAttempts: d.MaxAttempts, Circuit: DefaultCircuit}
 	if !routeNameRE.MatchString(f.Name) {
-		return r, fmt.Errorf("key name: must be 1-64 of a-z, 0-9, _ and -, starting with a letter or digit")
+		return r, bad("name", "must be 1-64 of a-z, 0-9, _ and -, starting with a letter or digit")
 	}
 	if len(f.Match) == 0 {
-		return r, errors.New("key match: list at least one provider:pattern")
+		return r, bad("match", "list at least one provider:pattern")
 	}
 	for _, m := range f.Match {
 		match, err := parseMatch(m, d.Sources)
 		if err != nil {
-			return r, fmt.Errorf("key match: %w", err)
+			return r, bad("match", "%w", err)
 		}
 		r.Matches = append(r.Matches, match)
 	}
@@ -298,65 +303,68 @@ func readRoute(n *yaml.Node, builtins []string, d Defaults) (Route, error) {
 	case f.TargetEnv != "":
 		target, err := fromEnv(f.TargetEnv)
 		if err != nil {
-			return r, fmt.Errorf("key target_env: %w", err)
+			return r, bad("target_env", "%w", err)
+		}
+		if err := checkTarget(target, builtins); err != nil {
+			return r, bad("target_env", "the value of the variable it names (not shown): %w", err)
 		}
 		r.Target = target
 	case f.Target != "":
 		if u, err := url.Parse(f.Target); err == nil && u.User != nil {
 			// Secrets never go in the file.
-			return r, errors.New("key target: a URL with a user or password is a credential; put it in a variable and name it with target_env")
+			return r, bad("target", "a URL with a user or password is a credential; put it in a variable and name it with target_env")
+		}
+		if err := checkTarget(f.Target, builtins); err != nil {
+			return r, bad("target", "%w", err)
 		}
 		r.Target = f.Target
 	default:
-		return r, errors.New("key target: give target or target_env")
-	}
-	if err := checkTarget(r.Target, builtins); err != nil {
-		return r, fmt.Errorf("key target: %w", err)
+		return r, bad("target", "give target or target_env")
 	}
 	if f.Concurrency != nil {
 		if *f.Concurrency < 1 || *f.Concurrency > MaxConcurrency {
-			return r, fmt.Errorf("key concurrency: must be 1 to %d, got %d", MaxConcurrency, *f.Concurrency)
+			return r, bad("concurrency", "must be 1 to %d, got %d", MaxConcurrency, *f.Concurrency)
 		}
 		r.Concurrency = *f.Concurrency
 	}
 	if f.Rate != "" {
 		rate, err := ParseRate(f.Rate)
 		if err != nil {
-			return r, fmt.Errorf("key rate: %w", err)
+			return r, bad("rate", "%w", err)
 		}
 		r.Rate = rate
 	}
 	if f.Timeout != "" {
 		timeout, err := time.ParseDuration(f.Timeout)
 		if err != nil || timeout <= 0 || timeout > MaxTimeout {
-			return r, fmt.Errorf("key timeout: must be a duration above 0 and at most %s, got %q", MaxTimeout, f.Timeout)
+			return r, bad("timeout", "must be a duration above 0 and at most %s, got %q", MaxTimeout, f.Timeout)
 		}
 		r.Timeout = timeout
 	}
 	if f.MaxAttempts != nil {
 		if *f.MaxAttempts < 1 || *f.MaxAttempts > MaxMaxAttempts {
-			return r, fmt.Errorf("key max_attempts: must be 1 to %d, got %d", MaxMaxAttempts, *f.MaxAttempts)
+			return r, bad("max_attempts", "must be 1 to %d, got %d", MaxMaxAttempts, *f.MaxAttempts)
 		}
 		r.MaxAttempts = *f.MaxAttempts
 	}
 	if f.Filter != nil {
 		filter, err := filter.Compile(*f.Filter)
 		if err != nil {
-			return r, fmt.Errorf("key filter: %w", err)
+			return r, bad("filter", "%w", err)
 		}
 		r.Filter = filter
 	}
 	if c := f.Circuit; c != nil {
 		if c.Failures != nil {
 			if *c.Failures < 0 || *c.Failures > 1_000_000 {
-				return r, fmt.Errorf("key circuit.failures: must be 0 (off) to 1000000, got %d", *c.Failures)
+				return r, bad("circuit.failures", "must be 0 (off) to 1000000, got %d", *c.Failures)
 			}
 			r.Circuit.Failures = *c.Failures
 		}
 		if c.Cooldown != "" {
 			cooldown, err := time.ParseDuration(c.Cooldown)
 			if err != nil || cooldown <= 0 || cooldown > MaxCooldown {
-				return r, fmt.Errorf("key circuit.cooldown: must be a duration above 0 and at most %s, got %q", MaxCooldown, c.Cooldown)
+				return r, bad("circuit.cooldown", "must be a duration above 0 and at most %s, got %q", MaxCooldown, c.Cooldown)
 			}
 			r.Circuit.Cooldown = cooldown
 		}
@@ -385,40 +393,91 @@ func ParseRate(s string) (Rate, error) {
 
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
+// conventionalRE is what a variable's name looks like by convention.
+var conventionalRE = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
+
+// notAName is said of a secret_env or target_env that cannot be a
+// variable's name, or is no usual name and names no variable that is set.
+const notAName = "is not the name of a variable (such as ACME_WEBHOOK_SECRET) that is set: " +
+	"give the variable's name, not its value (what was given is not shown: it may be a secret)"
+
 // fromEnv reads a value (a target URL, a source's secrets) from the
-// variable name, or from the file its _FILE variant names. Errors name the
-// variable only when it looks like one (A_NAME_LIKE_THIS): what was put
-// there by mistake may be the secret itself.
+// variable name, or from the file its _FILE variant names. Its errors show
+// neither name nor the _FILE variant's path: what was written there by
+// mistake may be the secret itself, and a secret may look like a variable's
+// name (upper-case hex). The caller says where name was written instead.
 func fromEnv(name string) (string, error) {
-	shown := name
-	if !conventionalRE.MatchString(name) {
-		shown = "the variable it names (not shown: it does not look like a variable's name; give the variable's name, not its value)"
-	}
 	if !envNameRE.MatchString(name) {
-		return "", fmt.Errorf("must be a variable's name such as ACME_WEBHOOK_SECRET, not its value (the value given is not shown)")
+		return "", errors.New(notAName)
 	}
 	v, set := os.LookupEnv(name)
 	path, fileSet := os.LookupEnv(name + "_FILE")
 	switch {
 	case set && v != "" && fileSet && path != "":
-		return "", fmt.Errorf("%s and its _FILE variant are both set; set one", shown)
+		return "", errors.New("the variable it names and its _FILE variant are both set; set one")
 	case fileSet && path != "":
 		b, err := os.ReadFile(path)
 		if err != nil {
-			return "", fmt.Errorf("%s_FILE: %w", shown, err)
+			return "", fmt.Errorf("the file that the variable's _FILE variant names cannot be read: %w", withoutPath(err))
 		}
 		if v = strings.TrimSpace(string(b)); v == "" {
-			return "", fmt.Errorf("%s_FILE: %s is empty", shown, path)
+			return "", errors.New("the file that the variable's _FILE variant names is empty")
 		}
 	}
 	if strings.TrimSpace(v) == "" {
-		return "", fmt.Errorf("%s is not set", shown)
+		if !conventionalRE.MatchString(name) {
+			return "", errors.New(notAName)
+		}
+		return "", errors.New("the variable it names is not set")
 	}
 	return strings.TrimSpace(v), nil
 }
 
-// conventionalRE is what a variable's name looks like by convention.
-var conventionalRE = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
+// withoutPath is a file error without the file's path.
+func withoutPath(err error) error {
+	if pe := (*os.PathError)(nil); errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// keyErrors returns what makes the errors of mapping n's keys: "line L:
+// key K: problem", L the line of K when n holds it.
+func keyErrors(n *yaml.Node) func(key, format string, args ...any) error {
+	return func(key, format string, args ...any) error {
+		where := "key " + key
+		if k := keyAt(n, key); k != nil {
+			where = fmt.Sprintf("line %d: %s", k.Line, where)
+		}
+		return fmt.Errorf("%s: "+format, append([]any{where}, args...)...)
+	}
+}
+
+// keyAt returns the node of a key in mapping n, the key a dot-separated path
+// (circuit.cooldown), or nil.
+func keyAt(n *yaml.Node, key string) *yaml.Node {
+	parent, last := n, key
+	if i := strings.LastIndexByte(key, '.'); i >= 0 {
+		parent, last = valueAt(n, key[:i]), key[i+1:]
+	}
+	if parent == nil || parent.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(parent.Content); i += 2 {
+		if parent.Content[i].Value == last {
+			return parent.Content[i]
+		}
+	}
+	return nil
+}
+
+// valueAt is value along a dot-separated path of keys.
+func valueAt(n *yaml.Node, key string) *yaml.Node {
+	for part := range strings.SplitSeq(key, ".") {
+		n = value(n, part)
+	}
+	return n
+}
 
 // checkKeys refuses a node that is not a mapping, or holds a key not in
 // allowed or one key twice.

@@ -108,10 +108,10 @@ func TestReadFileRefusesWhatIsWrong(t *testing.T) {
 	for _, tt := range []struct{ text, want string }{
 		{"routes:\n  - name: ci\n" + ok + "    concurency: 8\n", `route "ci" (line 2): line 5: unknown key "concurency"`},
 		{"route:\n  - name: ci\n" + ok, `unknown key "route"`},
-		{"routes:\n  - name: ci\n" + ok + "  - name: ci\n" + ok, `route "ci" (line 5): key name: ci is used by another route`},
-		{"routes:\n  - name: Ci\n" + ok, `route "Ci" (line 2): key name`},
-		{"routes:\n  - name: ci\n" + ok + "    concurrency: 0\n", `route "ci" (line 2): key concurrency: must be 1 to 10000`},
-		{"routes:\n  - name: ci\n" + ok + "    concurrency: 8.5\n", `route "ci" (line 2): key concurrency: must be a whole number, got 8.5`},
+		{"routes:\n  - name: ci\n" + ok + "  - name: ci\n" + ok, `route "ci" (line 5): line 5: key name: ci is used by another route`},
+		{"routes:\n  - name: Ci\n" + ok, `route "Ci" (line 2): line 2: key name`},
+		{"routes:\n  - name: ci\n" + ok + "    concurrency: 0\n", `route "ci" (line 2): line 5: key concurrency: must be 1 to 10000`},
+		{"routes:\n  - name: ci\n" + ok + "    concurrency: 8.5\n", `route "ci" (line 2): line 5: key concurrency: must be a whole number, got 8.5`},
 		{"routes:\n  - name: ci\n" + ok + "    max_attempts: 2.9\n", `key max_attempts: must be a whole number`},
 		{"routes:\n  - name: ci\n" + ok + "    circuit: {failures: 1.5}\n", `key circuit.failures: must be a whole number`},
 		{"", `the file is empty`},
@@ -128,14 +128,14 @@ func TestReadFileRefusesWhatIsWrong(t *testing.T) {
 		{"routes:\n  - name: ci\n    match: [\"github:push\"]\n", `key target: give target or target_env`},
 		{"routes:\n  - name: ci\n    match: [\"github:push\"]\n    target: ftp://u:secretpw@x/\n", `key target`},
 		{"routes:\n  - name: ci\n    match: [\"github:push\"]\n    target: http://x/\n    target_env: X\n", `give one`},
-		{"routes:\n  - name: ci\n    match: [\"github:push\"]\n    target_env: EMPTY_TARGET\n", `key target_env: EMPTY_TARGET is not set`},
+		{"routes:\n  - name: ci\n    match: [\"github:push\"]\n    target_env: EMPTY_TARGET\n", `route "ci" (line 2): line 4: key target_env: the variable it names is not set`},
 		{"routes:\n  - name: ci\n    match: [\"github:push\"]\n    target: builtin:nope\n", `no builtin handler`},
 		{"routes:\n  - name: ci\n    match: [\"github:push\"]\n    target: http://u:secretpw@x/\n", `key target: a URL with a user or password`},
 		{"routes: {name: ci}\n", `routes must be a list`},
 		{"routes:\n  - name: ci\n" + ok + "    concurrency: many\n", `route "ci" (line 2)`},
 		{"routes: [\n", `did not find expected`},
-		{"routes:\n  - name: ci\n" + ok + "    filter: payload.action\n", `route "ci" (line 2): key filter: invalid filter: its type is dyn, not bool`},
-		{"routes:\n  - name: ci\n" + ok + "    filter: 'payload.action == '\n", `route "ci" (line 2): key filter: invalid filter: ERROR`},
+		{"routes:\n  - name: ci\n" + ok + "    filter: payload.action\n", `route "ci" (line 2): line 5: key filter: invalid filter: its type is dyn, not bool`},
+		{"routes:\n  - name: ci\n" + ok + "    filter: 'payload.action == '\n", `route "ci" (line 2): line 5: key filter: invalid filter: ERROR`},
 		{"routes:\n  - name: ci\n" + ok + "    filter: ''\n", `key filter: invalid filter: empty`},
 	} {
 		path := writeFile(t, tt.text)
@@ -243,8 +243,8 @@ routes:
 	t.Setenv("EMPTY_SECRET", "")
 	t.Setenv("LIST_WITH_HOLE", "a,,b")
 	for _, tt := range []struct{ text, want string }{
-		{"sources:\n  - {name: a, kind: gitlab, secret_env: NOT_SET_ANYWHERE}\n", `source "a" (line 2): key secret_env: NOT_SET_ANYWHERE is not set`},
-		{"sources:\n  - {name: a, kind: gitlab, secret_env: EMPTY_SECRET}\n", `key secret_env: EMPTY_SECRET is not set`},
+		{"sources:\n  - {name: a, kind: gitlab, secret_env: NOT_SET_ANYWHERE}\n", `source "a" (line 2): line 2: key secret_env: the variable it names is not set`},
+		{"sources:\n  - {name: a, kind: gitlab, secret_env: EMPTY_SECRET}\n", `key secret_env: the variable it names is not set`},
 		{"sources:\n  - {name: a, kind: gitlab, secret_env: LIST_WITH_HOLE}\n", `an empty secret`},
 		{"sources:\n  - {name: a, kind: gitlab}\n", `key secret_env: name the variable`},
 		{"sources:\n  - {name: a, kind: bitbucket, secret_env: CLERK_SECRET}\n", `key kind: must be one of`},
@@ -256,8 +256,8 @@ routes:
 		{"sources:\n  - {name: a, kind: gitlab, secret_env: CLERK_SECRET}\n  - {name: a, kind: slack, secret_env: CLERK_SECRET}\n", `a is used by another source`},
 		{"sources:\n  - {name: a, kind: hmac, secret_env: CLERK_SECRET, id_header: X-Id, event_field: type}\n", `key signature_header`},
 		{"sources: {name: a}\n", `sources must be a list`},
-		{"sources:\n  - {name: a, kind: gitlab, secret_env: whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw}\n", `key secret_env: the variable it names (not shown`},
-		{"sources:\n  - {name: a, kind: gitlab, secret_env: \"whsec_p@ss word\"}\n", `must be a variable's name`},
+		{"sources:\n  - {name: a, kind: gitlab, secret_env: whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw}\n", `key secret_env: is not the name of a variable`},
+		{"sources:\n  - {name: a, kind: gitlab, secret_env: \"whsec_p@ss word\"}\n", `key secret_env: is not the name of a variable`},
 		{"routes:\n  - {name: r, match: [\"clerk:user\"], target: builtin:log}\n", `key match`},
 	} {
 		path := writeFile(t, tt.text)
@@ -268,6 +268,56 @@ routes:
 		if err != nil && strings.Contains(err.Error(), "whsec_") {
 			t.Errorf("the error shows a secret: %v", err)
 		}
+	}
+}
+
+// Secrets pasted where a variable's name or a target belongs.
+const (
+	hexSecret   = "B7E1F0A9C3D2E1F0A9B8C7D6E5F4A3B2" // looks like a variable's name
+	whsecSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	slackURL    = "https://hooks.slack.com/services/T0000/B0000/" + hexSecret // the path is the credential
+)
+
+// A configuration error never shows a value that may be a secret: it names
+// the file, the line and the key instead, whatever was written there.
+func TestReadFileErrorsNeverShowASecret(t *testing.T) {
+	secretFile := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secretFile, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TARGET_WITHOUT_SCHEME", strings.TrimPrefix(slackURL, "https://"))
+	t.Setenv("TARGET_BAD_PORT", strings.Replace(slackURL, ".com/", ".com:99999/", 1))
+	t.Setenv("SECRET_IN_FILE_VARIANT_FILE", hexSecret)
+	t.Setenv("EMPTY_FILE_VARIANT_FILE", secretFile)
+	source := func(secretEnv string) string {
+		return "sources:\n  - name: clerk\n    kind: standard-webhooks\n    secret_env: " + secretEnv + "\n"
+	}
+	route := func(key, v string) string {
+		return "routes:\n  - name: ci\n    match: [\"github:push\"]\n    " + key + ": " + v + "\n"
+	}
+	for _, tt := range []struct{ name, text, want string }{
+		{"hex secret in secret_env", source(hexSecret), `source "clerk" (line 2): line 4: key secret_env: the variable it names is not set`},
+		{"whsec_ secret in secret_env", source(whsecSecret), `source "clerk" (line 2): line 4: key secret_env: is not the name of a variable`},
+		{"a URL in secret_env", source(slackURL), `source "clerk" (line 2): line 4: key secret_env: is not the name of a variable`},
+		{"secret in a _FILE variant", source("SECRET_IN_FILE_VARIANT"), `source "clerk" (line 2): line 4: key secret_env: the file that the variable's _FILE variant names cannot be read`},
+		{"empty _FILE variant", source("EMPTY_FILE_VARIANT"), `source "clerk" (line 2): line 4: key secret_env: the file that the variable's _FILE variant names is empty`},
+		{"hex secret in target_env", route("target_env", hexSecret), `route "ci" (line 2): line 4: key target_env: the variable it names is not set`},
+		{"URL in target_env", route("target_env", slackURL), `route "ci" (line 2): line 4: key target_env: is not the name of a variable`},
+		{"target_env without a scheme", route("target_env", "TARGET_WITHOUT_SCHEME"), `route "ci" (line 2): line 4: key target_env: the value of the variable it names (not shown): the target must be an http`},
+		{"target_env with a bad port", route("target_env", "TARGET_BAD_PORT"), `route "ci" (line 2): line 4: key target_env: the value of the variable it names (not shown): the target's port`},
+		{"target with a bad port", route("target", strings.Replace(slackURL, ".com/", ".com:99999/", 1)), `route "ci" (line 2): line 4: key target: the target's port`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeFile(t, tt.text)
+			_, _, err := fanout.LoadWithSources("", path, []string{"log"}, defaults)
+			if !errors.Is(err, fanout.ErrBadFile) || !strings.Contains(err.Error(), path+": "+tt.want) {
+				t.Errorf("got  %v\nwant %s: %s", err, path, tt.want)
+			}
+			if err != nil && (strings.Contains(err.Error(), hexSecret) || strings.Contains(err.Error(), whsecSecret) ||
+				strings.Contains(err.Error(), "hooks.slack.com")) {
+				t.Errorf("the error shows a secret: %v", err)
+			}
+		})
 	}
 }
 

@@ -39,13 +39,13 @@ var hmacKind = Kind{
 		h, ok := verify.Hashes[s.Algorithm]
 		switch {
 		case !headerNameRE.MatchString(s.SignatureHeader):
-			return nil, errors.New("key signature_header: must name a header, such as X-Acme-Signature")
+			return nil, keyError("signature_header", "must name a header, such as X-Acme-Signature")
 		case !ok:
-			return nil, fmt.Errorf("key algorithm: must be sha1, sha256 or sha512, got %q", s.Algorithm)
+			return nil, keyError("algorithm", "must be sha1, sha256 or sha512, got %q", s.Algorithm)
 		case s.Encoding != "hex" && s.Encoding != "base64":
-			return nil, fmt.Errorf("key encoding: must be hex or base64, got %q", s.Encoding)
+			return nil, keyError("encoding", "must be hex or base64, got %q", s.Encoding)
 		case s.TimestampHeader != "" && !headerNameRE.MatchString(s.TimestampHeader):
-			return nil, errors.New("key timestamp_header: must name a header")
+			return nil, keyError("timestamp_header", "must name a header")
 		case (s.IDHeader == "") == (s.IDField == ""):
 			return nil, errors.New("keys id_header and id_field: give one")
 		case (s.EventHeader == "") == (s.EventField == ""):

@@ -2,7 +2,6 @@ package providers
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -28,8 +27,6 @@ type SourceConfig struct {
 	Name string
 	// Kind is one of Kinds' names.
 	Kind string
-	// SecretVar names the variable the secrets were read from, for messages.
-	SecretVar string
 	// Secrets are the source's secrets; any may match (rotation).
 	Secrets verify.Secrets
 	// Tolerance is how far a signed timestamp may be from the clock, either
@@ -94,6 +91,22 @@ func KindNames() []string {
 	return names
 }
 
+// KeyError is what is wrong with one key of a source's configuration, the
+// key named as the configuration file spells it (secret_env, kind, ...), so
+// that the file can say on which line it is. Its message never holds the
+// value of secret_env: that may be the secret itself.
+type KeyError struct {
+	Key, Problem string
+}
+
+// Error implements error.
+func (e *KeyError) Error() string { return "key " + e.Key + ": " + e.Problem }
+
+// keyError returns a *KeyError.
+func keyError(key, format string, args ...any) error {
+	return &KeyError{Key: key, Problem: fmt.Sprintf(format, args...)}
+}
+
 // sourceNameRE is what a source's name may be: it is a URL path segment,
 // a route's provider and a metrics label.
 var sourceNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
@@ -104,26 +117,26 @@ const DefaultTolerance = 5 * time.Minute
 // NewSource checks c and returns its Provider.
 func NewSource(c SourceConfig) (Provider, error) {
 	if !sourceNameRE.MatchString(c.Name) {
-		return nil, errors.New("key name: must be 1-32 of a-z, 0-9, _ and -, starting with a letter or digit")
+		return nil, keyError("name", "must be 1-32 of a-z, 0-9, _ and -, starting with a letter or digit")
 	}
 	if slices.Contains(builtins, c.Name) {
-		return nil, fmt.Errorf("key name: %s is built in; configure it with its variables", c.Name)
+		return nil, keyError("name", "%s is built in; configure it with its variables", c.Name)
 	}
 	k, ok := Kinds[c.Kind]
 	if !ok {
-		return nil, fmt.Errorf("key kind: must be one of %s, got %q", strings.Join(KindNames(), ", "), c.Kind)
+		return nil, keyError("kind", "must be one of %s, got %q", strings.Join(KindNames(), ", "), c.Kind)
 	}
 	if len(c.Secrets) == 0 {
-		return nil, fmt.Errorf("key secret_env: %s holds no secret", c.SecretVar)
+		return nil, keyError("secret_env", "the variable it names holds no secret")
 	}
 	if o := c.Order; o != nil && (!validPath(o.Entity) || !validPath(o.Time)) {
-		return nil, errors.New("key order: entity and time must both be JSON paths such as data.id")
+		return nil, keyError("order", "entity and time must both be JSON paths such as data.id")
 	}
 	if c.Kind != "hmac" && c.HMAC != (HMACScheme{}) {
 		return nil, fmt.Errorf("the keys of an hmac scheme (signature_header, ...) are for kind hmac, not %s", c.Kind)
 	}
 	if untimed := c.Kind == "shopify" || c.Kind == "gitlab" || c.Kind == "hmac" && c.HMAC.TimestampHeader == ""; untimed && c.Tolerance != 0 {
-		return nil, fmt.Errorf("key tolerance: a %s source signs no time", c.Kind)
+		return nil, keyError("tolerance", "a %s source signs no time", c.Kind)
 	}
 	if c.Tolerance <= 0 {
 		c.Tolerance = DefaultTolerance

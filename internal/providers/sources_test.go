@@ -390,8 +390,8 @@ func TestNewSourceRefusesWhatCannotWork(t *testing.T) {
 		{providers.SourceConfig{Name: "github", Kind: "gitlab", Secrets: s}, "built in"},
 		{providers.SourceConfig{Name: "Acme", Kind: "gitlab", Secrets: s}, "key name"},
 		{providers.SourceConfig{Name: "acme", Kind: "bitbucket", Secrets: s}, "key kind: must be one of gitlab, hmac, shopify, slack, standard-webhooks"},
-		{providers.SourceConfig{Name: "acme", Kind: "gitlab", SecretVar: "ACME_SECRET"}, "ACME_SECRET holds no secret"},
-		{providers.SourceConfig{Name: "acme", Kind: "standard-webhooks", Secrets: verify.Secrets{"whsec_!!"}, SecretVar: "S"}, "whsec_ followed by base64"},
+		{providers.SourceConfig{Name: "acme", Kind: "gitlab"}, "key secret_env: the variable it names holds no secret"},
+		{providers.SourceConfig{Name: "acme", Kind: "standard-webhooks", Secrets: verify.Secrets{"whsec_!!"}}, "key secret_env: each secret the variable it names holds must be whsec_ followed by base64"},
 		{providers.SourceConfig{Name: "acme", Kind: "gitlab", Secrets: s, Order: &providers.OrderPaths{Entity: "a..b", Time: "t"}}, "key order"},
 		{providers.SourceConfig{Name: "acme", Kind: "gitlab", Secrets: s, HMAC: providers.HMACScheme{SignatureHeader: "X"}}, "for kind hmac"},
 		{hm(func(h *providers.HMACScheme) { h.Algorithm = "md5" }), "key algorithm"},
@@ -406,6 +406,11 @@ func TestNewSourceRefusesWhatCannotWork(t *testing.T) {
 		_, err := providers.NewSource(c.cfg)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want an error saying %q", c.cfg, err, c.want)
+		}
+		// The file says on which line a key is.
+		var ke *providers.KeyError
+		if key, ok := strings.CutPrefix(c.want, "key "); ok && (!errors.As(err, &ke) || !strings.HasPrefix(key+":", ke.Key+":")) {
+			t.Errorf("%+v: %v is not a KeyError of its key", c.cfg, err)
 		}
 	}
 }

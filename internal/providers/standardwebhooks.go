@@ -28,7 +28,7 @@ var standardWebhooksKind = Kind{
 		for _, secret := range c.Secrets {
 			key, err := verify.StandardKey(secret)
 			if err != nil {
-				return nil, fmt.Errorf("key secret_env: %s: each secret must be whsec_ followed by base64", c.SecretVar)
+				return nil, keyError("secret_env", "each secret the variable it names holds must be whsec_ followed by base64")
 			}
 			p.keys = append(p.keys, string(key))
 		}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -195,9 +196,17 @@ func NewGitHub(cfg GitHubConfig) (*GitHub, error) {
 	case hasApp && (cfg.AppID <= 0 || cfg.AppKeyFile == ""):
 		return nil, errors.New("a GitHub App needs both GITHUB_APP_ID (a positive number) and GITHUB_APP_PRIVATE_KEY_FILE")
 	case hasApp:
-		g.apps, err = ghinstallation.NewAppsTransportKeyFromFile(cfg.Transport, cfg.AppID, cfg.AppKeyFile)
+		// Read here, not by ghinstallation, whose error shows the path: the
+		// key itself may have been put where its path belongs.
+		key, err := os.ReadFile(cfg.AppKeyFile)
 		if err != nil {
-			// Not err's text alone: it may not name the variable.
+			if pe := (*os.PathError)(nil); errors.As(err, &pe) {
+				err = pe.Err
+			}
+			return nil, fmt.Errorf("GITHUB_APP_PRIVATE_KEY_FILE: the file it names cannot be read: %w", err)
+		}
+		if g.apps, err = ghinstallation.NewAppsTransport(cfg.Transport, cfg.AppID, key); err != nil {
+			// Not err's text alone: it does not name the variable.
 			return nil, fmt.Errorf("GITHUB_APP_PRIVATE_KEY_FILE: %w", err)
 		}
 		g.apps.BaseURL = strings.TrimRight(base.String(), "/")

@@ -620,6 +620,9 @@ func TestRecoveryRefusesBadConfiguration(t *testing.T) {
 		{"app", recovery.GitHubConfig{Token: "t"}, "needs a GitHub App"},
 		{"org:acme:7", recovery.GitHubConfig{AppID: 1}, "needs both"},
 		{"org:acme:7", recovery.GitHubConfig{AppID: 1, AppKeyFile: "/nonexistent.pem"}, "GITHUB_APP_PRIVATE_KEY_FILE"},
+		// The key itself where its file's path belongs: not shown.
+		{"org:acme:7", recovery.GitHubConfig{AppID: 1, AppKeyFile: "-----BEGIN RSA PRIVATE KEY-----\nMIIEB7E1F0A9C3D2E1F0A9B8C7D6E5F4A3B2\n-----END RSA PRIVATE KEY-----"},
+			"GITHUB_APP_PRIVATE_KEY_FILE: the file it names cannot be read"},
 		{"org:acme:7", recovery.GitHubConfig{Token: "t", APIURL: "ftp://x"}, "GITHUB_API_URL"},
 		{"org:acme:7", recovery.GitHubConfig{Token: "t", APIURL: "https://u:p@ghe.example/api/v3"}, "GITHUB_API_URL"},
 	} {
@@ -630,6 +633,9 @@ func TestRecoveryRefusesBadConfiguration(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q %+v: %v, want an error saying %q", c.hooks, c.cfg, err, c.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "MIIE") {
+			t.Errorf("%q: the error shows the key: %v", c.hooks, err)
 		}
 	}
 }
