@@ -61,9 +61,9 @@ type Config struct {
 	// Sessions are the token's sessions; nil: NewSessions(Pool, Token),
 	// recorded when first used.
 	Sessions *Sessions
-	// Guesses charges wrong sign-ins; give it the one that charges wrong
-	// bearer tokens, so that both draw on the same budgets. Nil: one of the
-	// console's own.
+	// Guesses compares sign-ins' tokens and charges wrong ones; give it the
+	// one that compares bearer tokens, so that both draw on the same
+	// budgets. Nil: one of the console's own.
 	Guesses *guess.Guard
 	// PublicURL is GATEWAY_PUBLIC_URL, an http(s) origin: the origin a
 	// request from the console's own pages comes from, and, when https, its

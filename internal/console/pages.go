@@ -147,8 +147,7 @@ func (c *Console) handleLogin(w http.ResponseWriter, r *http.Request) {
 			Problem: "The sign-in form is missing its CSRF token or it has expired: open the sign-in page again."})
 		return
 	}
-	if !sameToken(r.PostForm.Get("token"), c.Token) {
-		c.Guesses.Wrong(r)
+	if !c.Guesses.Check(r, func() bool { return sameToken(r.PostForm.Get("token"), c.Token) }) {
 		c.loginForm(w, r, http.StatusUnauthorized, next, "That is not the admin token.")
 		return
 	}

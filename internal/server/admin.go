@@ -49,8 +49,8 @@ type AdminConfig struct {
 	// PublicURL is GATEWAY_PUBLIC_URL: the console's origin, and its cookies
 	// Secure when https. Empty: the request's own.
 	PublicURL string
-	// Guesses charges wrong bearer tokens and wrong console sign-ins alike.
-	// Nil: a guess.Guard with its defaults.
+	// Guesses compares bearer tokens and console sign-ins alike, and charges
+	// wrong ones. Nil: a guess.Guard with its defaults.
 	Guesses *guess.Guard
 }
 
@@ -151,22 +151,21 @@ func (s *server) adminOn(next http.Handler) http.Handler {
 
 // bearerToken reports whether the request carries the admin token as a
 // bearer token. The comparison is of SHA-256 digests in constant time, so
-// neither the token's bytes nor its length leak.
+// neither the token's bytes nor its length leak, and it is the guard's to
+// make: within the address's failure budgets, a wrong token waiting a wrong
+// guess's cost (see guess.Guard.Check). A request without an Authorization
+// header guessed nothing, and does not wait.
 func (s *server) bearerToken(r *http.Request) bool {
-	want := sha256.Sum256([]byte(s.Admin.Token))
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	got := sha256.Sum256([]byte(token))
-	return ok && subtle.ConstantTimeCompare(got[:], want[:]) == 1
-}
-
-// refuse answers 401 to a request without the token. One that presented a
-// token first waits a wrong guess's cost; the right token never waits, and
-// neither does a request that guessed nothing.
-func (s *server) refuse(w http.ResponseWriter, r *http.Request) {
-	if r.Header.Get("Authorization") != "" {
-		s.Admin.Guesses.Wrong(r)
+	header := r.Header.Get("Authorization")
+	if header == "" {
+		return false
 	}
-	s.unauthorized(w, r)
+	return s.Admin.Guesses.Check(r, func() bool {
+		want := sha256.Sum256([]byte(s.Admin.Token))
+		token, ok := strings.CutPrefix(header, "Bearer ")
+		got := sha256.Sum256([]byte(token))
+		return ok && subtle.ConstantTimeCompare(got[:], want[:]) == 1
+	})
 }
 
 func (s *server) unauthorized(w http.ResponseWriter, r *http.Request) {
@@ -179,7 +178,7 @@ func (s *server) unauthorized(w http.ResponseWriter, r *http.Request) {
 func (s *server) bearerOnly(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.bearerToken(r) {
-			s.refuse(w, r)
+			s.unauthorized(w, r)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -198,7 +197,7 @@ func (s *server) bearerOrSession(next http.Handler) http.Handler {
 			strings.Contains(r.Header.Get("Accept"), "text/html"):
 			http.Redirect(w, r, "/admin/ui/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 		default:
-			s.refuse(w, r)
+			s.unauthorized(w, r)
 		}
 	})
 }
