@@ -1,6 +1,7 @@
 package payload_test
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -111,4 +112,31 @@ func TestReadingAllocatesOnlyTheFields(t *testing.T) {
 	if allocs > 20 {
 		t.Errorf("%v allocations for two fields of a million-value payload", allocs)
 	}
+}
+
+// Check agrees with encoding/json on what is a well-formed object, whatever
+// its escapes (a quote after an even or odd run of backslashes), when the
+// body is within the limits.
+func FuzzCheckAgreesWithEncodingJSON(f *testing.F) {
+	for _, s := range []string{`{}`, `{"a":"\\"}`, `{"a":"\\\""}`, `{"a":"\"\\\\"}`, `{"a":"\\\\\"]"}`, `{"a":"x\\`,
+		`{"a":[1,{"b":"]}\"["}]}`, `{"a":"\\\\"}]`, "{\"a\":\"\x1f\"}", `{"\\":1}`, `{"a":"\u00e9\n"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if len(body) > 1<<16 {
+			return
+		}
+		err := payload.Check(body)
+		if errors.Is(err, payload.ErrTooDeep) || errors.Is(err, payload.ErrTooMany) {
+			return
+		}
+		var v any
+		wellFormed := json.Unmarshal(body, &v) == nil
+		_, object := v.(map[string]any)
+		// Both accept invalid UTF-8 inside strings (encoding/json replaces
+		// it; the gateway stores the bytes as they came).
+		if want := wellFormed && object; (err == nil) != want {
+			t.Fatalf("Check(%q) = %v; encoding/json says well-formed object: %v", body, err, want)
+		}
+	})
 }
