@@ -37,6 +37,9 @@ import (
 var ErrNoBinaries = errors.New("PostgreSQL binaries (initdb, postgres) not found on PATH or under /usr/lib/postgresql/*/bin; " +
 	"install them (apt-get update && apt-get install -y postgresql) or set DATABASE_URL")
 
+// ErrInUse means another live process owns the data directory's server.
+var ErrInUse = errors.New("in use by another gateway")
+
 // defaultPort is the port number that names the server's socket when
 // Options.Port is zero. Each server has a socket directory of its own, so a
 // fixed number cannot collide with another server.
@@ -65,10 +68,11 @@ type Options struct {
 
 // Server is a running private PostgreSQL.
 type Server struct {
-	cmd  *exec.Cmd
-	url  string
-	done chan error
-	log  *os.File
+	cmd    *exec.Cmd
+	url    string
+	exited chan struct{} // closed when the server process has exited
+	log    *os.File
+	lock   *os.File // the data directory's lock, held while the server runs
 	// tempSocketDir is the socket directory made under os.TempDir when
 	// Dir/socket was too long a path; Stop removes it.
 	tempSocketDir string
@@ -107,6 +111,22 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	if err := os.MkdirAll(pgdata, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	started := false
+	defer func() {
+		if !started {
+			lock.Close()
+		}
+	}()
+	// A server whose gateway died (SIGKILL) is shutting down: it got
+	// SIGINT when its parent died. Wait for it, so that the new one neither
+	// fails on its lock file nor is mistaken for it.
+	if err := waitOrphan(ctx, pgdata); err != nil {
+		return nil, err
 	}
 	cred, err := credential(dir, pgdata)
 	if err != nil {
@@ -169,8 +189,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		removeTemp()
 		return nil, fmt.Errorf("start postgres: %w", err)
 	}
-	s := &Server{cmd: cmd, done: make(chan error, 1), log: logFile, tempSocketDir: tempSocketDir}
-	go func() { s.done <- cmd.Wait() }()
+	started = true
+	s := &Server{cmd: cmd, exited: make(chan struct{}), log: logFile, lock: lock, tempSocketDir: tempSocketDir}
+	go func() { _ = cmd.Wait(); close(s.exited) }()
 
 	if err := s.waitReady(ctx, socketURL(socketDir, port, "postgres"), filepath.Join(dir, "postgres.log")); err != nil {
 		_ = s.Stop(context.Background())
@@ -188,6 +209,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 // is kept) and waits for it, killing it if ctx ends first.
 func (s *Server) Stop(ctx context.Context) error {
 	defer s.log.Close()
+	defer s.lock.Close() // the directory is free once the server is gone
 	// Removed only once the server is gone: it still owns its socket there.
 	defer func() {
 		if s.tempSocketDir != "" {
@@ -196,11 +218,11 @@ func (s *Server) Stop(ctx context.Context) error {
 	}()
 	_ = s.cmd.Process.Signal(syscall.SIGINT)
 	select {
-	case <-s.done:
+	case <-s.exited:
 		return nil
 	case <-ctx.Done():
 		_ = s.cmd.Process.Kill()
-		<-s.done
+		<-s.exited
 		return fmt.Errorf("postgres did not stop in time: %w", ctx.Err())
 	}
 }
@@ -208,13 +230,19 @@ func (s *Server) Stop(ctx context.Context) error {
 func (s *Server) waitReady(ctx context.Context, url, logPath string) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		conn, err := pgx.Connect(ctx, url)
+		// Only this server's answer counts: its pid is in postmaster.pid.
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		conn, err := pgx.Connect(cctx, url)
+		cancel()
 		if err == nil {
 			conn.Close(ctx)
-			return nil
+			if postmasterPID(s.pgdata()) == s.cmd.Process.Pid {
+				return nil
+			}
+			err = errors.New("another server answers on its socket")
 		}
 		select {
-		case <-s.done:
+		case <-s.exited:
 			log, _ := os.ReadFile(logPath)
 			return fmt.Errorf("postgres exited at start: %s", lastLines(string(log), 5))
 		case <-ctx.Done():
@@ -225,6 +253,89 @@ func (s *Server) waitReady(ctx context.Context, url, logPath string) error {
 			return fmt.Errorf("postgres did not answer within 60s: %w", err)
 		}
 	}
+}
+
+// pgdata is the server's data directory.
+func (s *Server) pgdata() string {
+	args := s.cmd.Args
+	if i := slices.Index(args, "-D"); i >= 0 && i+1 < len(args) {
+		return args[i+1]
+	}
+	return ""
+}
+
+// lockDir takes the data directory's lock (dir/gateway.lock, flock), which
+// the kernel gives back when the process that holds it dies, however it
+// dies: another live gateway holding it is ErrInUse.
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "gateway.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock data dir: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%s is %w: several gateways share a database through DATABASE_URL", dir, ErrInUse)
+		}
+		return nil, fmt.Errorf("lock data dir: %w", err)
+	}
+	return f, nil
+}
+
+// postmasterPID is the pid in pgdata's postmaster.pid; 0 when there is none.
+func postmasterPID(pgdata string) int {
+	b, err := os.ReadFile(filepath.Join(pgdata, "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		return 0
+	}
+	return pid
+}
+
+// orphanWait bounds how long Start waits for the server of a gateway that
+// died to shut down (it takes about a second: a checkpoint).
+const orphanWait = 60 * time.Second
+
+// waitOrphan waits while pgdata's postmaster.pid names a live process: the
+// server of a gateway that died, which got SIGINT with its parent's death and
+// is shutting down. Called with the directory's lock held, so no live
+// gateway owns that server.
+func waitOrphan(ctx context.Context, pgdata string) error {
+	deadline := time.Now().Add(orphanWait)
+	for {
+		pid := postmasterPID(pgdata)
+		if pid <= 0 || !alive(pid) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the PostgreSQL server (pid %d) of a gateway that stopped has not shut down within %s; stop it, then start again", pid, orphanWait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// alive reports whether pid is a running process (not a zombie).
+func alive(pid int) bool {
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command, which is in parentheses.
+	if i := strings.LastIndexByte(string(stat), ')'); i >= 0 && i+2 < len(stat) {
+		return stat[i+2] != 'Z'
+	}
+	return true
 }
 
 func createDatabase(ctx context.Context, url, name string) error {

@@ -342,3 +342,32 @@ func copyFile(dst, src string, mode os.FileMode) error {
 	}
 	return out.Close()
 }
+
+// A data directory's server belongs to one process at a time: a second Start
+// while the first runs is ErrInUse, saying how gateways share a database,
+// and never touches the first's server; once it stops, the directory is free.
+func TestADataDirectoryHasOneOwner(t *testing.T) {
+	dir := filepath.Join(dbtest.SharedDir(t, "hookgate-pgembed-"), "data")
+	ctx := context.Background()
+	first, err := pgembed.Start(ctx, pgembed.Options{Dir: dir})
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	_, err = pgembed.Start(ctx, pgembed.Options{Dir: dir})
+	if !errors.Is(err, pgembed.ErrInUse) || !strings.Contains(err.Error(), "DATABASE_URL") {
+		t.Errorf("second start: %v, want ErrInUse naming DATABASE_URL", err)
+	}
+	conn, err := pgx.Connect(ctx, first.URL())
+	if err != nil {
+		t.Fatalf("the first server after the refused start: %v", err)
+	}
+	conn.Close(ctx)
+	if err := first.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again, err := pgembed.Start(ctx, pgembed.Options{Dir: dir})
+	if err != nil {
+		t.Fatalf("start after the first stopped: %v", err)
+	}
+	_ = again.Stop(ctx)
+}
