@@ -50,6 +50,35 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
+// MainWithDatabase is Main for tests and examples that read their database
+// from the environment, as a service does: it sets the variable to the URL of
+// a new, empty database (no schema: the gateway migrates it) before the
+// tests run.
+func MainWithDatabase(m *testing.M, variable string) {
+	once.Do(start)
+	if startErr != nil {
+		fmt.Fprintln(os.Stderr, "test database:", startErr)
+		os.Exit(1)
+	}
+	name := fmt.Sprintf("hookgate_test_%d_%d", os.Getpid(), counter.Add(1))
+	if err := createDatabase(context.Background(), name, "template1"); err != nil {
+		fmt.Fprintln(os.Stderr, "test database:", err)
+		os.Exit(1)
+	}
+	os.Setenv(variable, withDatabase(adminURL, name))
+	Main(m)
+}
+
+func createDatabase(ctx context.Context, name, from string) error {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+from)
+	return err
+}
+
 func start() {
 	ctx := context.Background()
 	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
@@ -140,12 +169,7 @@ func newDatabase(t testing.TB, from string) string {
 	}
 	ctx := context.Background()
 	name := fmt.Sprintf("hookgate_test_%d_%d", os.Getpid(), counter.Add(1))
-	conn, err := pgx.Connect(ctx, adminURL)
-	if err != nil {
-		t.Fatalf("test database: %v", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+from); err != nil {
+	if err := createDatabase(ctx, name, from); err != nil {
 		t.Fatalf("create test database: %v", err)
 	}
 	t.Cleanup(func() {

@@ -244,7 +244,8 @@ var (
 )
 
 // Parse parses GATEWAY_ROUTES: space-separated name=match[,match...]>target.
-// A builtin target must name one of builtins. Each route's limits are d's,
+// A builtin target must name one of builtins (nil: any name, left to
+// CheckBuiltins once the handlers are known). Each route's limits are d's,
 // and its circuit DefaultCircuit.
 func Parse(s string, builtins []string, d Defaults) (Table, error) {
 	var rs Table
@@ -286,6 +287,17 @@ func Parse(s string, builtins []string, d Defaults) (Table, error) {
 	return rs, nil
 }
 
+// CheckBuiltins reports the first route whose builtin:<name> target names no
+// handler of names, naming the route and the handler.
+func (t Table) CheckBuiltins(names []string) error {
+	for _, r := range t {
+		if name, ok := r.Builtin(); ok && !slices.Contains(names, name) {
+			return fmt.Errorf("%w: route %q: no builtin handler named %q (have %s)", ErrBadTable, r.Name, name, strings.Join(names, ", "))
+		}
+	}
+	return nil
+}
+
 // parseMatch parses one provider:pattern; the provider is a known one, one
 // of sources, or *.
 func parseMatch(m string, sources []string) (Match, error) {
@@ -303,7 +315,10 @@ func parseMatch(m string, sources []string) (Match, error) {
 // even redacted, a URL may carry a credential in its path.
 func checkTarget(target string, builtins []string) error {
 	if name, ok := strings.CutPrefix(target, "builtin:"); ok {
-		if !slices.Contains(builtins, name) {
+		if name == "" {
+			return errors.New("builtin: must name a handler (builtin:<name>)")
+		}
+		if builtins != nil && !slices.Contains(builtins, name) {
 			return fmt.Errorf("no builtin handler named %q (have %s)", name, strings.Join(builtins, ", "))
 		}
 		return nil

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"maps"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -36,6 +37,9 @@ type ClientConfig struct {
 	// their jobs; both optional.
 	Extra    func(*river.Workers) error
 	Periodic []*river.PeriodicJob
+	// Queues are more queues for Extra's workers (a library user's); none
+	// may be named like the gateway's own.
+	Queues map[string]river.QueueConfig
 }
 
 // Timings derived from the forward timeout. A job may run for the forward plus
@@ -101,7 +105,7 @@ func NewClient(pool *pgxpool.Pool, cfg ClientConfig) (*river.Client[pgx.Tx], err
 		JobTimeout:                  jobTimeout(cfg.ForwardTimeout),
 		RescueStuckJobsAfter:        rescueAfter(cfg.Dispatch.Routes.MaxTimeout(cfg.ForwardTimeout)),
 		PeriodicJobs:                periodic,
-		Queues:                      queues(cfg.Dispatch.Routes, cfg.Workers),
+		Queues:                      queues(cfg.Dispatch.Routes, cfg.Workers, cfg.Queues),
 		Workers:                     workers,
 	})
 	if err != nil {
@@ -117,8 +121,12 @@ const defaultQueueWorkers = 10
 // queues are a River queue per route, with the route's concurrency (workers
 // when it sets none), and the default queue. A route's workers are its own:
 // a target that hangs holds only its route's.
-func queues(table fanout.Table, workers int) map[string]river.QueueConfig {
-	qs := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: defaultQueueWorkers}}
+func queues(table fanout.Table, workers int, extra map[string]river.QueueConfig) map[string]river.QueueConfig {
+	qs := maps.Clone(extra)
+	if qs == nil {
+		qs = map[string]river.QueueConfig{}
+	}
+	qs[river.QueueDefault] = river.QueueConfig{MaxWorkers: defaultQueueWorkers}
 	for _, r := range table {
 		qs[r.Queue()] = river.QueueConfig{MaxWorkers: cmp.Or(r.Concurrency, workers)}
 	}

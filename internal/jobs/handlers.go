@@ -2,8 +2,11 @@ package jobs
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
+	"runtime/debug"
 	"slices"
 	"time"
 
@@ -36,6 +39,56 @@ type Delivery struct {
 // the job again. A handler must not have effects outside tx that cannot be
 // repeated; an error rolls its writes back and the dispatch is retried.
 type Handler func(ctx context.Context, tx pgx.Tx, d Delivery) error
+
+// DiscardError is a handler's error that retrying cannot mend: its dispatch
+// is discarded at once, without spending its other attempts (visible to
+// operators, replayable).
+type DiscardError struct{ Err error }
+
+// Discard marks err as permanent (see DiscardError); a nil err reads
+// "discarded".
+func Discard(err error) error {
+	if err == nil {
+		err = errors.New("discarded")
+	}
+	return &DiscardError{Err: err}
+}
+
+func (e *DiscardError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the error that was discarded.
+func (e *DiscardError) Unwrap() error { return e.Err }
+
+// PanicError is a handler's panic, turned into an error: the dispatch is
+// retried like any other failure, and the process goes on.
+type PanicError struct {
+	// Value is what the handler panicked with; Stack its goroutine's stack.
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
+
+// StateAfter is the state a builtin dispatch records after an attempt of its
+// handler failed with err: discarded when err is a DiscardError or the
+// attempt was its last, else retrying.
+func StateAfter(err error, attempt, maxAttempts int) string {
+	var discard *DiscardError
+	if errors.As(err, &discard) || attempt >= maxAttempts {
+		return StateDiscarded
+	}
+	return StateRetrying
+}
+
+// Call runs h, turning a panic into a *PanicError.
+func Call(ctx context.Context, tx pgx.Tx, h Handler, d Delivery) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return h(ctx, tx, d)
+}
 
 // Handlers maps builtin names to handlers.
 type Handlers map[string]Handler

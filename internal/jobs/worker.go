@@ -83,6 +83,7 @@ func (w *DispatchWorker) Work(ctx context.Context, job *river.Job[DispatchArgs])
 	err := w.work(ctx, job)
 	var snooze *river.JobSnoozeError
 	var fe *ForwardError
+	var discard *DiscardError
 	switch {
 	case err == nil:
 		return nil
@@ -90,7 +91,7 @@ func (w *DispatchWorker) Work(ctx context.Context, job *river.Job[DispatchArgs])
 		return err
 	case errors.Is(err, errGone):
 		return river.JobCancel(err)
-	case errors.Is(err, errNoTarget), errors.As(err, &fe) && fe.Permanent:
+	case errors.Is(err, errNoTarget), errors.As(err, &fe) && fe.Permanent, errors.As(err, &discard):
 		w.recordFailure(ctx, job, StateDiscarded, err)
 		w.Metrics.Dispatch(job.Args.Route, StateDiscarded, time.Time{})
 		return river.JobCancel(err)
@@ -249,7 +250,11 @@ func (w *DispatchWorker) runBuiltin(ctx context.Context, job *river.Job[Dispatch
 	if err != nil {
 		return err
 	}
-	if err := handler(ctx, tx, delivery(r, a, job.Attempt)); err != nil {
+	if err := Call(ctx, tx, handler, delivery(r, a, job.Attempt)); err != nil {
+		if pe, ok := err.(*PanicError); ok {
+			w.Logger.ErrorContext(ctx, "handler panicked", "route", a.Route, "delivery_id", a.DeliveryID,
+				"panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
+		}
 		err = fmt.Errorf("handler: %w", err)
 		w.Guard.Done(ctx, route, ticket, routes.Failed, errText(err))
 		return err
