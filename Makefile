@@ -11,10 +11,12 @@ run: postgres build
 	./gateway serve
 
 ## test: install PostgreSQL and Chromium when missing, then run every test (each test binary starts its own
-## private server; the console's tests drive a headless Chromium)
+## private server; the console's tests drive a headless Chromium), then the examples module's (a service
+## outside hookgate's module that embeds it: its own go.mod, so ./... does not reach it)
 test: postgres chromium
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
+	cd examples && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 
 ## faults: the fault test at length: kill -9, a PostgreSQL restart, two gateways, bad input; prints its figures
 faults: postgres

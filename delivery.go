@@ -1,0 +1,107 @@
+package hookgate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hookgate/hookgate/internal/jobs"
+)
+
+// Delivery is what a handler is given: one stored event, as its route sees
+// it.
+type Delivery struct {
+	// Provider is the sender's name: "github", "stripe", or a source's name.
+	Provider string
+	// DeliveryID is the provider's id of the delivery (GitHub's
+	// X-GitHub-Delivery, Stripe's evt_...).
+	DeliveryID string
+	// Event is the event's name as routes match it ("pull_request.opened",
+	// "invoice.paid").
+	Event string
+	// Entity names what the event is about ("stripe:sub_123",
+	// "github:pull_request:1234"); empty when it names none.
+	Entity string
+	// EventTime is when the event happened by the payload's own time; zero
+	// when it has none. Order is decided by it.
+	EventTime time.Time
+	// ContentType and Body are the first receipt's, byte for byte as the
+	// sender sent them (Body may be a form-encoded GitHub delivery: see
+	// Payload).
+	ContentType string
+	Body        []byte
+	// Headers are the kept provider headers of the first receipt, names as
+	// the sender spelled them; never a signature or token.
+	Headers map[string]string
+	// Route is the route's name, Generation 1 for the first dispatch and one
+	// more for each replay, Attempt 1, 2, ... within one generation.
+	Route      string
+	Generation int
+	Attempt    int
+}
+
+// Payload returns the delivery's JSON payload: the body, or for a
+// form-encoded GitHub delivery its payload field.
+func (d Delivery) Payload() ([]byte, error) {
+	mt, _, _ := mime.ParseMediaType(d.ContentType)
+	if mt != "application/x-www-form-urlencoded" {
+		return d.Body, nil
+	}
+	form, err := url.ParseQuery(string(d.Body))
+	if err != nil {
+		return nil, fmt.Errorf("form-encoded body: %w", err)
+	}
+	p, ok := form["payload"]
+	if !ok {
+		return nil, errors.New("form-encoded body without a payload field")
+	}
+	return []byte(p[0]), nil
+}
+
+// Decode decodes the JSON payload (see Payload) into v, as json.Unmarshal
+// does.
+func (d Delivery) Decode(v any) error {
+	p, err := d.Payload()
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(p, v); err != nil {
+		return fmt.Errorf("decode payload: %w", err)
+	}
+	return nil
+}
+
+// Handler is a Go handler, the target of routes whose target is
+// builtin:<name> (see WithHandler). It runs inside its dispatch's
+// transaction: its writes through tx, the dispatch's success and the River
+// job's completion commit together or not at all, so its database effect
+// happens exactly once, whatever process dies when and however often River
+// runs the job again. Order holds: a handler is never called with an event
+// older than the newest its route handled for that entity (that dispatch ends
+// superseded).
+//
+// An error rolls its writes back and the dispatch is retried with backoff, up
+// to the route's attempts; an error wrapped by Discard discards the dispatch
+// at once. A panic is an error, never a crash of the process. A handler must
+// not have effects outside tx that cannot be repeated: they happen at least
+// once.
+type Handler func(ctx context.Context, tx pgx.Tx, d Delivery) error
+
+// Discard marks a handler's error as permanent: the dispatch is discarded at
+// once, without spending its other attempts, and stays visible to operators,
+// who may replay it. errors.Is and errors.As see through it to err.
+func Discard(err error) error { return jobs.Discard(err) }
+
+// jobsHandler adapts h to the dispatch worker's handler type (the same
+// fields, so a conversion).
+func jobsHandler(h Handler) jobs.Handler {
+	return func(ctx context.Context, tx pgx.Tx, d jobs.Delivery) error {
+		return h(ctx, tx, Delivery(d))
+	}
+}

@@ -1,0 +1,209 @@
+// Package hookgate is a webhook ingestion gateway as a Go library: it
+// verifies each delivery's signature on the raw bytes (GitHub, Stripe,
+// Standard Webhooks, Shopify, Slack, GitLab, any HMAC), stores a receipt
+// keyed by the provider's delivery id before any side effect, and in the same
+// PostgreSQL transaction enqueues one River job per matching route, answering
+// 2xx only after that commit.
+//
+// A Go service runs the gateway in its own process and registers its own
+// handlers: a route whose target is builtin:<name> runs the Handler given
+// with WithHandler(name, h), inside its dispatch's transaction. So the
+// handler's writes to the service's own tables happen exactly once, under
+// crashes and River's re-runs, and in order per entity: an event older than
+// the newest one the route handled for its entity is never handed to it.
+//
+//	cfg, err := hookgate.ConfigFromEnv() // what `gateway serve` reads
+//	if err != nil { ... }
+//	gw, err := hookgate.New(cfg,
+//		hookgate.WithHandler("ledger", func(ctx context.Context, tx pgx.Tx, d hookgate.Delivery) error {
+//			_, err := tx.Exec(ctx, `INSERT INTO app_ledger (delivery_id) VALUES ($1)`, d.DeliveryID)
+//			return err
+//		}),
+//		hookgate.WithMigration(migrate), // the service's own tables
+//	)
+//	if err != nil { ... }
+//	err = gw.Run(ctx) // serves until ctx ends, then shuts down gracefully
+//
+// with, in the environment, a route to the handler:
+//
+//	GATEWAY_ROUTES='ledger=stripe:invoice.*>builtin:ledger'
+//
+// The service's tables live in the gateway's database (DATABASE_URL, or the
+// private PostgreSQL Run starts under GATEWAY_DATA_DIR when it is unset);
+// their migrations are the service's own (WithMigration). Its HTTP handlers
+// are served beside the gateway's (WithHTTPHandler), and its own River
+// workers run on the gateway's River client (WithRiverWorkers,
+// WithRiverQueues, WithPeriodicJobs; Gateway.Client). Package hookgatetest
+// runs a handler against a delivery in a test, without a gateway.
+//
+// The `gateway` command (cmd/gateway) serves through this package exactly as
+// a service's main does.
+package hookgate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/hookgate/hookgate/internal/jobs"
+	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/recovery"
+)
+
+// Gateway is one gateway process: its HTTP server, its River client and its
+// database, built by New and run by Run.
+type Gateway struct {
+	cfg       Config
+	opts      options
+	handlers  jobs.Handlers
+	recoverer *recovery.Recoverer
+
+	ran     atomic.Bool
+	started chan struct{}
+	mu      sync.Mutex
+	pool    *pgxpool.Pool
+	client  *river.Client[pgx.Tx]
+	addr    string
+}
+
+// New checks cfg against the options and returns a gateway ready to Run. It
+// opens nothing: the database and the listener are Run's. A route whose
+// target names a handler that was not given (builtin:<name>, neither
+// WithHandler's nor a shipped one: log, stripe-subscriptions) is an error
+// naming the route and the handler; so are a bad option and recovery set up
+// halfway.
+func New(cfg Config, opts ...Option) (*Gateway, error) {
+	if cfg.env.Addr == "" {
+		return nil, errors.New("hookgate.New: the Config is not loaded (use ConfigFromEnv)")
+	}
+	var o options
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, fmt.Errorf("hookgate.New: %w", err)
+		}
+	}
+	if o.logger == nil {
+		o.logger = slog.Default()
+	}
+	handlers := jobs.DefaultHandlers(o.logger)
+	for name, h := range o.handlers {
+		if _, shipped := handlers[name]; shipped {
+			return nil, fmt.Errorf("hookgate.New: WithHandler(%q): a shipped handler's name", name)
+		}
+		handlers[name] = jobsHandler(h)
+	}
+	if err := cfg.routes.CheckBuiltins(handlers.Names()); err != nil {
+		where := "GATEWAY_ROUTES"
+		if cfg.env.Routes == "" {
+			where = "configuration file " + cfg.env.ConfigFile
+		}
+		return nil, fmt.Errorf("configuration: %s: %w", where, err)
+	}
+	for name := range o.queues {
+		if name == river.QueueDefault || strings.HasPrefix(name, "route") {
+			return nil, fmt.Errorf("hookgate.New: WithRiverQueues: queue %q is named like the gateway's own (default, route...)", name)
+		}
+	}
+	if err := checkPatterns(o.http); err != nil {
+		return nil, fmt.Errorf("hookgate.New: %w", err)
+	}
+	recoverer := &recovery.Recoverer{Lookback: cfg.env.RecoveryLookback, Retention: cfg.env.Retention, Logger: o.logger}
+	var err error
+	if recoverer.GitHub, recoverer.Stripe, err = recovery.FromConfig(cfg.env); err != nil {
+		return nil, fmt.Errorf("configuration: %w", err)
+	}
+	for _, src := range cfg.sources {
+		providers.Register(src.Name())
+	}
+	return &Gateway{cfg: cfg, opts: o, handlers: handlers, recoverer: recoverer, started: make(chan struct{})}, nil
+}
+
+// Run starts the database (the private PostgreSQL when DATABASE_URL is
+// unset), applies hookgate's migrations and then the service's
+// (WithMigration), starts River and serves HTTP until ctx ends. Then it stops
+// accepting, finishes the requests in flight, stops River softly (jobs
+// running get up to 30 s), and stops the private PostgreSQL, as `gateway
+// serve` does on SIGTERM. It returns nil after such a stop, else why it could
+// not start or serve. A Gateway runs once.
+func (g *Gateway) Run(ctx context.Context) error {
+	if !g.ran.CompareAndSwap(false, true) {
+		return errors.New("hookgate: a Gateway runs once")
+	}
+	pool, closeDB, err := g.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	p, err := g.build(ctx, pool)
+	if err != nil {
+		return err
+	}
+	return p.run(ctx)
+}
+
+// Started is closed once Run has started River and is about to serve: from
+// then on Pool and Client are set.
+func (g *Gateway) Started() <-chan struct{} { return g.started }
+
+// Pool is the gateway's database pool, for the service's own queries (see
+// WithPoolConns); nil until Started.
+func (g *Gateway) Pool() *pgxpool.Pool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.pool
+}
+
+// Addr is the address the gateway listens on (GATEWAY_ADDR's, with the port
+// the system chose for ":0"); empty until Started.
+func (g *Gateway) Addr() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.addr
+}
+
+// Client is the gateway's River client, on which the service's own workers
+// run (WithRiverWorkers) and through which it inserts their jobs (InsertTx);
+// nil until Started.
+func (g *Gateway) Client() *river.Client[pgx.Tx] {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.client
+}
+
+// checkPatterns reports patterns that http.ServeMux would refuse (it panics
+// on them): malformed, or in conflict with one another.
+func checkPatterns(ms []mounted) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("WithHTTPHandler: %v", v)
+		}
+	}()
+	mux := http.NewServeMux()
+	mux.Handle("/", http.NotFoundHandler())
+	for _, m := range ms {
+		mux.Handle(m.pattern, m.handler)
+	}
+	return nil
+}
+
+// mux serves the service's own HTTP handlers beside the gateway's.
+func (g *Gateway) mux(gateway http.Handler) http.Handler {
+	if len(g.opts.http) == 0 {
+		return gateway
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", gateway)
+	for _, m := range g.opts.http {
+		mux.Handle(m.pattern, m.handler)
+	}
+	return mux
+}

@@ -1,0 +1,178 @@
+package hookgate_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/hookgate/hookgate"
+	"github.com/hookgate/hookgate/internal/dbtest"
+)
+
+// New refuses what cannot work, naming it: a route whose handler was not
+// given (naming the route and the handler), a handler given twice or under a
+// shipped handler's name, a service's HTTP pattern over the gateway's own
+// paths or in conflict with another, a River queue named like the gateway's.
+func TestNewRefusesWhatCannotWork(t *testing.T) {
+	ok := func(context.Context, pgx.Tx, hookgate.Delivery) error { return nil }
+	h := http.NotFoundHandler()
+	for _, c := range []struct {
+		name, routes string
+		opts         []hookgate.Option
+		want         string
+	}{
+		{"a route names a handler not given", "ledger=stripe:*>builtin:ledger", nil, `GATEWAY_ROUTES: bad route: route "ledger": no builtin handler named "ledger"`},
+		{"the handler is given", "ledger=stripe:*>builtin:ledger", []hookgate.Option{hookgate.WithHandler("ledger", ok)}, ""},
+		{"a handler given twice", "", []hookgate.Option{hookgate.WithHandler("a", ok), hookgate.WithHandler("a", ok)}, `WithHandler("a"): given twice`},
+		{"a shipped handler's name", "", []hookgate.Option{hookgate.WithHandler("log", ok)}, "shipped"},
+		{"a bad handler name", "", []hookgate.Option{hookgate.WithHandler("Ledger!", ok)}, "a handler's name is"},
+		{"a nil handler", "", []hookgate.Option{hookgate.WithHandler("a", nil)}, "nil"},
+		{"a pattern over the webhooks", "", []hookgate.Option{hookgate.WithHTTPHandler("/webhooks/mine", h)}, "/webhooks/ is the gateway's own"},
+		{"a pattern over everything", "", []hookgate.Option{hookgate.WithHTTPHandler("/", h)}, "the gateway's own"},
+		{"a pattern over the admin API", "", []hookgate.Option{hookgate.WithHTTPHandler("GET /admin/x", h)}, "/admin is the gateway's own"},
+		{"two patterns in conflict", "", []hookgate.Option{hookgate.WithHTTPHandler("/app/", h), hookgate.WithHTTPHandler("/app/", h)}, "WithHTTPHandler"},
+		{"a pattern that is no path", "", []hookgate.Option{hookgate.WithHTTPHandler("app", h)}, "must be a path"},
+		{"River's default queue", "", []hookgate.Option{hookgate.WithRiverQueues(map[string]river.QueueConfig{"default": {MaxWorkers: 1}})}, "gateway's own"},
+		{"a route's queue", "", []hookgate.Option{hookgate.WithRiverQueues(map[string]river.QueueConfig{"route_x": {MaxWorkers: 1}})}, "gateway's own"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("GATEWAY_ROUTES", c.routes)
+			cfg, err := hookgate.ConfigFromEnv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = hookgate.New(cfg, c.opts...)
+			if c.want == "" && err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			if c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+				t.Fatalf("New: %v, want an error saying %q", err, c.want)
+			}
+		})
+	}
+	if _, err := hookgate.New(hookgate.Config{}); err == nil {
+		t.Error("New accepted a Config that was not loaded")
+	}
+}
+
+// A service's handler gets every promise of a builtin one: a panic is an
+// error (the dispatch is retried, the process lives, the panicking attempt's
+// writes are rolled back), an error wrapped by Discard discards the dispatch
+// at once, and a success commits the handler's write with the dispatch.
+func TestAServicesHandlerGetsEveryPromise(t *testing.T) {
+	t.Setenv("DATABASE_URL", dbtest.URL(t))
+	t.Setenv("STRIPE_WEBHOOK_SECRET", stripeSecret)
+	t.Setenv("GATEWAY_ADDR", "127.0.0.1:0")
+	t.Setenv("GATEWAY_ADMIN_TOKEN", "admin-token")
+	t.Setenv("GATEWAY_ROUTES", "flaky=stripe:invoice.flaky>builtin:flaky refusing=stripe:invoice.refused>builtin:refusing")
+	cfg, err := hookgate.ConfigFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	gw, err := hookgate.New(cfg,
+		hookgate.WithHandler("flaky", func(ctx context.Context, tx pgx.Tx, d hookgate.Delivery) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO effects VALUES ($1, $2)`, d.DeliveryID, d.Attempt); err != nil {
+				return err
+			}
+			if calls.Add(1) == 1 {
+				var m map[string]int
+				m["boom"]++ // a nil map: the first attempt panics after its write
+			}
+			return nil
+		}),
+		hookgate.WithHandler("refusing", func(ctx context.Context, tx pgx.Tx, d hookgate.Delivery) error {
+			return hookgate.Discard(errors.New("not an invoice we know"))
+		}),
+		hookgate.WithMigration(func(ctx context.Context, pool *pgxpool.Pool) error {
+			_, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS effects (id text, attempt int)`)
+			return err
+		}),
+		hookgate.WithLogger(quiet),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- gw.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	select {
+	case <-gw.Started():
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	}
+
+	for _, event := range []string{
+		`{"id":"evt_flaky","type":"invoice.flaky","created":1767225600,"data":{"object":{"id":"in_1"}}}`,
+		`{"id":"evt_refused","type":"invoice.refused","created":1767225600,"data":{"object":{"id":"in_2"}}}`,
+	} {
+		if got := stripeSends(gw.Addr(), event); got != "202 accepted" {
+			t.Fatalf("%s: %s", event, got)
+		}
+	}
+	dispatch := func(id string) (state string, attempts int, lastError string) {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+gw.Addr()+"/admin/deliveries/stripe/"+id, nil)
+		req.Header.Set("Authorization", "Bearer admin-token")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var show struct {
+			Dispatches []struct {
+				State     string  `json:"state"`
+				Attempts  int     `json:"attempts"`
+				LastError *string `json:"last_error"`
+			} `json:"dispatches"`
+		}
+		if err := json.NewDecoder(res.Body).Decode(&show); err != nil || len(show.Dispatches) != 1 {
+			t.Fatalf("show %s: %v %+v", id, err, show)
+		}
+		d := show.Dispatches[0]
+		if d.LastError != nil {
+			lastError = *d.LastError
+		}
+		return d.State, d.Attempts, lastError
+	}
+	wait := func(id, state string) (int, string) {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			got, attempts, lastError := dispatch(id)
+			if got == state {
+				return attempts, lastError
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %s after %d attempts (%s), want %s", id, got, attempts, lastError, state)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	if attempts, lastError := wait("evt_refused", "discarded"); attempts != 1 || !strings.Contains(lastError, "not an invoice we know") {
+		t.Errorf("a Discard: %d attempts, last error %q; want discarded at once, saying why", attempts, lastError)
+	}
+	if attempts, _ := wait("evt_flaky", "succeeded"); attempts != 2 {
+		t.Errorf("a panic then a success: %d attempts, want 2", attempts)
+	}
+	var effects []int
+	rows, _ := gw.Pool().Query(ctx, `SELECT attempt FROM effects WHERE id = 'evt_flaky'`)
+	effects, err = pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil || len(effects) != 1 || effects[0] != 2 {
+		t.Errorf("effects of evt_flaky by attempt: %v, %v; want only the second attempt's", effects, err)
+	}
+}

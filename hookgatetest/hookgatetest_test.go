@@ -1,0 +1,143 @@
+package hookgatetest_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookgate/hookgate"
+	"github.com/hookgate/hookgate/hookgatetest"
+	"github.com/hookgate/hookgate/internal/dbtest"
+	"github.com/hookgate/hookgate/internal/verify"
+)
+
+// The example reads its database from DATABASE_URL, as a service's test
+// would: a new, empty database on the tests' private server.
+func TestMain(m *testing.M) { dbtest.MainWithDatabase(m, "DATABASE_URL") }
+
+// tx is a transaction on a database of the test's own, rolled back at its
+// end, holding a table the handlers write.
+func tx(t *testing.T) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, dbtest.EmptyURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(ctx, `CREATE TABLE effects (id text)`); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+func effects(t *testing.T, tx pgx.Tx) int {
+	t.Helper()
+	var n int
+	if err := tx.QueryRow(context.Background(), `SELECT count(*) FROM effects`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// writeThen writes an effect, then ends as end says.
+func writeThen(end func() error) hookgate.Handler {
+	return func(ctx context.Context, tx pgx.Tx, d hookgate.Delivery) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO effects VALUES ($1)`, d.DeliveryID); err != nil {
+			return err
+		}
+		return end()
+	}
+}
+
+// What a dispatch records after an attempt, and which writes stay: a
+// success keeps them; an error, a Discard or a panic rolls them back and
+// leaves the transaction usable; an error on the route's last attempt
+// discards the dispatch.
+func TestWorkRecordsWhatADispatchWould(t *testing.T) {
+	ctx := context.Background()
+	d, err := hookgatetest.GitHub("ping", []byte(`{"zen":"Design for failure.","hook_id":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := errors.New("target database busy")
+	for _, c := range []struct {
+		name      string
+		h         hookgate.Handler
+		attempt   int
+		max       int
+		state     string
+		errText   string
+		writeKept bool
+	}{
+		{"success", writeThen(func() error { return nil }), 1, 0, hookgatetest.Succeeded, "", true},
+		{"an error with attempts left", writeThen(func() error { return failed }), 1, 0, hookgatetest.Retrying, "target database busy", false},
+		{"an error on the last attempt", writeThen(func() error { return failed }), 3, 3, hookgatetest.Discarded, "target database busy", false},
+		{"Discard on the first attempt", writeThen(func() error { return hookgate.Discard(failed) }), 1, 0, hookgatetest.Discarded, "target database busy", false},
+		{"a panic", writeThen(func() error { panic("nil map") }), 1, 0, hookgatetest.Retrying, "panic: nil map", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tx := tx(t)
+			d.Attempt = c.attempt
+			res := hookgatetest.Attempt{MaxAttempts: c.max}.Work(ctx, tx, c.h, d)
+			if res.State != c.state || (c.errText == "") != (res.Err == nil) || (res.Err != nil && !strings.Contains(res.Err.Error(), c.errText)) {
+				t.Errorf("%s, %v; want %s, %q", res.State, res.Err, c.state, c.errText)
+			}
+			if c.errText == "target database busy" && !errors.Is(res.Err, failed) {
+				t.Errorf("errors.Is(%v, the handler's error) = false", res.Err)
+			}
+			if n := effects(t, tx); (n == 1) != c.writeKept {
+				t.Errorf("%d effects in the transaction after the attempt, want kept: %v", n, c.writeKept)
+			}
+		})
+	}
+}
+
+// A delivery is read as the gateway reads it: GitHub's event with its action,
+// the entity and time of Order, a form-encoded body's payload decoded; a
+// signed request verified with its secret, a wrong signature refused.
+func TestDeliveriesAreReadAsTheGatewayReadsThem(t *testing.T) {
+	pr := `{"action":"opened","pull_request":{"id":1234,"updated_at":"2026-01-02T03:04:05Z"},"repository":{"id":1}}`
+	d, err := hookgatetest.GitHub("pull_request", []byte(pr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Provider != "github" || d.Event != "pull_request.opened" || d.Entity != "github:pull_request:1234" ||
+		d.EventTime.Format("2006-01-02T15:04:05Z") != "2026-01-02T03:04:05Z" || !strings.HasPrefix(d.DeliveryID, "hookgatetest-") {
+		t.Errorf("%+v", d)
+	}
+	other, _ := hookgatetest.GitHub("pull_request", []byte(pr))
+	if other.DeliveryID == d.DeliveryID {
+		t.Errorf("two deliveries share the id %s", d.DeliveryID)
+	}
+
+	form := "payload=" + url.QueryEscape(pr)
+	h := map[string][]string{"Content-Type": {"application/x-www-form-urlencoded"}, "X-Github-Event": {"pull_request"},
+		"X-Github-Delivery": {"d-1"}, "X-Hub-Signature-256": {verify.SignGitHub("s3cret", []byte(form))}}
+	signed, err := hookgatetest.SignedGitHub("s3cret", h, []byte(form))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var payload struct {
+		PullRequest struct{ ID int } `json:"pull_request"`
+	}
+	if err := signed.Decode(&payload); err != nil || payload.PullRequest.ID != 1234 || string(signed.Body) != form {
+		t.Errorf("form-encoded: %+v, %v, body %q", payload, err, signed.Body)
+	}
+	if _, err := hookgatetest.SignedGitHub("another secret", h, []byte(form)); err == nil {
+		t.Error("a wrong signature was accepted")
+	}
+	if _, err := hookgatetest.Stripe([]byte(`{"type":"invoice.paid"}`)); err == nil {
+		t.Error("a Stripe event without an id was accepted")
+	}
+}

@@ -1,0 +1,177 @@
+package hookgate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+)
+
+// An Option configures a Gateway in New.
+type Option func(*options) error
+
+// options are what the Options set.
+type options struct {
+	logger     *slog.Logger
+	handlers   map[string]Handler
+	http       []mounted
+	migrations []func(context.Context, *pgxpool.Pool) error
+	workers    []func(*river.Workers) error
+	queues     map[string]river.QueueConfig
+	periodic   []*river.PeriodicJob
+	conns      int
+}
+
+type mounted struct {
+	pattern string
+	handler http.Handler
+}
+
+// WithHandler registers h as the Go handler of routes whose target is
+// builtin:<name>. A name is 1-64 of a-z, 0-9, _ and -; it may not be given
+// twice, nor be a shipped handler's (log, stripe-subscriptions).
+func WithHandler(name string, h Handler) Option {
+	return func(o *options) error {
+		switch {
+		case h == nil:
+			return fmt.Errorf("WithHandler(%q): the handler is nil", name)
+		case !handlerName(name):
+			return fmt.Errorf("WithHandler(%q): a handler's name is 1-64 of a-z, 0-9, _ and -", name)
+		case o.handlers[name] != nil:
+			return fmt.Errorf("WithHandler(%q): given twice", name)
+		}
+		if o.handlers == nil {
+			o.handlers = map[string]Handler{}
+		}
+		o.handlers[name] = h
+		return nil
+	}
+}
+
+func handlerName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, c := range s {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// WithLogger makes the gateway log to logger (and River, through it).
+// Defaults to slog.Default().
+func WithLogger(logger *slog.Logger) Option {
+	return func(o *options) error {
+		if logger == nil {
+			return errors.New("WithLogger: the logger is nil")
+		}
+		o.logger = logger
+		return nil
+	}
+}
+
+// reserved are the gateway's own paths: a service's handler may not shadow
+// them.
+var reserved = []string{"/webhooks/", "/admin", "/healthz", "/readyz", "/metrics"}
+
+// WithHTTPHandler serves h beside the gateway's own endpoints, on the same
+// listener, for requests matching pattern (an http.ServeMux pattern such as
+// "/app/" or "GET /app/status"). A pattern under the gateway's own paths
+// (/webhooks/, /admin, /healthz, /readyz, /metrics) is an error from New.
+func WithHTTPHandler(pattern string, h http.Handler) Option {
+	return func(o *options) error {
+		if h == nil {
+			return fmt.Errorf("WithHTTPHandler(%q): the handler is nil", pattern)
+		}
+		path := pattern
+		if _, p, ok := strings.Cut(pattern, " "); ok {
+			path = strings.TrimSpace(p)
+		}
+		if !strings.HasPrefix(path, "/") {
+			return fmt.Errorf("WithHTTPHandler(%q): the pattern must be a path beginning with / (a method and a space may come first)", pattern)
+		}
+		for _, r := range reserved {
+			if strings.HasPrefix(path, r) || strings.HasPrefix(r, path) {
+				return fmt.Errorf("WithHTTPHandler(%q): %s is the gateway's own", pattern, r)
+			}
+		}
+		o.http = append(o.http, mounted{pattern: pattern, handler: h})
+		return nil
+	}
+}
+
+// WithMigration gives the service's own schema migration: Run calls migrate
+// once the database is up (the private PostgreSQL exists only once Run starts
+// it) and hookgate's schema is current, before it serves. It must be safe to
+// run at every start and by several processes at once (CREATE TABLE IF NOT
+// EXISTS under an advisory lock, or a migration library's own lock).
+// Migrations run in the order given; an error stops Run.
+func WithMigration(migrate func(ctx context.Context, pool *pgxpool.Pool) error) Option {
+	return func(o *options) error {
+		if migrate == nil {
+			return errors.New("WithMigration: the function is nil")
+		}
+		o.migrations = append(o.migrations, migrate)
+		return nil
+	}
+}
+
+// WithRiverWorkers registers the service's own River workers on the
+// gateway's River client (one client for the gateway's jobs and the
+// service's): add calls river.AddWorkerSafely for each. Their jobs run in the
+// queues WithRiverQueues adds, or River's default queue.
+func WithRiverWorkers(add func(*river.Workers) error) Option {
+	return func(o *options) error {
+		if add == nil {
+			return errors.New("WithRiverWorkers: the function is nil")
+		}
+		o.workers = append(o.workers, add)
+		return nil
+	}
+}
+
+// WithRiverQueues adds the service's own River queues. A queue named like
+// one of the gateway's (River's default, or route_<name>) is an error from
+// New.
+func WithRiverQueues(queues map[string]river.QueueConfig) Option {
+	return func(o *options) error {
+		if o.queues == nil {
+			o.queues = map[string]river.QueueConfig{}
+		}
+		for name, q := range queues {
+			if _, dup := o.queues[name]; dup {
+				return fmt.Errorf("WithRiverQueues: queue %q given twice", name)
+			}
+			o.queues[name] = q
+		}
+		return nil
+	}
+}
+
+// WithPeriodicJobs schedules the service's own periodic River jobs.
+func WithPeriodicJobs(jobs ...*river.PeriodicJob) Option {
+	return func(o *options) error {
+		o.periodic = append(o.periodic, jobs...)
+		return nil
+	}
+}
+
+// WithPoolConns adds n connections to the gateway's database pool for the
+// service's own use (its HTTP handlers, its workers). Defaults to 0: the
+// pool is sized for the gateway alone, with some slack.
+func WithPoolConns(n int) Option {
+	return func(o *options) error {
+		if n < 0 {
+			return fmt.Errorf("WithPoolConns(%d): must be 0 or more", n)
+		}
+		o.conns += n
+		return nil
+	}
+}

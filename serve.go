@@ -1,0 +1,293 @@
+package hookgate
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"riverqueue.com/riverui"
+
+	"github.com/hookgate/hookgate/internal/database"
+	"github.com/hookgate/hookgate/internal/filter"
+	"github.com/hookgate/hookgate/internal/ingest"
+	"github.com/hookgate/hookgate/internal/jobs"
+	"github.com/hookgate/hookgate/internal/metrics"
+	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/receipts"
+	"github.com/hookgate/hookgate/internal/recovery"
+	"github.com/hookgate/hookgate/internal/rejections"
+	"github.com/hookgate/hookgate/internal/routes"
+	"github.com/hookgate/hookgate/internal/schema"
+	"github.com/hookgate/hookgate/internal/server"
+	"github.com/hookgate/hookgate/internal/verify"
+)
+
+// shutdownTimeout bounds each step of a graceful stop.
+const shutdownTimeout = 30 * time.Second
+
+// open starts or connects to the database, sized for the gateway and the
+// service, and brings both schemas up to date.
+func (g *Gateway) open(ctx context.Context) (*pgxpool.Pool, func(), error) {
+	env := g.cfg.env
+	// A builtin dispatch holds a connection while its handler runs; a forward
+	// holds none while its target answers, only for its brief reads and
+	// writes. Ingest's committers, the outcome recorder, River and the
+	// routes' guard need more.
+	builtins := 0
+	for _, r := range g.cfg.routes {
+		if _, ok := r.Builtin(); ok {
+			builtins += cmp.Or(r.Concurrency, env.Workers)
+		}
+	}
+	pool, closeDB, err := database.Open(ctx, database.Options{
+		URL: env.DatabaseURL.Value(), DataDir: env.DataDir, Mode: database.StartOwn,
+		Conns: builtins + min(env.Workers, 50) + 24 + g.opts.conns, Logger: g.opts.logger,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := schema.Migrate(ctx, pool, g.opts.logger); err != nil {
+		closeDB()
+		return nil, nil, err
+	}
+	for _, migrate := range g.opts.migrations {
+		if err := migrate(ctx, pool); err != nil {
+			closeDB()
+			return nil, nil, fmt.Errorf("the service's migration: %w", err)
+		}
+	}
+	return pool, closeDB, nil
+}
+
+// process is a gateway built on its database, ready to run.
+type process struct {
+	logger   *slog.Logger
+	addr     string
+	metrics  string // GATEWAY_METRICS_ADDR
+	m        *metrics.Metrics
+	srv      *http.Server
+	client   *river.Client[pgx.Tx]
+	guard    *routes.Guard
+	recorder *rejections.Recorder
+	riverUI  *riverui.Handler
+	summary  []any             // what the "gateway listening" line says
+	started  func(addr string) // says the gateway serves on addr
+}
+
+// build makes every part of the gateway on pool: the route table synced to
+// the database, ingest, dispatch, recovery, River, and the HTTP server.
+func (g *Gateway) build(ctx context.Context, pool *pgxpool.Pool) (*process, error) {
+	env, table, logger := g.cfg.env, g.cfg.routes, g.opts.logger
+	if err := routes.Sync(ctx, pool, table); err != nil {
+		return nil, err
+	}
+	if err := jobs.QueueDispatches(ctx, pool, table); err != nil {
+		return nil, err
+	}
+	m := metrics.New(pool)
+	store := &receipts.Store{Retention: env.Retention}
+	guard := &routes.Guard{Pool: pool, Table: table, Logger: logger}
+	if err := guard.Refresh(ctx); err != nil {
+		return nil, err
+	}
+	m.Routes(guard.Gauges)
+	enqueuer := &jobs.Enqueuer{Routes: table, MaxAttempts: env.MaxAttempts,
+		Filters: &filter.Reporter{Count: m.FilterFailed, Logger: logger}}
+	ingester := &ingest.Ingester{Pool: pool, Receipts: store, Enqueuer: enqueuer}
+	rec := g.recoverer
+	rec.Pool, rec.Ingester, rec.Metrics = pool, ingester, m
+	client, err := jobs.NewClient(pool, jobs.ClientConfig{
+		Dispatch: &jobs.DispatchWorker{
+			Pool: pool, Routes: table, Handlers: g.handlers, Receipts: store, Logger: logger, Metrics: m, Guard: guard,
+			Forwarder: jobs.NewForwarder(env.ForwardSecret.Value(), env.ForwardTimeout, env.Workers),
+		},
+		Replay:         &jobs.ReplayBatchWorker{Pool: pool, Enqueuer: enqueuer},
+		Retention:      &jobs.RetentionWorker{Pool: pool, Retention: env.Retention, Logger: logger},
+		Reconcile:      &jobs.ReconcileWorker{Pool: pool, Routes: table},
+		Workers:        env.Workers,
+		ForwardTimeout: env.ForwardTimeout,
+		Logger:         logger,
+		Extra: func(w *river.Workers) error {
+			if err := river.AddWorkerSafely(w, &recovery.Worker{Recoverer: rec}); err != nil {
+				return err
+			}
+			for _, add := range g.opts.workers {
+				if err := add(w); err != nil {
+					return fmt.Errorf("the service's workers: %w", err)
+				}
+			}
+			return nil
+		},
+		Queues:   g.opts.queues,
+		Periodic: append(rec.PeriodicJobs(env.RecoveryInterval), g.opts.periodic...),
+	})
+	if err != nil {
+		return nil, err
+	}
+	enqueuer.Client = client
+	guard.Queues = client
+
+	p := &process{logger: logger, addr: env.Addr, metrics: env.MetricsAddr, m: m, client: client, guard: guard,
+		recorder: &rejections.Recorder{Pool: pool, Logger: logger},
+		summary:  []any{"routes", len(table), "operator_endpoints", env.AdminToken != "", "recovery", rec.Providers()},
+		started: func(addr string) {
+			g.mu.Lock()
+			g.pool, g.client, g.addr = pool, client, addr
+			g.mu.Unlock()
+			close(g.started)
+		},
+	}
+	if env.AdminToken != "" {
+		if p.riverUI, err = riverui.NewHandler(&riverui.HandlerOpts{
+			Endpoints: riverui.NewEndpoints(client, nil),
+			Logger:    logger,
+			Prefix:    "/admin/river",
+		}); err != nil {
+			return nil, fmt.Errorf("river ui: %w", err)
+		}
+	}
+	var riverUI http.Handler
+	if p.riverUI != nil {
+		riverUI = p.riverUI
+	}
+	provs := g.providers()
+	if len(provs) == 0 {
+		logger.WarnContext(ctx, "no provider configured: set GITHUB_WEBHOOK_SECRET or STRIPE_WEBHOOK_SECRET, or sources in GATEWAY_CONFIG_FILE")
+	}
+	handler := server.New(server.Config{
+		Logger:           logger,
+		Providers:        provs,
+		Ingester:         ingester,
+		Ready:            database.Readiness(pool),
+		MaxBodyBytes:     env.MaxBodyBytes,
+		MaxInflightBytes: env.MaxInflightBytes,
+		Metrics:          m,
+		MetricsElsewhere: env.MetricsAddr != "",
+		Rejections:       p.recorder,
+		Admin: server.AdminConfig{Token: env.AdminToken.Value(), Pool: pool, Enqueuer: enqueuer, RiverUI: riverUI, Routes: table,
+			NoConsole: env.Console == "off", PublicURL: env.PublicURL},
+	})
+	p.srv = &http.Server{
+		Handler:           g.mux(handler),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	return p, nil
+}
+
+// providers are the configured senders: GitHub and Stripe when their secrets
+// are set, and the configuration file's sources.
+func (g *Gateway) providers() []providers.Provider {
+	env := g.cfg.env
+	var provs []providers.Provider
+	if len(env.GitHubSecrets) > 0 {
+		provs = append(provs, providers.GitHub{Secrets: verify.Secrets(env.GitHubSecrets)})
+	}
+	if len(env.StripeSecrets) > 0 {
+		provs = append(provs, providers.Stripe{Secrets: verify.Secrets(env.StripeSecrets), Tolerance: env.StripeTolerance})
+	}
+	return append(provs, g.cfg.sources...)
+}
+
+// run serves until ctx ends, then stops accepting, finishes requests in
+// flight, and stops River softly.
+func (p *process) run(ctx context.Context) error {
+	// Background services stop when bgCtx ends, after the HTTP server.
+	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBackground()
+	recorderDone := make(chan struct{})
+	go func() { p.recorder.Run(bgCtx, time.Second); close(recorderDone) }()
+	guardDone := make(chan struct{})
+	go func() { p.guard.Run(bgCtx); close(guardDone) }()
+	defer func() {
+		stopBackground()
+		<-recorderDone
+		<-guardDone
+	}()
+	if p.riverUI != nil {
+		if err := p.riverUI.Start(bgCtx); err != nil {
+			return fmt.Errorf("river ui: %w", err)
+		}
+	}
+
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		return fmt.Errorf("GATEWAY_ADDR: %w", err)
+	}
+	metricsSrv, err := serveMetrics(p.metrics, p.m, p.logger)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	// River runs on a context that outlives ctx: it is stopped softly below.
+	if err := p.client.Start(bgCtx); err != nil {
+		ln.Close()
+		return fmt.Errorf("start river: %w", err)
+	}
+	p.started(ln.Addr().String())
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- p.srv.Serve(ln) }()
+	p.logger.InfoContext(ctx, "gateway listening", append([]any{"addr", ln.Addr().String()}, p.summary...)...)
+
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+	}
+	p.logger.Info("shutting down")
+	p.stop(metricsSrv)
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// stop stops the HTTP servers, then River softly, each within
+// shutdownTimeout, on fresh contexts (the run's has ended).
+func (p *process) stop(metricsSrv *http.Server) {
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := p.srv.Shutdown(sctx); err != nil {
+		p.logger.Error("http shutdown", "error", err)
+	}
+	if metricsSrv != nil {
+		_ = metricsSrv.Shutdown(sctx)
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer rcancel()
+	if err := p.client.Stop(rctx); err != nil {
+		p.logger.Error("river soft stop did not finish; cancelling jobs", "error", err)
+		hctx, hcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer hcancel()
+		_ = p.client.StopAndCancel(hctx)
+	}
+}
+
+// serveMetrics serves /metrics alone on addr, an internal port, when addr is
+// set; nil otherwise.
+func serveMetrics(addr string, m *metrics.Metrics, logger *slog.Logger) (*http.Server, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("GATEWAY_METRICS_ADDR: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	go func() { _ = srv.Serve(ln) }()
+	logger.Info("metrics listening", "addr", ln.Addr().String())
+	return srv, nil
+}
