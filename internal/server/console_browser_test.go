@@ -160,6 +160,7 @@ func TestConsoleInABrowser(t *testing.T) {
 
 	// Sign in: a wrong token is refused, the right one opens the overview.
 	c.signIn("not-the-token")
+	c.waitText("That is not the admin token.") // answered after the wrong guess's delay
 	c.page("login-refused", "That is not the admin token.")
 	c.run(chromedp.Clear(chromedp.ID(`#token`)))
 	c.signIn(adminToken)
