@@ -140,7 +140,9 @@ const MinRetention = 72 * time.Hour
 // Load reads the environment and validates the result.
 func Load() (Config, error) {
 	var c Config
-	if err := readSecretFiles(); err != nil {
+	restore, err := readSecretFiles()
+	defer restore()
+	if err != nil {
 		return c, err
 	}
 	if err := envconfig.Process("", &c); err != nil {
@@ -251,32 +253,49 @@ var secretVars = []string{"DATABASE_URL", "GITHUB_WEBHOOK_SECRET", "STRIPE_WEBHO
 // is set; setting both is an error. Its errors do not show the _FILE
 // variant's value: the secret itself may have been put there instead of
 // its file's path.
-func readSecretFiles() error {
+//
+// It returns a func that unsets what it set: Load may run more than once in a
+// process (the gateway binary reads GATEWAY_MAX_INFLIGHT_BYTES before serving;
+// a library user may load twice), and a variable left set would then count
+// as given beside its _FILE variant.
+func readSecretFiles() (restore func(), err error) {
+	var set []string
+	restore = func() {
+		for _, name := range set {
+			os.Unsetenv(name)
+		}
+	}
+	defer func() {
+		if err != nil {
+			restore()
+		}
+	}()
 	for _, name := range secretVars {
 		path, ok := os.LookupEnv(name + "_FILE")
 		if !ok || path == "" {
 			continue
 		}
 		if v, both := os.LookupEnv(name); both && v != "" {
-			return fmt.Errorf("%s and %s_FILE are both set; set one", name, name)
+			return restore, fmt.Errorf("%s and %s_FILE are both set; set one", name, name)
 		}
 		b, err := os.ReadFile(path)
 		if err != nil {
 			if pe := (*os.PathError)(nil); errors.As(err, &pe) {
 				err = pe.Err
 			}
-			return fmt.Errorf("%s_FILE: the file it names cannot be read: %w", name, err)
+			return restore, fmt.Errorf("%s_FILE: the file it names cannot be read: %w", name, err)
 		}
 		value := strings.TrimSpace(string(b))
 		if value == "" {
 			// A secret not mounted yet must not pass for a choice to leave it unset.
-			return fmt.Errorf("%s_FILE: the file it names is empty", name)
+			return restore, fmt.Errorf("%s_FILE: the file it names is empty", name)
 		}
 		if err := os.Setenv(name, value); err != nil {
-			return fmt.Errorf("%s_FILE: %w", name, err)
+			return restore, fmt.Errorf("%s_FILE: %w", name, err)
 		}
+		set = append(set, name)
 	}
-	return nil
+	return restore, nil
 }
 
 // Secret is a string that never prints.
