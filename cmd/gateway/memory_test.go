@@ -236,3 +236,22 @@ func TestMemoryPeakFollowsTheBudget(t *testing.T) {
 		t.Logf("peak RSS %d MiB after %d refusals", peak>>20, refused)
 	}
 }
+
+// The built binary serves with its secrets in files (GITHUB_WEBHOOK_SECRET_FILE,
+// GATEWAY_ADMIN_TOKEN_FILE): reading the budget for the memory limit before
+// serving must not make the second read of the configuration see each secret
+// twice.
+func TestServeReadsSecretsFromFiles(t *testing.T) {
+	dir := t.TempDir()
+	ghFile, tokenFile := filepath.Join(dir, "github"), filepath.Join(dir, "token")
+	if err := os.WriteFile(ghFile, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tokenFile, []byte("file-token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, addr := startBinary(t, "DATABASE_URL="+dbtest.URL(t), "GITHUB_WEBHOOK_SECRET_FILE="+ghFile, "GATEWAY_ADMIN_TOKEN_FILE="+tokenFile)
+	if status, body := sendPing(t, addr, "from-files-1"); status != http.StatusAccepted || body != "accepted" {
+		t.Errorf("a ping signed with the file's secret: %d %s", status, body)
+	}
+}

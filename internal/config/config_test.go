@@ -129,11 +129,18 @@ func TestSecretFromFile(t *testing.T) {
 	if len(c.StripeSecrets) != 1 || c.StripeSecrets[0] != "whsec_fromfile" {
 		t.Fatalf("secrets = %v", []string(c.StripeSecrets))
 	}
+	// Loaded again (the gateway binary loads twice): the file's value did
+	// not stay behind in the variable, to count as given twice.
+	if _, set := os.LookupEnv("STRIPE_WEBHOOK_SECRET"); set {
+		t.Error("Load left STRIPE_WEBHOOK_SECRET set from its file")
+	}
+	if again, err := config.Load(); err != nil || len(again.StripeSecrets) != 1 || again.StripeSecrets[0] != "whsec_fromfile" {
+		t.Fatalf("loaded again: %v, %v", []string(again.StripeSecrets), err)
+	}
 	empty := filepath.Join(t.TempDir(), "empty")
 	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	os.Unsetenv("STRIPE_WEBHOOK_SECRET") // Load set it from the file
 	t.Setenv("STRIPE_WEBHOOK_SECRET_FILE", empty)
 	if _, err := config.Load(); err == nil || !strings.Contains(err.Error(), "STRIPE_WEBHOOK_SECRET_FILE: the file it names is empty") {
 		t.Fatalf("an empty secret file: %v", err)
