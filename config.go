@@ -14,9 +14,9 @@ import (
 // GATEWAY_CONFIG_FILE names (routes with their limits and filters, sources).
 // Get one from ConfigFromEnv; the zero Config is not usable.
 type Config struct {
-	env     config.Config
-	routes  fanout.Table
-	sources []providers.Provider
+	env       config.Config
+	routes    fanout.Table
+	providers *providers.Registry
 }
 
 // ConfigFromEnv reads and checks the configuration as `gateway serve` does.
@@ -32,7 +32,11 @@ func ConfigFromEnv() (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("configuration: %w", err)
 	}
-	return Config{env: env, routes: table, sources: sources}, nil
+	registry, err := env.Providers(sources)
+	if err != nil {
+		return Config{}, fmt.Errorf("configuration: %w", err)
+	}
+	return Config{env: env, routes: table, providers: registry}, nil
 }
 
 // Addr is the address the gateway listens on (GATEWAY_ADDR).

@@ -55,7 +55,6 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/internal/jobs"
-	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/recovery"
 )
 
@@ -120,9 +119,6 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	var err error
 	if recoverer.GitHub, recoverer.Stripe, err = recovery.FromConfig(cfg.env); err != nil {
 		return nil, fmt.Errorf("configuration: %w", err)
-	}
-	for _, src := range cfg.sources {
-		providers.Register(src.Name())
 	}
 	return &Gateway{cfg: cfg, opts: o, handlers: handlers, recoverer: recoverer, started: make(chan struct{})}, nil
 }

@@ -20,14 +20,12 @@ import (
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/metrics"
-	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
 	"github.com/hookgate/hookgate/internal/recovery"
 	"github.com/hookgate/hookgate/internal/rejections"
 	"github.com/hookgate/hookgate/internal/routes"
 	"github.com/hookgate/hookgate/internal/schema"
 	"github.com/hookgate/hookgate/internal/server"
-	"github.com/hookgate/hookgate/internal/verify"
 )
 
 // shutdownTimeout bounds each step of a graceful stop.
@@ -158,13 +156,12 @@ func (g *Gateway) build(ctx context.Context, pool *pgxpool.Pool) (*process, erro
 	if p.riverUI != nil {
 		riverUI = p.riverUI
 	}
-	provs := g.providers()
-	if len(provs) == 0 {
+	if len(g.cfg.providers.Providers()) == 0 {
 		logger.WarnContext(ctx, "no provider configured: set GITHUB_WEBHOOK_SECRET or STRIPE_WEBHOOK_SECRET, or sources in GATEWAY_CONFIG_FILE")
 	}
 	handler := server.New(server.Config{
 		Logger:           logger,
-		Providers:        provs,
+		Providers:        g.cfg.providers,
 		Ingester:         ingester,
 		Ready:            database.Readiness(pool),
 		MaxBodyBytes:     env.MaxBodyBytes,
@@ -185,20 +182,6 @@ func (g *Gateway) build(ctx context.Context, pool *pgxpool.Pool) (*process, erro
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	return p, nil
-}
-
-// providers are the configured senders: GitHub and Stripe when their secrets
-// are set, and the configuration file's sources.
-func (g *Gateway) providers() []providers.Provider {
-	env := g.cfg.env
-	var provs []providers.Provider
-	if len(env.GitHubSecrets) > 0 {
-		provs = append(provs, providers.GitHub{Secrets: verify.Secrets(env.GitHubSecrets)})
-	}
-	if len(env.StripeSecrets) > 0 {
-		provs = append(provs, providers.Stripe{Secrets: verify.Secrets(env.StripeSecrets), Tolerance: env.StripeTolerance})
-	}
-	return append(provs, g.cfg.sources...)
 }
 
 // run serves until ctx ends, then stops accepting, finishes requests in

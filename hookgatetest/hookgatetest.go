@@ -143,18 +143,23 @@ func Stripe(body []byte) (hookgate.Delivery, error) {
 // as captured) with secret, and returns the Delivery a handler is given for
 // it; a wrong signature is an error, as the gateway's 401.
 func SignedGitHub(secret string, h http.Header, body []byte) (hookgate.Delivery, error) {
-	return read(providers.GitHub{Secrets: verify.Secrets{secret}}, h, body, time.Now())
+	return read(providers.SourceConfig{Name: "github", Kind: "github", Secrets: verify.Secrets{secret}}, h, body)
 }
 
 // SignedStripe verifies a request Stripe signed with secret (whsec_...),
 // its Stripe-Signature's time within 5 minutes of now, and returns the
 // Delivery a handler is given for it.
 func SignedStripe(secret string, h http.Header, body []byte) (hookgate.Delivery, error) {
-	return read(providers.Stripe{Secrets: verify.Secrets{secret}, Tolerance: 5 * time.Minute}, h, body, time.Now())
+	return read(providers.SourceConfig{Name: "stripe", Kind: "stripe", Secrets: verify.Secrets{secret}, Tolerance: 5 * time.Minute}, h, body)
 }
 
-func read(p providers.Provider, h http.Header, body []byte, now time.Time) (hookgate.Delivery, error) {
-	d, err := providers.Parse(p, h, body, now)
+// read verifies a request as the gateway's provider of c verifies it, now.
+func read(c providers.SourceConfig, h http.Header, body []byte) (hookgate.Delivery, error) {
+	p, err := providers.New(c)
+	if err != nil {
+		return hookgate.Delivery{}, fmt.Errorf("hookgatetest: %w", err)
+	}
+	d, err := providers.Parse(p, h, body, time.Now())
 	if err != nil {
 		return hookgate.Delivery{}, fmt.Errorf("hookgatetest: %w", err)
 	}

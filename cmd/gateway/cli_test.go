@@ -20,6 +20,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/cli"
 	"github.com/hookgate/hookgate/internal/dbtest"
+	"github.com/hookgate/hookgate/internal/providers"
 )
 
 // cliRun runs one command and returns its output and exit code.
@@ -298,5 +299,25 @@ func TestCLIRecover(t *testing.T) {
 	out, code = cliRun(t, "recover", "stripe", "--json")
 	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Found) != 0 || len(rep.Stored) != 0 {
 		t.Fatalf("second run: exit %d, %s", code, out)
+	}
+}
+
+// send names the variable to set for a built-in provider that is not
+// configured, and lists the known providers for a name that is none.
+func TestSendNamesWhatIsMissing(t *testing.T) {
+	for _, name := range []string{"GITHUB_WEBHOOK_SECRET", "STRIPE_WEBHOOK_SECRET", "GATEWAY_CONFIG_FILE", "GATEWAY_ROUTES"} {
+		t.Setenv(name, "")
+		os.Unsetenv(name)
+	}
+	for _, k := range providers.Builtins() {
+		err := run(context.Background(), []string{"send", k, "--event", "ping", "--url", "http://127.0.0.1:1"}, io.Discard, io.Discard)
+		var exit *cli.ExitError
+		if want := "send: " + providers.Kinds[k].Env + " is not set"; !errors.As(err, &exit) || exit.Code != cli.ExitUsage || err.Error() != want {
+			t.Errorf("send %s: %v, want exit 2 and %q", k, err, want)
+		}
+	}
+	err := run(context.Background(), []string{"send", "clerk", "--event", "ping"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "usage: send github|stripe --event E") {
+		t.Errorf("send clerk: %v", err)
 	}
 }

@@ -27,7 +27,6 @@ import (
 	"github.com/hookgate/hookgate/internal/cli"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/database"
-	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/schema"
 )
 
@@ -134,14 +133,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 
-	// The configuration file's sources are providers as github and stripe
-	// are: routes, filters and the CLI name them.
+	// The providers: GitHub and Stripe from their variables, and the
+	// configuration file's sources; routes, filters and the CLI name them.
 	_, sources, fileErr := cfg.LoadRoutesAndSources(nil)
-	for _, src := range sources {
-		providers.Register(src.Name())
-	}
 	if fileErr != nil {
 		fmt.Fprintf(stderr, "warning: configuration: %v\n", fileErr)
+	}
+	registry, err := cfg.Providers(sources)
+	if err != nil {
+		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("configuration: %w", err)}
 	}
 	quiet := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	open := func(mode database.Mode) func(ctx context.Context) (*pgxpool.Pool, func(), error) {
@@ -153,7 +153,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if command == "bench" {
 		// The load tool measures a running gateway: it uses that gateway's
 		// database and never starts one beside it.
-		return bench.Run(ctx, bench.Env{Config: cfg, Open: open(database.ShareOnly), Stdout: stdout}, args[1:])
+		return bench.Run(ctx, bench.Env{Config: cfg, Providers: registry, Open: open(database.ShareOnly), Stdout: stdout}, args[1:])
 	}
-	return cli.Run(ctx, cli.Env{Config: cfg, Open: open(database.ShareOrStart), Stdout: stdout, Stderr: stderr}, args)
+	return cli.Run(ctx, cli.Env{Config: cfg, Providers: registry, Open: open(database.ShareOrStart), Stdout: stdout, Stderr: stderr}, args)
 }

@@ -40,12 +40,14 @@ import (
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
-	"github.com/hookgate/hookgate/internal/verify"
 )
 
 // Env is what the tool needs from the program.
 type Env struct {
 	Config config.Config
+	// Providers are the gateway's providers (Config.Providers): the bench
+	// signs its deliveries with theirs, as their senders sign.
+	Providers *providers.Registry
 	// Open connects to the gateway's database (for --ceiling and --e2e).
 	Open   func(ctx context.Context) (*pgxpool.Pool, func(), error)
 	Stdout io.Writer
@@ -93,8 +95,9 @@ func Run(ctx context.Context, env Env, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
-	if len(env.Config.GitHubSecrets) == 0 || len(env.Config.StripeSecrets) == 0 {
-		return fmt.Errorf("bench: set GITHUB_WEBHOOK_SECRET and STRIPE_WEBHOOK_SECRET as the gateway has them")
+	gen, err := newGenerator(env.Providers, o.bodyBytes)
+	if err != nil {
+		return err
 	}
 	if o.ceiling && strings.TrimSpace(env.Config.Routes) == "" {
 		// Without routes the ceiling would store receipts alone, no dispatch
@@ -115,10 +118,9 @@ func Run(ctx context.Context, env Env, args []string) error {
 	}
 	defer sink.close()
 	if o.e2e {
-		return endToEnd(ctx, env, o, sink)
+		return endToEnd(ctx, env, o, sink, gen)
 	}
 
-	gen := newGenerator(env.Config, o.bodyBytes)
 	var ceiling float64
 	if o.ceiling {
 		c, err := runCeiling(ctx, env, o, gen)
@@ -207,15 +209,41 @@ func drain(ctx context.Context, env Env, o options) error {
 
 // generator makes signed deliveries, each with a fresh id.
 type generator struct {
-	github, stripe string
-	pad            string // a JSON array that brings a delivery to its size
-	n              atomic.Int64
-	run            string
+	senders map[string]sender // by provider: those workload names
+	pad     string            // a JSON array that brings a delivery to its size
+	n       atomic.Int64
+	run     string
 }
 
-func newGenerator(cfg config.Config, bodyBytes int) *generator {
+// sender is a configured provider, which the generator signs for as its
+// kind's sender signs.
+type sender struct {
+	src  providers.SourceConfig
+	kind providers.Kind
+}
+
+// workload are the providers the generator sends for: the figures the README
+// gives are of this mix.
+var workload = []string{"github", "stripe"}
+
+// newGenerator returns a generator signing with the registry's providers; the
+// workload's must all be configured, as the gateway has them.
+func newGenerator(registry *providers.Registry, bodyBytes int) (*generator, error) {
+	g := &generator{senders: map[string]sender{}}
+	var vars []string
+	for _, name := range workload {
+		src, kind, ok := registry.Source(name)
+		if ok {
+			g.senders[name] = sender{src, kind}
+		}
+		vars = append(vars, providers.Kinds[name].Env)
+	}
+	if len(g.senders) < len(workload) {
+		return nil, fmt.Errorf("bench: set %s as the gateway has them", strings.Join(vars, " and "))
+	}
 	// The padding is made once: the tool's own CPU is taken from the gateway.
-	return &generator{github: cfg.GitHubSecrets[0], stripe: cfg.StripeSecrets[0], pad: padding(max(bodyBytes-400, 0)), run: randomHex(4)}
+	g.pad, g.run = padding(max(bodyBytes-400, 0)), randomHex(4)
+	return g, nil
 }
 
 // padding returns a JSON array of about n bytes of commit-like objects, which
@@ -250,43 +278,30 @@ func randomHex(n int) string {
 func (g *generator) next(base string) (*http.Request, string) {
 	i := g.n.Add(1)
 	now := time.Now()
-	var req *http.Request
-	var id string
+	var provider, event, id string
+	var body []byte
 	switch i % 4 {
 	case 0: // a pull request update
-		id = fmt.Sprintf("bench-%s-%d", g.run, i)
-		body := fmt.Appendf(nil, `{"action":"synchronize","number":%d,"pull_request":{"id":%d,"state":"open","title":"Bench","updated_at":%q,"commits":%s},"repository":{"id":1,"full_name":"hookgate/bench"},"sender":{"login":"octocat"}}`,
+		provider, event, id = "github", "pull_request.synchronize", fmt.Sprintf("bench-%s-%d", g.run, i)
+		body = fmt.Appendf(nil, `{"action":"synchronize","number":%d,"pull_request":{"id":%d,"state":"open","title":"Bench","updated_at":%q,"commits":%s},"repository":{"id":1,"full_name":"hookgate/bench"},"sender":{"login":"octocat"}}`,
 			i, i%5000, now.UTC().Format(time.RFC3339), g.pad)
-		req = g.githubRequest(base, "pull_request", id, body)
 	case 1: // a push
-		id = fmt.Sprintf("bench-%s-%d", g.run, i)
-		body := fmt.Appendf(nil, `{"ref":"refs/heads/b%d","before":"0000","after":"1111","repository":{"id":2,"full_name":"hookgate/bench","pushed_at":%d},"commits":%s,"sender":{"login":"octocat"}}`,
+		provider, event, id = "github", "push", fmt.Sprintf("bench-%s-%d", g.run, i)
+		body = fmt.Appendf(nil, `{"ref":"refs/heads/b%d","before":"0000","after":"1111","repository":{"id":2,"full_name":"hookgate/bench","pushed_at":%d},"commits":%s,"sender":{"login":"octocat"}}`,
 			i%500, now.Unix(), g.pad)
-		req = g.githubRequest(base, "push", id, body)
 	default: // a Stripe invoice or subscription event
-		id = fmt.Sprintf("evt_bench_%s_%d", g.run, i)
-		typ, obj := "invoice.paid", fmt.Sprintf(`{"id":"in_%d","object":"invoice","amount_paid":2000,"currency":"usd","lines":%s}`, i, g.pad)
+		provider, event, id = "stripe", "invoice.paid", fmt.Sprintf("evt_bench_%s_%d", g.run, i)
+		obj := fmt.Sprintf(`{"id":"in_%d","object":"invoice","amount_paid":2000,"currency":"usd","lines":%s}`, i, g.pad)
 		if i%4 == 3 {
-			typ, obj = "customer.subscription.updated", fmt.Sprintf(`{"id":"sub_%d","object":"subscription","customer":"cus_1","status":"active","items":%s}`, i%5000, g.pad)
+			event, obj = "customer.subscription.updated", fmt.Sprintf(`{"id":"sub_%d","object":"subscription","customer":"cus_1","status":"active","items":%s}`, i%5000, g.pad)
 		}
-		body := fmt.Appendf(nil, `{"id":%q,"object":"event","api_version":"2024-06-20","type":%q,"created":%d,"livemode":false,"data":{"object":%s}}`,
-			id, typ, now.Unix(), obj)
-		req, _ = http.NewRequest(http.MethodPost, base+"/webhooks/stripe", bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json; charset=utf-8")
-		req.Header.Set("Stripe-Signature", verify.SignTimestamped(g.stripe, now, body))
+		body = fmt.Appendf(nil, `{"id":%q,"object":"event","api_version":"2024-06-20","type":%q,"created":%d,"livemode":false,"data":{"object":%s}}`,
+			id, event, now.Unix(), obj)
 	}
+	req, _ := http.NewRequest(http.MethodPost, base+"/webhooks/"+provider, bytes.NewReader(body))
+	s := g.senders[provider]
+	_ = s.kind.Sign(s.src, req.Header, body, id, event, now) // the workload's kinds (github, stripe) sign without failing
 	return req, id
-}
-
-// githubRequest is a GitHub delivery of body, signed as GitHub signs it.
-func (g *generator) githubRequest(base, event, id string, body []byte) *http.Request {
-	req, _ := http.NewRequest(http.MethodPost, base+"/webhooks/github", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-GitHub-Event", event)
-	req.Header.Set("X-GitHub-Delivery", id)
-	req.Header.Set("X-GitHub-Hook-ID", "1")
-	req.Header.Set("X-Hub-Signature-256", verify.SignGitHub(g.github, body))
-	return req
 }
 
 // result is one phase's figures.
@@ -391,9 +406,9 @@ func runCeiling(ctx context.Context, env Env, o options, gen *generator) (float6
 	}
 	in := &ingest.Ingester{Pool: pool, Receipts: &receipts.Store{Retention: env.Config.Retention},
 		Enqueuer: &jobs.Enqueuer{Client: client, Routes: routes, MaxAttempts: env.Config.MaxAttempts}}
-	provs := map[string]providers.Provider{
-		"github": providers.GitHub{Secrets: verify.Secrets(env.Config.GitHubSecrets)},
-		"stripe": providers.Stripe{Secrets: verify.Secrets(env.Config.StripeSecrets), Tolerance: env.Config.StripeTolerance},
+	provs := map[string]providers.Provider{}
+	for _, p := range env.Providers.Providers() {
+		provs[p.Name()] = p
 	}
 	if flush, err := commitLatency(ctx, pool, 200); err == nil {
 		fmt.Fprintf(env.Stdout, "ceiling: a durable commit alone takes p50 %s here (the flush that a transaction per delivery waits for)\n",
@@ -578,7 +593,7 @@ func (s *sink) close() { _ = s.srv.Close() }
 // endToEnd offers o.rate deliveries per second for o.duration to a gateway
 // that forwards to this tool's target, and reports receipt-to-target latency
 // and the queue's backlog over time.
-func endToEnd(ctx context.Context, env Env, o options, target *sink) error {
+func endToEnd(ctx context.Context, env Env, o options, target *sink, gen *generator) error {
 	pool, closeDB, err := env.Open(ctx)
 	if err != nil {
 		return err
@@ -588,7 +603,6 @@ func endToEnd(ctx context.Context, env Env, o options, target *sink) error {
 	var mu sync.Mutex // guards acked and ackLat; target.mu guards arrivals
 	acked := map[string]time.Time{}
 
-	gen := newGenerator(env.Config, o.bodyBytes)
 	transport := &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute}
 	client := &http.Client{Transport: transport, Timeout: 30 * time.Second}
 	var sent, failed atomic.Int64

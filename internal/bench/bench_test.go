@@ -20,7 +20,6 @@ import (
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/providers"
-	"github.com/hookgate/hookgate/internal/verify"
 )
 
 // The load tool sends what a gateway accepts: every generated delivery
@@ -28,11 +27,14 @@ import (
 // both providers and entities.
 func TestGeneratorMakesAcceptableDeliveries(t *testing.T) {
 	t.Parallel()
-	cfg := config.Config{GitHubSecrets: config.SecretList{"gh"}, StripeSecrets: config.SecretList{"whsec_s"}}
-	gen := newGenerator(cfg, 6000)
-	provs := map[string]providers.Provider{
-		"github": providers.GitHub{Secrets: verify.Secrets{"gh"}},
-		"stripe": providers.Stripe{Secrets: verify.Secrets{"whsec_s"}, Tolerance: time.Minute},
+	env := benchEnv(t)
+	gen, err := newGenerator(env.Providers, 6000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	provs := map[string]providers.Provider{}
+	for _, p := range env.Providers.Providers() {
+		provs[p.Name()] = p
 	}
 	seen := map[string]bool{}
 	events := map[string]bool{}
@@ -62,13 +64,10 @@ func TestGeneratorMakesAcceptableDeliveries(t *testing.T) {
 // before anything is sent.
 func TestCeilingNeedsTheGatewaysRoutes(t *testing.T) {
 	t.Parallel()
-	env := Env{
-		Config: config.Config{GitHubSecrets: config.SecretList{"gh"}, StripeSecrets: config.SecretList{"whsec_s"}},
-		Open: func(context.Context) (*pgxpool.Pool, func(), error) {
-			t.Fatal("the database was opened")
-			return nil, nil, nil
-		},
-		Stdout: io.Discard,
+	env := benchEnv(t)
+	env.Open = func(context.Context) (*pgxpool.Pool, func(), error) {
+		t.Fatal("the database was opened")
+		return nil, nil, nil
 	}
 	err := Run(context.Background(), env, []string{"--ceiling", "--url", "http://127.0.0.1:1"})
 	if err == nil || !strings.Contains(err.Error(), "GATEWAY_ROUTES") {
@@ -87,6 +86,18 @@ func TestBenchWaitsForAReadyGateway(t *testing.T) {
 	err := Run(context.Background(), benchEnv(t), []string{"--url", notReady.URL, "--wait", "1s", "--duration", "100ms"})
 	if err == nil || !strings.Contains(err.Error(), "not ready") {
 		t.Fatalf("Run = %v, want not ready", err)
+	}
+}
+
+// The tool needs every provider its workload sends for, configured as the
+// gateway has it, and says which variables to set.
+func TestBenchNeedsTheWorkloadsProviders(t *testing.T) {
+	t.Parallel()
+	env := benchEnv(t)
+	env.Providers = nil // nothing configured
+	err := Run(context.Background(), env, []string{"--url", "http://127.0.0.1:1"})
+	if err == nil || err.Error() != "bench: set GITHUB_WEBHOOK_SECRET and STRIPE_WEBHOOK_SECRET as the gateway has them" {
+		t.Fatalf("Run = %v", err)
 	}
 }
 
@@ -110,9 +121,17 @@ func TestBenchFailsWhenMostRequestsFail(t *testing.T) {
 	}
 }
 
+// benchEnv is the environment of a gateway with GitHub and Stripe
+// configured, and no database.
 func benchEnv(t *testing.T) Env {
+	cfg := config.Config{GitHubSecrets: config.SecretList{"gh"}, StripeSecrets: config.SecretList{"whsec_s"}, StripeTolerance: time.Minute}
+	registry, err := cfg.Providers(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return Env{
-		Config: config.Config{GitHubSecrets: config.SecretList{"gh"}, StripeSecrets: config.SecretList{"whsec_s"}},
+		Config:    cfg,
+		Providers: registry,
 		Open: func(context.Context) (*pgxpool.Pool, func(), error) {
 			return nil, nil, errors.New("no database in this test")
 		},

@@ -56,6 +56,10 @@ func usageErr(format string, args ...any) error {
 type Env struct {
 	// Config is the gateway's configuration.
 	Config config.Config
+	// Providers are the gateway's providers, from Config and its
+	// configuration file (Config.Providers): the names commands take, and
+	// what send signs with.
+	Providers *providers.Registry
 	// Open connects to the gateway's database; the func closes it.
 	Open   func(ctx context.Context) (*pgxpool.Pool, func(), error)
 	Stdout io.Writer
@@ -139,9 +143,9 @@ func addFilterFlags(fs *flag.FlagSet) filterFlags {
 	}
 }
 
-func (f filterFlags) filter(now time.Time) (deliveries.Filter, error) {
+func (f filterFlags) filter(now time.Time, known *providers.Registry) (deliveries.Filter, error) {
 	q := map[string][]string{"provider": {*f.provider}, "event": {*f.event}, "state": {*f.state}, "since": {*f.since}, "until": {*f.until}}
-	filter, err := deliveries.FilterFromQuery(q, now)
+	filter, err := deliveries.FilterFromQuery(q, now, known)
 	if err != nil {
 		return filter, &ExitError{Code: ExitUsage, Err: err}
 	}
@@ -168,7 +172,7 @@ func list(ctx context.Context, env Env, args []string) error {
 	if *limit < 1 {
 		return usageErr("deliveries list: --limit must be a positive integer")
 	}
-	f, err := ff.filter(env.Now())
+	f, err := ff.filter(env.Now(), env.Providers)
 	if err != nil {
 		return err
 	}
@@ -226,7 +230,7 @@ func show(ctx context.Context, env Env, args []string) error {
 	if len(rest) != 2 {
 		return usageErr("usage: deliveries show PROVIDER ID")
 	}
-	if err := knownProvider(rest[0]); err != nil {
+	if err := knownProvider(env.Providers, rest[0]); err != nil {
 		return err
 	}
 	pool, closeDB, err := env.Open(ctx)
@@ -270,9 +274,9 @@ func show(ctx context.Context, env Env, args []string) error {
 
 // knownProvider is a usage error for a provider no adapter has, as the
 // --provider filter is: such a name is a typo, not a missing delivery.
-func knownProvider(name string) error {
-	if !providers.Known(name) {
-		return usageErr("unknown provider %q (known: %s)", name, strings.Join(providers.Names(), ", "))
+func knownProvider(known *providers.Registry, name string) error {
+	if !known.Known(name) {
+		return usageErr("unknown provider %q (known: %s)", name, strings.Join(known.Names(), ", "))
 	}
 	return nil
 }
@@ -319,13 +323,13 @@ func replay(ctx context.Context, env Env, args []string) error {
 		return usageErr("--route is for replay PROVIDER ID")
 	}
 	if single {
-		if err := knownProvider(rest[0]); err != nil {
+		if err := knownProvider(env.Providers, rest[0]); err != nil {
 			return err
 		}
 	}
 	var f deliveries.Filter
 	if !single {
-		if f, err = ff.filter(env.Now()); err != nil {
+		if f, err = ff.filter(env.Now(), env.Providers); err != nil {
 			return err
 		}
 	}

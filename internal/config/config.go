@@ -17,6 +17,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/verify"
 )
 
 // Config is the gateway's configuration. The envconfig tag is the variable;
@@ -117,6 +118,29 @@ func (c Config) LoadRoutesAndSources(builtins []string) (fanout.Table, []provide
 		return nil, nil, fmt.Errorf("GATEWAY_ROUTES: %w", err)
 	}
 	return t, sources, err
+}
+
+// Providers returns the gateway's provider registry: the built-in providers
+// the environment configures, as sources like the configuration file's
+// (GITHUB_WEBHOOK_SECRET makes the source github, of kind github;
+// STRIPE_WEBHOOK_SECRET with STRIPE_TOLERANCE the source stripe, of kind
+// stripe), then sources, the configuration file's (LoadRoutesAndSources).
+func (c Config) Providers(sources []providers.Provider) (*providers.Registry, error) {
+	var configured []providers.Provider
+	for _, src := range []providers.SourceConfig{
+		{Name: "github", Kind: "github", Secrets: verify.Secrets(c.GitHubSecrets)},
+		{Name: "stripe", Kind: "stripe", Secrets: verify.Secrets(c.StripeSecrets), Tolerance: c.StripeTolerance},
+	} {
+		if len(src.Secrets) == 0 {
+			continue // not configured
+		}
+		p, err := providers.New(src)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", providers.Kinds[src.Kind].Env, err)
+		}
+		configured = append(configured, p)
+	}
+	return providers.NewRegistry(append(configured, sources...)...)
 }
 
 // expected says what a variable that could not be read should hold, without

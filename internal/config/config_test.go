@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/providers"
 )
 
 // Not parallel: these tests set the process environment.
@@ -170,6 +171,35 @@ func TestSecretFileErrorsNeverShowTheValue(t *testing.T) {
 			}
 			if strings.Contains(err.Error(), "B7E1F0A9") || strings.Contains(err.Error(), "MfKQ9r8") {
 				t.Fatalf("error shows the secret: %v", err)
+			}
+		})
+	}
+}
+
+// Each built-in kind's variable (providers.Kind.Env) configures a source of
+// that kind named after it, as the configuration file's sources are: a
+// built-in kind the environment does not read fails here.
+func TestEveryBuiltinKindIsConfiguredByItsVariable(t *testing.T) {
+	for _, k := range providers.Builtins() {
+		t.Run(k, func(t *testing.T) {
+			for _, other := range providers.Builtins() {
+				t.Setenv(providers.Kinds[other].Env, "")
+			}
+			t.Setenv(providers.Kinds[k].Env, "whsec_one,whsec_two")
+			c, err := config.Load()
+			if err != nil {
+				t.Fatal(err)
+			}
+			registry, err := c.Providers(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src, _, ok := registry.Source(k)
+			if !ok || src.Name != k || src.Kind != k || len(src.Secrets) != 2 || len(registry.Providers()) != 1 {
+				t.Fatalf("%s set: source %+v (%v), %d configured", providers.Kinds[k].Env, src, ok, len(registry.Providers()))
+			}
+			if src.Kind == "stripe" && src.Tolerance != 5*time.Minute {
+				t.Errorf("STRIPE_TOLERANCE's default: %s", src.Tolerance)
 			}
 		})
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/deliveries"
-	"github.com/hookgate/hookgate/internal/providers"
 )
 
 // chartRange is a span the overview charts, cut into equal buckets.
@@ -195,7 +194,7 @@ func (c *Console) readCharts(ctx context.Context, rg chartRange) (overviewCharts
 	}
 	unit := "per " + bucketName(rg.bucket)
 	out := overviewCharts{At: now}
-	for _, p := range providers.Names() {
+	for _, p := range c.Providers.Names() {
 		var all []series
 		for _, st := range chartStates {
 			all = append(all, series{name: st, counts: byProvider[p][st]})

@@ -29,6 +29,7 @@ import (
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/guess"
 	"github.com/hookgate/hookgate/internal/jobs"
+	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/throttle"
 )
 
@@ -51,6 +52,9 @@ type Config struct {
 	Enqueuer *jobs.Enqueuer
 	// Routes is the fan-out table.
 	Routes fanout.Table
+	// Providers are the gateway's providers: the filters' and charts'
+	// choices. Nil: the built-in ones.
+	Providers *providers.Registry
 	// Logger logs server-side failures.
 	Logger *slog.Logger
 	// Now is the clock; defaults to time.Now.

@@ -248,9 +248,9 @@ func filterQuery(q url.Values) url.Values {
 
 func (c *Console) handleDeliveries(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	d := deliveriesData{Query: q, Providers: providers.Names(), States: deliveries.States, Limit: 50}
+	d := deliveriesData{Query: q, Providers: c.Providers.Names(), States: deliveries.States, Limit: 50}
 	fq := filterQuery(q)
-	f, err := deliveries.FilterFromQuery(fq, c.Now())
+	f, err := deliveries.FilterFromQuery(fq, c.Now(), c.Providers)
 	if err == nil && q.Get("limit") != "" {
 		n, convErr := strconv.Atoi(q.Get("limit"))
 		if convErr != nil || n < 1 {
@@ -454,7 +454,7 @@ func describe(q url.Values) string {
 
 func (c *Console) handleBulkConfirm(w http.ResponseWriter, r *http.Request) {
 	fq := filterQuery(r.URL.Query())
-	f, err := deliveries.FilterFromQuery(fq, c.Now())
+	f, err := deliveries.FilterFromQuery(fq, c.Now(), c.Providers)
 	if err != nil {
 		c.failWith(w, r, err)
 		return
@@ -488,7 +488,7 @@ func (c *Console) handleBulkConfirm(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) handleBulkReplay(w http.ResponseWriter, r *http.Request) {
-	f, err := deliveries.FilterFromQuery(filterQuery(r.PostForm), c.Now())
+	f, err := deliveries.FilterFromQuery(filterQuery(r.PostForm), c.Now(), c.Providers)
 	if err != nil {
 		c.failWith(w, r, err)
 		return

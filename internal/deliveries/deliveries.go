@@ -77,7 +77,7 @@ func Summary(states []string) string {
 
 // Filter selects deliveries. Zero fields select everything.
 type Filter struct {
-	// Provider is one of providers.Names().
+	// Provider is one of the gateway's providers (providers.Registry.Names).
 	Provider string `json:"provider,omitempty"`
 	// Event is a route pattern: it matches an event name it equals or is a
 	// dot-separated prefix of; "*" matches any run of characters.
@@ -92,10 +92,10 @@ type Filter struct {
 
 var eventPatternRE = regexp.MustCompile(`^[A-Za-z0-9_.*-]{1,255}$`)
 
-// Validate checks the filter's values.
-func (f Filter) Validate() error {
-	if f.Provider != "" && !providers.Known(f.Provider) {
-		return fmt.Errorf("%w: provider must be one of %s", ErrBadFilter, strings.Join(providers.Names(), ", "))
+// Validate checks the filter's values; its provider must be one of known's.
+func (f Filter) Validate(known *providers.Registry) error {
+	if f.Provider != "" && !known.Known(f.Provider) {
+		return fmt.Errorf("%w: provider must be one of %s", ErrBadFilter, strings.Join(known.Names(), ", "))
 	}
 	if f.Event != "" && !eventPatternRE.MatchString(f.Event) {
 		return fmt.Errorf("%w: event must be a route pattern such as pull_request or invoice.*", ErrBadFilter)
@@ -158,8 +158,9 @@ func UnescapeKey(provider, deliveryID string, escaped bool) (string, string, err
 	return provider, deliveryID, nil
 }
 
-// FilterFromQuery reads the list filters from URL query values.
-func FilterFromQuery(q url.Values, now time.Time) (Filter, error) {
+// FilterFromQuery reads the list filters from URL query values; a provider
+// must be one of known's.
+func FilterFromQuery(q url.Values, now time.Time, known *providers.Registry) (Filter, error) {
 	f := Filter{Provider: q.Get("provider"), Event: q.Get("event"), State: q.Get("state")}
 	for name, dst := range map[string]**time.Time{"since": &f.Since, "until": &f.Until} {
 		if v := q.Get(name); v != "" {
@@ -170,7 +171,7 @@ func FilterFromQuery(q url.Values, now time.Time) (Filter, error) {
 			*dst = &t
 		}
 	}
-	return f, f.Validate()
+	return f, f.Validate(known)
 }
 
 // likePattern turns a route pattern into a LIKE pattern.

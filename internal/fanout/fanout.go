@@ -90,8 +90,8 @@ type Defaults struct {
 	Concurrency int
 	Timeout     time.Duration
 	MaxAttempts int
-	// Sources are the configured sources' names, which a match may name
-	// besides the providers already known.
+	// Sources are the configuration file's sources' names, which a match
+	// may name besides the built-in providers.
 	Sources []string
 }
 
@@ -298,13 +298,13 @@ func (t Table) CheckBuiltins(names []string) error {
 	return nil
 }
 
-// parseMatch parses one provider:pattern; the provider is a known one, one
-// of sources, or *.
+// parseMatch parses one provider:pattern; the provider is a built-in one
+// (providers.Builtins), one of sources, or *.
 func parseMatch(m string, sources []string) (Match, error) {
 	provider, pattern, ok := strings.Cut(m, ":")
-	known := providers.Known(provider) || slices.Contains(sources, provider)
+	known := slices.Contains(providers.Builtins(), provider) || slices.Contains(sources, provider)
 	if !ok || (provider != "*" && !known) || !patternRE.MatchString(pattern) {
-		names := slices.Concat(providers.Names(), sources)
+		names := slices.Concat(providers.Builtins(), sources)
 		slices.Sort(names)
 		return Match{}, fmt.Errorf("match %q must be provider:pattern with provider %s or *", m, strings.Join(slices.Compact(names), ", "))
 	}

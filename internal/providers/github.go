@@ -1,6 +1,8 @@
 package providers
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -11,10 +13,38 @@ import (
 	"github.com/hookgate/hookgate/internal/verify"
 )
 
-// GitHub verifies and parses GitHub webhook deliveries.
+// GitHub verifies and parses GitHub webhook deliveries, as GitHub documents
+// them: https://docs.github.com/en/webhooks/using-webhooks/validating-webhook-deliveries
+// (X-Hub-Signature-256, HMAC-SHA256 of the raw body) and
+// https://docs.github.com/en/webhooks/webhook-events-and-payloads.
 type GitHub struct {
 	// Secrets are the webhook secrets; any may match (rotation).
 	Secrets verify.Secrets
+}
+
+// githubKind is GitHub's, built in: GITHUB_WEBHOOK_SECRET configures it.
+var githubKind = Kind{
+	New:   func(c SourceConfig) (Provider, error) { return GitHub{Secrets: c.Secrets}, nil },
+	Timed: untimed,
+	Env:   "GITHUB_WEBHOOK_SECRET",
+	// event is the X-GitHub-Event header and the payload's action:
+	// pull_request.opened.
+	Sign: func(c SourceConfig, h http.Header, body []byte, id, event string, _ time.Time) error {
+		header, _, _ := strings.Cut(event, ".")
+		h.Set("Content-Type", "application/json")
+		h.Set("User-Agent", "GitHub-Hookshot/hookgate-send")
+		h.Set("X-GitHub-Event", header)
+		h.Set("X-GitHub-Delivery", id)
+		h.Set("X-GitHub-Hook-ID", "1")
+		h.Set("X-Hub-Signature-256", verify.SignGitHub(c.Secrets[0], body))
+		return nil
+	},
+	Sample: githubSample,
+}
+
+// Source returns GitHub's configuration as a source of kind github.
+func (g GitHub) Source() SourceConfig {
+	return SourceConfig{Name: "github", Kind: "github", Secrets: g.Secrets}
 }
 
 // githubKeptHeaders are stored with the receipt. Signature headers never are.
@@ -152,4 +182,38 @@ func githubEntity(event string, v payload.Object) (string, time.Time) {
 		return "github:push:" + id + ":" + ref, v.Get("repository", "pushed_at").Time()
 	}
 	return "", time.Time{}
+}
+
+// githubSample is a small but realistic payload of event (the header and the
+// action: pull_request.opened).
+func githubSample(_ SourceConfig, id, event string, now time.Time) []byte {
+	event, action, _ := strings.Cut(event, ".")
+	repo := map[string]any{"id": 5678, "full_name": "hookgate/demo", "pushed_at": now.Unix()}
+	sender := map[string]any{"login": "octocat", "id": 1}
+	p := map[string]any{"repository": repo, "sender": sender}
+	if action != "" {
+		p["action"] = action
+	}
+	stamp := now.UTC().Format(time.RFC3339)
+	switch event {
+	case "ping":
+		p = map[string]any{"zen": "Design for failure.", "hook_id": 1, "hook": map[string]any{"type": "Repository", "events": []string{"*"}}, "repository": repo}
+	case "push":
+		after := sha256.Sum256([]byte(id)) // a commit id of its own for each delivery
+		p["ref"] = "refs/heads/main"
+		p["before"] = strings.Repeat("0", 40)
+		p["after"] = hex.EncodeToString(after[:20])
+		p["commits"] = []any{map[string]any{"id": "c0ffee", "message": "Say hello", "timestamp": stamp}}
+	case "pull_request", "pull_request_review", "pull_request_review_comment", "pull_request_review_thread":
+		p["number"] = 42
+		p["pull_request"] = map[string]any{"id": 1234, "number": 42, "state": "open", "title": "Add hookgate", "updated_at": stamp}
+	case "issues", "issue_comment":
+		p["issue"] = map[string]any{"id": 777, "number": 7, "state": "open", "title": "A bug", "updated_at": stamp}
+		if event == "issue_comment" {
+			p["comment"] = map[string]any{"id": 99, "body": "Confirmed."}
+		}
+	case "workflow_run":
+		p["workflow_run"] = map[string]any{"id": 31, "status": "completed", "conclusion": "success", "updated_at": stamp}
+	}
+	return sample(p)
 }

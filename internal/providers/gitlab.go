@@ -18,7 +18,8 @@ import (
 type gitlab struct{ source }
 
 var gitlabKind = Kind{
-	New: func(c SourceConfig) (Provider, error) { return gitlab{source{cfg: c}}, nil },
+	New:   func(c SourceConfig) (Provider, error) { return gitlab{source{cfg: c}}, nil },
+	Timed: untimed,
 	Sign: func(c SourceConfig, h http.Header, _ []byte, id, event string, _ time.Time) error {
 		kind, _, _ := strings.Cut(event, ".")
 		h.Set("Content-Type", "application/json")

@@ -69,6 +69,7 @@ var hmacKind = Kind{
 		}
 		return hmacSource{source: source{cfg: c}, hash: h}, nil
 	},
+	Timed: func(c SourceConfig) bool { return c.HMAC.TimestampHeader != "" },
 	Sign: func(c SourceConfig, h http.Header, body []byte, id, event string, now time.Time) error {
 		s := c.HMAC
 		hf, ok := verify.Hashes[cmp.Or(s.Algorithm, "sha256")]

@@ -21,7 +21,8 @@ import (
 type shopify struct{ source }
 
 var shopifyKind = Kind{
-	New: func(c SourceConfig) (Provider, error) { return shopify{source{cfg: c}}, nil },
+	New:   func(c SourceConfig) (Provider, error) { return shopify{source{cfg: c}}, nil },
+	Timed: untimed,
 	Sign: func(c SourceConfig, h http.Header, body []byte, id, event string, now time.Time) error {
 		h.Set("Content-Type", "application/json")
 		h.Set("X-Shopify-Webhook-Id", id)

@@ -21,7 +21,8 @@ import (
 type slack struct{ source }
 
 var slackKind = Kind{
-	New: func(c SourceConfig) (Provider, error) { return slack{source{cfg: c}}, nil },
+	New:   func(c SourceConfig) (Provider, error) { return slack{source{cfg: c}}, nil },
+	Timed: timed,
 	Sign: func(c SourceConfig, h http.Header, body []byte, _, _ string, now time.Time) error {
 		h.Set("Content-Type", "application/json")
 		h.Set("User-Agent", "Slackbot 1.0 (+https://api.slack.com/robots)")

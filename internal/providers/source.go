@@ -3,22 +3,23 @@ package providers
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hookgate/hookgate/internal/payload"
 	"github.com/hookgate/hookgate/internal/verify"
 )
 
-// A source is a sender other than GitHub and Stripe, configured in the
-// configuration file and served at /webhooks/<name>. Its kind says how its
-// deliveries are signed and read; Kinds is the one list of kinds, which the
-// configuration file, gateway send and the tests read.
+// A source is a sender: its kind says how its deliveries are signed and
+// read, and Kinds is the one list of kinds, which the configuration, gateway
+// send, the bench and the tests read. GitHub and Stripe are kinds too, built
+// in: each is the one source named after it, configured by its variables
+// (GITHUB_WEBHOOK_SECRET, STRIPE_WEBHOOK_SECRET); the other kinds' sources are
+// configured in the configuration file and served at /webhooks/<name>.
 
 // SourceConfig is one configured source.
 type SourceConfig struct {
@@ -58,7 +59,8 @@ type HMACScheme struct {
 	IDHeader, IDField, EventHeader, EventField string
 }
 
-// Kind is one kind of source.
+// Kind is one kind of source: everything about a sender that the rest of
+// hookgate needs, so that no layer names a sender.
 type Kind struct {
 	// New returns the source's Provider, or what is wrong with its
 	// configuration.
@@ -69,11 +71,23 @@ type Kind struct {
 	Sign func(c SourceConfig, h http.Header, body []byte, id, event string, now time.Time) error
 	// Sample is a payload of event for gateway send without --file.
 	Sample func(c SourceConfig, id, event string, now time.Time) []byte
+	// Timed reports whether c's deliveries carry a signed time, which must
+	// be within c's tolerance of the clock: a source of a kind that signs
+	// none is refused a tolerance.
+	Timed func(c SourceConfig) bool
+	// Env, set for a built-in kind only, is the variable that holds its
+	// secrets: such a kind is the one source named after it, configured by
+	// its variables rather than in the configuration file, and its name is
+	// known to routes and filters even while the variable is unset. Empty:
+	// the kind's sources are the configuration file's.
+	Env string
 }
 
 // Kinds are the kinds of sources, by name. A new kind is a file of this
 // package and a line here.
 var Kinds = map[string]Kind{
+	"github":            githubKind,
+	"stripe":            stripeKind,
 	"standard-webhooks": standardWebhooksKind,
 	"shopify":           shopifyKind,
 	"slack":             slackKind,
@@ -81,15 +95,28 @@ var Kinds = map[string]Kind{
 	"hmac":              hmacKind,
 }
 
-// KindNames returns the kinds' names, sorted.
-func KindNames() []string {
-	names := make([]string, 0, len(Kinds))
-	for k := range Kinds {
-		names = append(names, k)
+// KindNames returns the names of the kinds a configuration file's source may
+// have (those without Env), sorted.
+func KindNames() []string { return kindNames(false) }
+
+// Builtins returns the built-in kinds' names (those with Env), sorted: each
+// is a provider's name whether or not its variable is set.
+func Builtins() []string { return kindNames(true) }
+
+func kindNames(builtin bool) []string {
+	var names []string
+	for name, k := range Kinds {
+		if (k.Env != "") == builtin {
+			names = append(names, name)
+		}
 	}
-	sort.Strings(names)
+	slices.Sort(names)
 	return names
 }
+
+// timed and untimed are Timed for a kind that always, or never, signs a time.
+func timed(SourceConfig) bool   { return true }
+func untimed(SourceConfig) bool { return false }
 
 // KeyError is what is wrong with one key of a source's configuration, the
 // key named as the configuration file spells it (secret_env, kind, ...), so
@@ -114,17 +141,33 @@ var sourceNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
 // DefaultTolerance is how far a signed timestamp may be from the clock.
 const DefaultTolerance = 5 * time.Minute
 
-// NewSource checks c and returns its Provider.
+// NewSource checks a configuration file's source and returns its Provider:
+// New, for a kind the file may name (a built-in kind or name is configured by
+// its variables).
 func NewSource(c SourceConfig) (Provider, error) {
 	if !sourceNameRE.MatchString(c.Name) {
 		return nil, keyError("name", "must be 1-32 of a-z, 0-9, _ and -, starting with a letter or digit")
 	}
-	if slices.Contains(builtins, c.Name) {
+	if slices.Contains(Builtins(), c.Name) {
 		return nil, keyError("name", "%s is built in; configure it with its variables", c.Name)
 	}
-	k, ok := Kinds[c.Kind]
-	if !ok {
+	if k, ok := Kinds[c.Kind]; !ok || k.Env != "" {
 		return nil, keyError("kind", "must be one of %s, got %q", strings.Join(KindNames(), ", "), c.Kind)
+	}
+	return New(c)
+}
+
+// New checks c, a source of any kind (a built-in kind's from its variables,
+// named after it), and returns its Provider.
+func New(c SourceConfig) (Provider, error) {
+	k, ok := Kinds[c.Kind]
+	switch {
+	case !ok:
+		return nil, keyError("kind", "must be one of %s, got %q", strings.Join(slices.Sorted(maps.Keys(Kinds)), ", "), c.Kind)
+	case k.Env != "" && c.Name != c.Kind:
+		return nil, keyError("name", "a %s source is named %s", c.Kind, c.Kind)
+	case !sourceNameRE.MatchString(c.Name):
+		return nil, keyError("name", "must be 1-32 of a-z, 0-9, _ and -, starting with a letter or digit")
 	}
 	if len(c.Secrets) == 0 {
 		return nil, keyError("secret_env", "the variable it names holds no secret")
@@ -135,7 +178,7 @@ func NewSource(c SourceConfig) (Provider, error) {
 	if c.Kind != "hmac" && c.HMAC != (HMACScheme{}) {
 		return nil, fmt.Errorf("the keys of an hmac scheme (signature_header, ...) are for kind hmac, not %s", c.Kind)
 	}
-	if untimed := c.Kind == "shopify" || c.Kind == "gitlab" || c.Kind == "hmac" && c.HMAC.TimestampHeader == ""; untimed && c.Tolerance != 0 {
+	if !k.Timed(c) && c.Tolerance != 0 {
 		return nil, keyError("tolerance", "a %s source signs no time", c.Kind)
 	}
 	if c.Tolerance <= 0 {
@@ -156,40 +199,6 @@ func validPath(p string) bool {
 	}
 	return true
 }
-
-// builtins are the providers configured by their variables.
-var builtins = []string{GitHub{}.Name(), Stripe{}.Name()}
-
-// known is the list every layer reads: the built-in providers and the
-// sources the configuration names, registered once at start.
-var known struct {
-	mu      sync.RWMutex
-	sources []string
-}
-
-// Register makes the configured sources' names known to every layer (routes,
-// operator filters, metrics labels, the CLI). The gateway calls it once, at
-// start, after reading its configuration.
-func Register(sources ...string) {
-	known.mu.Lock()
-	defer known.mu.Unlock()
-	for _, s := range sources {
-		if !slices.Contains(known.sources, s) {
-			known.sources = append(known.sources, s)
-		}
-	}
-}
-
-// Names are the providers hookgate knows: github, stripe and the registered
-// sources, in URLs, routes, receipts, operator filters and metrics.
-func Names() []string {
-	known.mu.RLock()
-	defer known.mu.RUnlock()
-	return slices.Concat(builtins, known.sources)
-}
-
-// Known reports whether name is one of Names.
-func Known(name string) bool { return slices.Contains(Names(), name) }
 
 // source is what every kind's Provider shares: its configuration, and the
 // reading of a payload's id, event and order fields.

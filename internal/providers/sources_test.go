@@ -4,6 +4,7 @@ import (
 	"errors"
 	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -138,19 +139,25 @@ func TestNoKindKeepsStrayHeaders(t *testing.T) {
 	}
 }
 
+// slackExample is the body of Slack's "Verifying requests from Slack" worked example.
+var slackExample = []byte("token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text=&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c")
+
 // Slack's "Verifying requests from Slack" worked example.
 func TestSlackPublishedVector(t *testing.T) {
 	const secret = "8f742231b10e8888abcd99yyyzzz85a5"
-	body := []byte("token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text=&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c")
+	body := slackExample
 	if got := verify.SignSlack(secret, time.Unix(1531420618, 0), body); got != "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503" {
 		t.Fatalf("SignSlack = %s", got)
 	}
 }
 
+// shopifyOrder is an order as Shopify's webhooks send it.
+var shopifyOrder = []byte(`{"id":820982911946154508,"email":"jon@example.com","closed_at":null,"created_at":"2021-12-31T19:00:00-05:00","total_price":"403.00","currency":"USD"}`)
+
 // Shopify and the hmac kind publish no fixed vector; these were computed
 // with OpenSSL (openssl dgst -<hash> -hmac <secret>), not with this code.
 func TestShopifyAndHMACVectorsFromOpenSSL(t *testing.T) {
-	order := []byte(`{"id":820982911946154508,"email":"jon@example.com","closed_at":null,"created_at":"2021-12-31T19:00:00-05:00","total_price":"403.00","currency":"USD"}`)
+	order := shopifyOrder
 	shop := source(t, providers.SourceConfig{Name: "shop", Kind: "shopify", Secrets: verify.Secrets{"shpss_example_secret"}})
 	h := http.Header{"Content-Type": {"application/json"}, "X-Shopify-Webhook-Id": {"b54557e4-bdd9-4b37-8a5f-bf7d70bcd043"},
 		"X-Shopify-Topic": {"orders/create"}, "X-Shopify-Shop-Domain": {"example.myshopify.com"},
@@ -193,9 +200,10 @@ func TestShopifyAndHMACVectorsFromOpenSSL(t *testing.T) {
 	}
 }
 
+// source is c's Provider, of any kind.
 func source(t *testing.T, c providers.SourceConfig) providers.Provider {
 	t.Helper()
-	p, err := providers.NewSource(c)
+	p, err := providers.New(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,6 +215,8 @@ func kindConfigs() map[string]providers.SourceConfig {
 	secrets := verify.Secrets{"whsec_bmV3LXNlY3JldC1rZXktMzItYnl0ZXMtbG9uZyEh", "whsec_b2xkLXNlY3JldC1rZXktMzItYnl0ZXMtbG9uZyEh"}
 	plain := verify.Secrets{"new-secret", "old-secret"}
 	return map[string]providers.SourceConfig{
+		"github":            {Name: "github", Kind: "github", Secrets: plain},
+		"stripe":            {Name: "stripe", Kind: "stripe", Secrets: secrets},
 		"standard-webhooks": {Name: "clerk", Kind: "standard-webhooks", Secrets: secrets},
 		"shopify":           {Name: "shop", Kind: "shopify", Secrets: plain},
 		"slack":             {Name: "slack", Kind: "slack", Secrets: plain},
@@ -216,14 +226,122 @@ func kindConfigs() map[string]providers.SourceConfig {
 	}
 }
 
-// Every kind in the registry has a configuration in this test, so a new
-// kind without one fails here.
+// Every kind in the registry, built in or not, has a configuration in this
+// test, so a new kind without one fails here.
 func TestEveryKindIsTested(t *testing.T) {
 	configs := kindConfigs()
-	for _, k := range providers.KindNames() {
+	for _, k := range slices.Sorted(maps.Keys(providers.Kinds)) {
 		if _, ok := configs[k]; !ok {
 			t.Errorf("kind %s has no configuration in kindConfigs: add one, and it is tested everywhere", k)
 		}
+	}
+}
+
+// vector is a request a sender signed, from its documentation (or, for a
+// sender that publishes none, computed with OpenSSL, not with this code).
+type vector struct {
+	cfg       providers.SourceConfig
+	at        time.Time
+	id, event string // what the kind's Sign is given
+	body      []byte
+	header    http.Header // the request's headers, as the sender sent them
+	signature string      // the header that carries the signature
+	// wantErr is nil when the delivery is accepted, or the error it is
+	// refused with once its signature verified: the documentation's payload
+	// is not always a delivery (ErrBadPayload).
+	wantErr error
+}
+
+// vectors are each kind's published vector, by kind.
+func vectors() map[string]vector {
+	at := time.Unix(1767225600, 0)
+	stripeBody := []byte(`{"id":"evt_1","object":"event","type":"invoice.paid","created":1767225600,"data":{"object":{"id":"in_1","object":"invoice"}}}`)
+	return map[string]vector{
+		// https://docs.github.com/en/webhooks/using-webhooks/validating-webhook-deliveries#testing-the-webhook-payload-validation
+		"github": {cfg: providers.SourceConfig{Name: "github", Kind: "github", Secrets: verify.Secrets{"It's a Secret to Everybody"}},
+			at: at, id: "72d3162e-cc78-11e3-81ab-4c9367dc0958", event: "ping", body: []byte("Hello, World!"),
+			header: http.Header{"Content-Type": {"application/json"}, "X-Github-Delivery": {"72d3162e-cc78-11e3-81ab-4c9367dc0958"},
+				"X-Github-Event": {"ping"}, "X-Github-Hook-Id": {"1"},
+				"X-Hub-Signature-256": {"sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"}},
+			signature: "X-Hub-Signature-256", wantErr: providers.ErrBadPayload},
+		// Stripe's scheme (https://docs.stripe.com/webhooks#verify-manually):
+		// openssl dgst -sha256 -hmac whsec_test_secret of "<t>.<body>".
+		"stripe": {cfg: providers.SourceConfig{Name: "stripe", Kind: "stripe", Secrets: verify.Secrets{"whsec_test_secret"}},
+			at: at, id: "evt_1", event: "invoice.paid", body: stripeBody,
+			header: http.Header{"Content-Type": {"application/json; charset=utf-8"},
+				"Stripe-Signature": {"t=1767225600,v1=c5f117a15d9cf24dcd28ccbc8b62f60b11e2c4f30b299c0613a0166f3c79693f"}},
+			signature: "Stripe-Signature"},
+		// The Standard Webhooks specification's test vector; its payload has no type.
+		"standard-webhooks": {cfg: providers.SourceConfig{Name: "clerk", Kind: "standard-webhooks", Secrets: verify.Secrets{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}},
+			at: time.Unix(1614265330, 0), id: "msg_p5jXN8AQM9LWM0D4loKWxJek", body: []byte(`{"test": 2432232314}`),
+			header: http.Header{"Content-Type": {"application/json"}, "Webhook-Id": {"msg_p5jXN8AQM9LWM0D4loKWxJek"},
+				"Webhook-Timestamp": {"1614265330"}, "Webhook-Signature": {"v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="}},
+			signature: "Webhook-Signature", wantErr: providers.ErrBadPayload},
+		// Slack's "Verifying requests from Slack" worked example (a slash
+		// command's form body, so not an Events API delivery).
+		"slack": {cfg: providers.SourceConfig{Name: "slack", Kind: "slack", Secrets: verify.Secrets{"8f742231b10e8888abcd99yyyzzz85a5"}},
+			at: time.Unix(1531420618, 0), body: slackExample,
+			header: http.Header{"Content-Type": {"application/json"}, "X-Slack-Request-Timestamp": {"1531420618"},
+				"X-Slack-Signature": {"v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503"}},
+			signature: "X-Slack-Signature", wantErr: providers.ErrBadPayload},
+		// Computed with openssl dgst -sha256 -hmac shpss_example_secret -binary | base64.
+		"shopify": {cfg: providers.SourceConfig{Name: "shop", Kind: "shopify", Secrets: verify.Secrets{"shpss_example_secret"}},
+			at: at, id: "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043", event: "orders.create", body: shopifyOrder,
+			header: http.Header{"Content-Type": {"application/json"}, "X-Shopify-Webhook-Id": {"b54557e4-bdd9-4b37-8a5f-bf7d70bcd043"},
+				"X-Shopify-Topic": {"orders/create"}, "X-Shopify-Hmac-Sha256": {"eMLOYqjwC/1fQ0q9PTeH238wBKchfP3+kCgtHXChmxI="}},
+			signature: "X-Shopify-Hmac-Sha256"},
+		// GitLab's webhook token (https://docs.gitlab.com/user/project/integrations/webhooks/#validate-payloads-by-using-a-secret-token):
+		// X-Gitlab-Token is the secret itself.
+		"gitlab": {cfg: providers.SourceConfig{Name: "gitlab", Kind: "gitlab", Secrets: verify.Secrets{"glpat-like-secret-token"}},
+			at: at, id: "13792a34-cac6-4fda-95a8-c58e00a3954e", event: "push", body: []byte(`{"object_kind":"push","ref":"refs/heads/main"}`),
+			header: http.Header{"Content-Type": {"application/json"}, "X-Gitlab-Event": {"Push Hook"},
+				"X-Gitlab-Event-Uuid": {"13792a34-cac6-4fda-95a8-c58e00a3954e"}, "X-Gitlab-Token": {"glpat-like-secret-token"}},
+			signature: "X-Gitlab-Token"},
+		// Computed with openssl dgst -sha512 -hmac acme-secret -binary | base64 of "<t>.<body>".
+		"hmac": {cfg: providers.SourceConfig{Name: "acme", Kind: "hmac", Secrets: verify.Secrets{"acme-secret"},
+			HMAC: providers.HMACScheme{SignatureHeader: "X-Acme-Signature", Algorithm: "sha512", Encoding: "base64", Prefix: "sha512=",
+				TimestampHeader: "X-Acme-Timestamp", IDHeader: "X-Acme-Delivery", EventField: "event"}},
+			at: at, id: "dlv_1", event: "order.paid", body: []byte(`{"event":"order.paid","order":{"id":"ord_1","paid_at":1767225600}}`),
+			header: http.Header{"Content-Type": {"application/json"}, "X-Acme-Timestamp": {"1767225600"}, "X-Acme-Delivery": {"dlv_1"},
+				"X-Acme-Signature": {"sha512=HsOVzTY6qHlwpgqWs2wCMXZhVdw5XMvjz9K9IEW0UjGwWegF/hjbgmD3pG/zfijC1BblF2uLINoOSERuk7gDlQ=="}},
+			signature: "X-Acme-Signature"},
+	}
+}
+
+// Every kind has a published vector, which its verification accepts and its
+// Sign (what gateway send, the bench and the tests send) reproduces: a kind
+// added without one fails here.
+func TestEveryKindHasAPublishedVector(t *testing.T) {
+	all := vectors()
+	for _, kind := range slices.Sorted(maps.Keys(providers.Kinds)) {
+		t.Run(kind, func(t *testing.T) {
+			v, ok := all[kind]
+			if !ok {
+				t.Fatalf("kind %s has no published vector in vectors(): add the sender's documented example", kind)
+			}
+			if v.cfg.Kind != kind {
+				t.Fatalf("the vector of %s is of kind %s", kind, v.cfg.Kind)
+			}
+			h := http.Header{}
+			if err := providers.Kinds[kind].Sign(v.cfg, h, v.body, v.id, v.event, v.at); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := h.Get(v.signature), v.header.Get(v.signature); got != want {
+				t.Errorf("Sign: %s = %q, want the vector's %q", v.signature, got, want)
+			}
+			_, err := providers.Parse(source(t, v.cfg), v.header, v.body, v.at)
+			if v.wantErr == nil && err != nil || v.wantErr != nil && !errors.Is(err, v.wantErr) {
+				t.Errorf("the vector's delivery: %v, want %v", err, v.wantErr)
+			}
+			// Another body under the vector's signature is refused (GitLab's
+			// token covers no body).
+			if kind != "gitlab" {
+				other := append(slices.Clip(v.body), ' ')
+				if _, err := providers.Parse(source(t, v.cfg), v.header, other, v.at); !errors.Is(err, verify.ErrSignatureMismatch) {
+					t.Errorf("another body: %v", err)
+				}
+			}
+		})
 	}
 }
 
@@ -273,7 +391,7 @@ func TestEveryKindVerifiesAsItsSenderSigns(t *testing.T) {
 			}
 			// No signature at all.
 			h := sign(c, body, now)
-			for _, name := range []string{"Webhook-Signature", "X-Shopify-Hmac-Sha256", "X-Slack-Signature", "X-Gitlab-Token", "X-Acme-Signature"} {
+			for _, name := range []string{"X-Hub-Signature-256", "Stripe-Signature", "Webhook-Signature", "X-Shopify-Hmac-Sha256", "X-Slack-Signature", "X-Gitlab-Token", "X-Acme-Signature"} {
 				h.Del(name)
 			}
 			if _, err := providers.Parse(p, h, body, now); !errors.Is(err, verify.ErrMissingSignature) {
@@ -286,7 +404,7 @@ func TestEveryKindVerifiesAsItsSenderSigns(t *testing.T) {
 				t.Errorf("text/plain: %v", err)
 			}
 			// The id, where a header carries it.
-			for _, name := range []string{"Webhook-Id", "X-Shopify-Webhook-Id", "X-Gitlab-Event-Uuid", "X-Acme-Delivery"} {
+			for _, name := range []string{"X-Github-Delivery", "Webhook-Id", "X-Shopify-Webhook-Id", "X-Gitlab-Event-Uuid", "X-Acme-Delivery"} {
 				h = sign(c, body, now)
 				if h.Get(name) == "" {
 					continue
@@ -299,7 +417,7 @@ func TestEveryKindVerifiesAsItsSenderSigns(t *testing.T) {
 			// Timestamps: signed 6 minutes ago, or 6 minutes ahead.
 			for _, skew := range []time.Duration{-6 * time.Minute, 6 * time.Minute} {
 				_, err := providers.Parse(p, sign(c, body, now.Add(skew)), body, now)
-				timestamped := kind != "shopify" && kind != "gitlab"
+				timestamped := k.Timed(c)
 				if timestamped && !errors.Is(err, verify.ErrTimestampOutOfTolerance) {
 					t.Errorf("signed %s from now: %v", skew, err)
 				}
@@ -390,6 +508,8 @@ func TestNewSourceRefusesWhatCannotWork(t *testing.T) {
 		{providers.SourceConfig{Name: "github", Kind: "gitlab", Secrets: s}, "built in"},
 		{providers.SourceConfig{Name: "Acme", Kind: "gitlab", Secrets: s}, "key name"},
 		{providers.SourceConfig{Name: "acme", Kind: "bitbucket", Secrets: s}, "key kind: must be one of gitlab, hmac, shopify, slack, standard-webhooks"},
+		{providers.SourceConfig{Name: "acme", Kind: "github", Secrets: s}, "key kind: must be one of gitlab, hmac, shopify, slack, standard-webhooks"},
+		{providers.SourceConfig{Name: "stripe", Kind: "stripe", Secrets: s}, "key name: stripe is built in"},
 		{providers.SourceConfig{Name: "acme", Kind: "gitlab"}, "key secret_env: the variable it names holds no secret"},
 		{providers.SourceConfig{Name: "acme", Kind: "standard-webhooks", Secrets: verify.Secrets{"whsec_!!"}}, "key secret_env: each secret the variable it names holds must be whsec_ followed by base64"},
 		{providers.SourceConfig{Name: "acme", Kind: "gitlab", Secrets: s, Order: &providers.OrderPaths{Entity: "a..b", Time: "t"}}, "key order"},

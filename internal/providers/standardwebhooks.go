@@ -34,6 +34,7 @@ var standardWebhooksKind = Kind{
 		}
 		return p, nil
 	},
+	Timed: timed,
 	Sign: func(c SourceConfig, h http.Header, body []byte, id, _ string, now time.Time) error {
 		sig, err := verify.SignStandard(c.Secrets[0], id, now, body)
 		if err != nil {

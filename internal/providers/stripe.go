@@ -5,17 +5,41 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hookgate/hookgate/internal/verify"
 )
 
-// Stripe verifies and parses Stripe webhook deliveries.
+// Stripe verifies and parses Stripe webhook deliveries, as Stripe documents
+// them: https://docs.stripe.com/webhooks#verify-manually (Stripe-Signature,
+// t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">) and
+// https://docs.stripe.com/api/events/object.
 type Stripe struct {
 	// Secrets are the endpoint's whsec_... signing secrets; any may match.
 	Secrets verify.Secrets
 	// Tolerance is how far the signature's t may be from the clock, either way.
 	Tolerance time.Duration
+}
+
+// stripeKind is Stripe's, built in: STRIPE_WEBHOOK_SECRET (and
+// STRIPE_TOLERANCE) configures it.
+var stripeKind = Kind{
+	New:   func(c SourceConfig) (Provider, error) { return Stripe{Secrets: c.Secrets, Tolerance: c.Tolerance}, nil },
+	Timed: timed,
+	Env:   "STRIPE_WEBHOOK_SECRET",
+	Sign: func(c SourceConfig, h http.Header, body []byte, _, _ string, now time.Time) error {
+		h.Set("Content-Type", "application/json; charset=utf-8")
+		h.Set("User-Agent", "Stripe/1.0 (+https://stripe.com/docs/webhooks)")
+		h.Set("Stripe-Signature", verify.SignTimestamped(c.Secrets[0], now, body))
+		return nil
+	},
+	Sample: stripeSample,
+}
+
+// Source returns Stripe's configuration as a source of kind stripe.
+func (s Stripe) Source() SourceConfig {
+	return SourceConfig{Name: "stripe", Kind: "stripe", Secrets: s.Secrets, Tolerance: s.Tolerance}
 }
 
 // Name returns "stripe".
@@ -83,4 +107,24 @@ func StripeEvent(body []byte) (Delivery, error) {
 		d.Entity, d.EventTime = "stripe:"+object, created
 	}
 	return d, nil
+}
+
+// stripeSample is a Stripe event of type eventType whose id is evt_<id>.
+func stripeSample(_ SourceConfig, id, eventType string, now time.Time) []byte {
+	id = strings.ReplaceAll(id, "-", "")
+	object := map[string]any{"id": "obj_" + id, "object": "unknown"}
+	switch {
+	case strings.HasPrefix(eventType, "customer.subscription."):
+		object = map[string]any{"id": "sub_demo", "object": "subscription", "customer": "cus_demo", "status": "active"}
+	case strings.HasPrefix(eventType, "invoice."):
+		object = map[string]any{"id": "in_" + id, "object": "invoice", "customer": "cus_demo", "amount_paid": 2000, "currency": "usd"}
+	case strings.HasPrefix(eventType, "customer."):
+		object = map[string]any{"id": "cus_demo", "object": "customer"}
+	case strings.HasPrefix(eventType, "payment_intent."):
+		object = map[string]any{"id": "pi_" + id, "object": "payment_intent", "amount": 2000, "currency": "usd"}
+	}
+	return sample(map[string]any{
+		"id": "evt_" + id, "object": "event", "api_version": "2024-06-20", "type": eventType,
+		"created": now.Unix(), "livemode": false, "data": map[string]any{"object": object},
+	})
 }

@@ -99,10 +99,10 @@ func startGateway(t *testing.T) *gateway {
 	g.job.Ingester = g.ingester
 	g.srv = httptest.NewServer(server.New(server.Config{
 		Logger: logger,
-		Providers: []providers.Provider{
+		Providers: mustRegistry(t,
 			providers.GitHub{Secrets: verify.Secrets{ghSecret}},
 			providers.Stripe{Secrets: verify.Secrets{stripeSecret}, Tolerance: 5 * time.Minute},
-		},
+		),
 		Ingester: g.ingester,
 		Ready:    func(context.Context) error { return nil },
 	}))
@@ -773,4 +773,14 @@ func TestRecoveryDoesNotCountARefusedRedelivery(t *testing.T) {
 	if n := count(t, g.pool, `SELECT attempts FROM hookgate_recovery_requests`); n != 1 {
 		t.Errorf("attempts after the first real ask: %d", n)
 	}
+}
+
+// mustRegistry is the registry of provs.
+func mustRegistry(t testing.TB, provs ...providers.Provider) *providers.Registry {
+	t.Helper()
+	r, err := providers.NewRegistry(provs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

@@ -215,7 +215,7 @@ type listResponse struct {
 
 func (s *server) handleListDeliveries(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f, err := deliveries.FilterFromQuery(q, s.Now())
+	f, err := deliveries.FilterFromQuery(q, s.Now(), s.Providers)
 	if err != nil {
 		writeError(w, r, s.Logger, err)
 		return
@@ -357,7 +357,7 @@ func (s *server) handleBulkReplay(w http.ResponseWriter, r *http.Request) {
 	var req bulkReplayRequest
 	s.idempotent(w, r, "bulk_replay", &req, func(ctx context.Context, tx pgx.Tx) (any, error) {
 		q := url.Values{"provider": {req.Provider}, "event": {req.Event}, "state": {req.State}, "since": {req.Since}, "until": {req.Until}}
-		f, err := deliveries.FilterFromQuery(q, s.Now())
+		f, err := deliveries.FilterFromQuery(q, s.Now(), s.Providers)
 		if err != nil {
 			return nil, err
 		}

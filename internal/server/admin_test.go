@@ -109,10 +109,10 @@ func setupAdminOn(t *testing.T, pool *pgxpool.Pool, token string, opts ...func(*
 	}
 	b.handler = server.New(server.Config{
 		Logger: logger,
-		Providers: []providers.Provider{
+		Providers: mustRegistry(t,
 			providers.GitHub{Secrets: verify.Secrets{ghSecret}},
 			providers.Stripe{Secrets: verify.Secrets{stripeSecret}, Tolerance: 5 * time.Minute},
-		},
+		),
 		Ingester:   &ingest.Ingester{Pool: b.pool, Receipts: store, Enqueuer: enq},
 		Ready:      func(context.Context) error { return nil },
 		Now:        func() time.Time { return now },

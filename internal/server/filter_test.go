@@ -26,7 +26,7 @@ func filterRoutes(t *testing.T, yaml string) fanout.Table {
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	table, err := fanout.Load("", path, []string{"log"}, fanout.Defaults{Concurrency: 4})
+	table, err := fanout.Load("", path, []string{"log"}, fanout.Defaults{Concurrency: 4, Sources: testSourceNames()})
 	if err != nil {
 		t.Fatal(err)
 	}

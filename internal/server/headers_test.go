@@ -19,7 +19,6 @@ import (
 func TestStandardWebhooksStoresOnlyTheVerifiedFamily(t *testing.T) {
 	t.Parallel()
 	c := testSources["standard-webhooks"]
-	providers.Register(c.Name) // before its routes are read, as the gateway does
 	b := setup(t, setupOpts{routes: filterRoutes(t, `
 routes:
   - name: both-families

@@ -51,6 +51,15 @@ var testSources = map[string]providers.SourceConfig{
 		TimestampHeader: "X-Acme-Timestamp", IDHeader: "X-Acme-Delivery", EventField: "type"}},
 }
 
+// testSourceNames are testSources' names, which routes may name.
+func testSourceNames() []string {
+	var names []string
+	for _, c := range testSources {
+		names = append(names, c.Name)
+	}
+	return names
+}
+
 type testBundle struct {
 	pool    *pgxpool.Pool
 	handler http.Handler
@@ -99,12 +108,11 @@ func setup(t testing.TB, opts setupOpts) *testBundle {
 		if err != nil {
 			t.Fatalf("kind %s: %v", k, err)
 		}
-		providers.Register(src.Name())
 		provs = append(provs, src)
 	}
 	h := server.New(server.Config{
 		Logger:    logger,
-		Providers: provs,
+		Providers: mustRegistry(t, provs...),
 		Ingester: &ingest.Ingester{
 			Pool:       ingestPool,
 			Receipts:   &receipts.Store{Retention: 72 * time.Hour},
@@ -505,4 +513,14 @@ func TestHealthAndReadiness(t *testing.T) {
 	res := b.do(t, httptest.NewRequest(http.MethodGet, "/webhooks/github", nil))
 	wantError(t, res, http.StatusMethodNotAllowed, "method_not_allowed")
 	wantError(t, b.do(t, httptest.NewRequest(http.MethodGet, "/nope", nil)), http.StatusNotFound, "not_found")
+}
+
+// mustRegistry is the registry of provs.
+func mustRegistry(t testing.TB, provs ...providers.Provider) *providers.Registry {
+	t.Helper()
+	r, err := providers.NewRegistry(provs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

@@ -31,8 +31,10 @@ type Config struct {
 	// Logger logs server-side failures; never payloads or secrets. Defaults
 	// to slog.Default().
 	Logger *slog.Logger
-	// Providers are the configured providers; others answer 404.
-	Providers []providers.Provider
+	// Providers are the gateway's providers: each configured one serves
+	// /webhooks/<name>, others answer 404; their names are the metrics'
+	// provider labels and the operator filters' choices.
+	Providers *providers.Registry
 	// Ingester records verified deliveries.
 	Ingester *ingest.Ingester
 	// Ready reports whether the database answers and its schema is current;
@@ -91,7 +93,7 @@ func New(cfg Config) http.Handler {
 		ready: &throttle.Value[struct{}]{Every: time.Second, Read: func(ctx context.Context) (struct{}, error) {
 			return struct{}{}, cfg.Ready(ctx)
 		}}}
-	for _, p := range cfg.Providers {
+	for _, p := range cfg.Providers.Providers() {
 		s.providers[p.Name()] = p
 	}
 	if cfg.Admin.Token != "" && cfg.Admin.Pool != nil {
@@ -106,7 +108,7 @@ func New(cfg Config) http.Handler {
 		if cfg.Admin.Enqueuer != nil && !cfg.Admin.NoConsole {
 			s.console = console.New(console.Config{
 				Token: cfg.Admin.Token, Actor: Actor(cfg.Admin.Token), Pool: cfg.Admin.Pool, Enqueuer: cfg.Admin.Enqueuer,
-				Routes: cfg.Admin.Routes, Logger: cfg.Logger, Now: cfg.Now, Classify: classify,
+				Routes: cfg.Admin.Routes, Providers: cfg.Providers, Logger: cfg.Logger, Now: cfg.Now, Classify: classify,
 				Sessions: sessions, Guesses: cfg.Admin.Guesses, PublicURL: cfg.Admin.PublicURL,
 			})
 		}
@@ -176,7 +178,7 @@ func (s *server) handleIngest(w http.ResponseWriter, r *http.Request) {
 	secretIndex := -1
 	fail := func(err error) {
 		status, code := writeError(w, r, s.Logger, err)
-		s.Metrics.Ingest(metricProvider(name), code, secretIndex, time.Since(start))
+		s.Metrics.Ingest(s.metricProvider(name), code, secretIndex, time.Since(start))
 		s.Rejections.Record(rejections.FromRequest(r, name, status, code, start))
 	}
 	p, ok := s.providers[name]
@@ -229,8 +231,8 @@ func (s *server) handleIngest(w http.ResponseWriter, r *http.Request) {
 
 // metricProvider keeps the provider label's values few: names from the URL
 // that are no provider's are one value.
-func metricProvider(name string) string {
-	if providers.Known(name) {
+func (s *server) metricProvider(name string) string {
+	if s.Providers.Known(name) {
 		return name
 	}
 	return "unknown"
