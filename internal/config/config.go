@@ -223,7 +223,7 @@ func (c Config) Validate() error {
 			c.MaxBodyBytes, c.MaxInflightBytes)
 	}
 	if c.MetricsAddr != "" && c.MetricsAddr == c.Addr {
-		bad("GATEWAY_METRICS_ADDR", "must differ from GATEWAY_ADDR (%s)", c.Addr)
+		bad("GATEWAY_METRICS_ADDR", "must differ from GATEWAY_ADDR")
 	}
 	if c.Retention < MinRetention {
 		bad("GATEWAY_RETENTION", "must be at least %s (providers retry for 3 days), got %s", MinRetention, c.Retention)
@@ -238,7 +238,8 @@ func (c Config) Validate() error {
 		bad("GATEWAY_WORKERS", "must be 1 to %d, got %d", fanout.MaxConcurrency, c.Workers)
 	}
 	if c.Console != "on" && c.Console != "off" {
-		bad("GATEWAY_CONSOLE", "must be on or off, got %q", c.Console)
+		// Not the value: whatever was pasted there may be a secret.
+		bad("GATEWAY_CONSOLE", "must be on or off")
 	}
 	if c.PublicURL != "" && !publicURL(c.PublicURL) {
 		// Not the value: a URL may carry a password.
@@ -256,7 +257,11 @@ func (c Config) Validate() error {
 	}
 	if c.ConfigFile != "" {
 		if _, err := os.Stat(c.ConfigFile); err != nil {
-			bad("GATEWAY_CONFIG_FILE", "%v", err)
+			// The reason without the path, which may be a secret pasted there.
+			if pe := (*os.PathError)(nil); errors.As(err, &pe) {
+				err = pe.Err
+			}
+			bad("GATEWAY_CONFIG_FILE", "the file it names cannot be read: %v", err)
 		}
 	}
 	return errors.Join(errs...)

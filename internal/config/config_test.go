@@ -204,3 +204,28 @@ func TestEveryBuiltinKindIsConfiguredByItsVariable(t *testing.T) {
 		})
 	}
 }
+
+// A secret pasted into a variable that is no secret's is not shown either:
+// the error names the variable and what it must hold.
+func TestErrorsNeverShowAPastedSecret(t *testing.T) {
+	const pasted = "B7E1F0A9C3D2E1F0A9B8C7D6E5F4A3B2"
+	for _, tt := range []struct{ name, want string }{
+		{"GATEWAY_CONSOLE", "GATEWAY_CONSOLE: must be on or off"},
+		{"GATEWAY_CONFIG_FILE", "GATEWAY_CONFIG_FILE: the file it names cannot be read: no such file or directory"},
+		{"GATEWAY_METRICS_ADDR", "GATEWAY_METRICS_ADDR: must differ from GATEWAY_ADDR"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv(tt.name, pasted)
+			if tt.name == "GATEWAY_METRICS_ADDR" {
+				t.Setenv("GATEWAY_ADDR", pasted)
+			}
+			_, err := config.Load()
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want it to contain %q", err, tt.want)
+			}
+			if strings.Contains(err.Error(), "B7E1F0A9") {
+				t.Fatalf("the error shows the value: %v", err)
+			}
+		})
+	}
+}

@@ -60,13 +60,15 @@ func (h Hook) scope() string {
 func ParseHooks(s string) ([]Hook, error) {
 	var hooks []Hook
 	seen := map[Hook]bool{}
-	for _, f := range strings.Fields(s) {
+	// An entry is named by its place, never shown: a secret pasted into
+	// the variable would be.
+	for i, f := range strings.Fields(s) {
 		h, err := parseHook(f)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("entry %d %w", i+1, err)
 		}
 		if seen[h] {
-			return nil, fmt.Errorf("%q is listed twice", f)
+			return nil, fmt.Errorf("entry %d is listed twice", i+1)
 		}
 		seen[h] = true
 		hooks = append(hooks, h)
@@ -78,7 +80,7 @@ func parseHook(f string) (Hook, error) {
 	if f == "app" {
 		return Hook{Kind: "app"}, nil
 	}
-	bad := fmt.Errorf("%q is not repo:OWNER/NAME:HOOK_ID, org:ORG:HOOK_ID or app", f)
+	bad := errors.New("is not repo:OWNER/NAME:HOOK_ID, org:ORG:HOOK_ID or app")
 	if strings.Contains(f, ",") {
 		bad = fmt.Errorf("%w (hooks are separated by spaces, not commas)", bad)
 	}
@@ -92,7 +94,7 @@ func parseHook(f string) (Hook, error) {
 	}
 	id, err := strconv.ParseInt(rest[i+1:], 10, 64)
 	if err != nil || id <= 0 {
-		return Hook{}, fmt.Errorf("%q: the hook id must be a positive number", f)
+		return Hook{}, errors.New("has a hook id that is not a positive number")
 	}
 	name := rest[:i]
 	h := Hook{Kind: kind, ID: id}
