@@ -239,8 +239,9 @@ func (rs Table) ByName(name string) (Route, bool) {
 }
 
 var (
-	routeNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
-	patternRE   = regexp.MustCompile(`^[A-Za-z0-9_.*-]{1,255}$`)
+	routeNameRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+	handlerNameRE = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+	patternRE     = regexp.MustCompile(`^[A-Za-z0-9_.*-]{1,255}$`)
 )
 
 // Parse parses GATEWAY_ROUTES: space-separated name=match[,match...]>target.
@@ -306,7 +307,8 @@ func parseMatch(m string, sources []string) (Match, error) {
 	if !ok || (provider != "*" && !known) || !patternRE.MatchString(pattern) {
 		names := slices.Concat(providers.Builtins(), sources)
 		slices.Sort(names)
-		return Match{}, fmt.Errorf("match %q must be provider:pattern with provider %s or *", m, strings.Join(slices.Compact(names), ", "))
+		// Not the match itself: whatever was pasted there may be a secret.
+		return Match{}, fmt.Errorf("a match must be provider:pattern with provider %s or *", strings.Join(slices.Compact(names), ", "))
 	}
 	return Match{Provider: provider, Pattern: pattern}, nil
 }
@@ -315,8 +317,9 @@ func parseMatch(m string, sources []string) (Match, error) {
 // even redacted, a URL may carry a credential in its path.
 func checkTarget(target string, builtins []string) error {
 	if name, ok := strings.CutPrefix(target, "builtin:"); ok {
-		if name == "" {
-			return errors.New("builtin: must name a handler (builtin:<name>)")
+		if !handlerNameRE.MatchString(name) {
+			// Not the name: whatever was pasted there may be a secret.
+			return errors.New("builtin:<name> names a handler by 1-64 of a-z, 0-9, _ and -")
 		}
 		if builtins != nil && !slices.Contains(builtins, name) {
 			return fmt.Errorf("no builtin handler named %q (have %s)", name, strings.Join(builtins, ", "))

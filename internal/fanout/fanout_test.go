@@ -106,6 +106,8 @@ func TestParseErrorsNeverShowAnEntry(t *testing.T) {
 		{"ci=github:push>" + slack, `bad route, entry 1 ("ci"): the target must be an http:// or https:// URL`},
 		{"ci=github:push>https://hooks.slack.com:99999/services/T0000/B0000/" + secret, `bad route, entry 1 ("ci"): the target's port must be 1 to 65535`},
 		{"a=github:push>builtin:log ci=github:push>https://" + slack + " ci=github:push>builtin:log", `bad route, entry 3 ("ci"): the name ci is used twice`},
+		{"ci=" + secret + ">builtin:log", `bad route, entry 1 ("ci"): a match must be provider:pattern`},
+		{"ci=github:push>builtin:" + secret, `bad route, entry 1 ("ci"): builtin:<name> names a handler by`},
 	} {
 		_, err := fanout.Parse(tt.routes, []string{"log"}, fanout.Defaults{})
 		if !errors.Is(err, fanout.ErrBadTable) || !strings.Contains(err.Error(), tt.want) {
