@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/hookgate/hookgate/internal/jobs"
+	"github.com/hookgate/hookgate/internal/handlers"
 )
 
 // Delivery is what a handler is given: one stored event, as its route sees
@@ -96,12 +96,12 @@ type Handler func(ctx context.Context, tx pgx.Tx, d Delivery) error
 // Discard marks a handler's error as permanent: the dispatch is discarded at
 // once, without spending its other attempts, and stays visible to operators,
 // who may replay it. errors.Is and errors.As see through it to err.
-func Discard(err error) error { return jobs.Discard(err) }
+func Discard(err error) error { return handlers.Discard(err) }
 
-// jobsHandler adapts h to the dispatch worker's handler type (the same
+// builtinHandler adapts h to the dispatch worker's handler type (the same
 // fields, so a conversion).
-func jobsHandler(h Handler) jobs.Handler {
-	return func(ctx context.Context, tx pgx.Tx, d jobs.Delivery) error {
+func builtinHandler(h Handler) handlers.Handler {
+	return func(ctx context.Context, tx pgx.Tx, d handlers.Delivery) error {
 		return h(ctx, tx, Delivery(d))
 	}
 }

@@ -54,7 +54,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
-	"github.com/hookgate/hookgate/internal/jobs"
+	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/recovery"
 )
 
@@ -63,7 +63,7 @@ import (
 type Gateway struct {
 	cfg       Config
 	opts      options
-	handlers  jobs.Handlers
+	handlers  handlers.Registry
 	recoverer *recovery.Recoverer
 
 	ran     atomic.Bool
@@ -93,14 +93,14 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	if o.logger == nil {
 		o.logger = slog.Default()
 	}
-	handlers := jobs.DefaultHandlers(o.logger)
+	builtins := handlers.Default(o.logger)
 	for name, h := range o.handlers {
-		if _, shipped := handlers[name]; shipped {
+		if _, shipped := builtins[name]; shipped {
 			return nil, fmt.Errorf("hookgate.New: WithHandler(%q): a shipped handler's name", name)
 		}
-		handlers[name] = jobsHandler(h)
+		builtins[name] = builtinHandler(h)
 	}
-	if err := cfg.routes.CheckBuiltins(handlers.Names()); err != nil {
+	if err := cfg.routes.CheckBuiltins(builtins.Names()); err != nil {
 		where := "GATEWAY_ROUTES"
 		if cfg.env.Routes == "" {
 			where = "configuration file " + cfg.env.ConfigFile
@@ -120,7 +120,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	if recoverer.GitHub, recoverer.Stripe, err = recovery.FromConfig(cfg.env); err != nil {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}
-	return &Gateway{cfg: cfg, opts: o, handlers: handlers, recoverer: recoverer, started: make(chan struct{})}, nil
+	return &Gateway{cfg: cfg, opts: o, handlers: builtins, recoverer: recoverer, started: make(chan struct{})}, nil
 }
 
 // Run starts the database (the private PostgreSQL when DATABASE_URL is

@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/hookgate/hookgate"
+	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/verify"
@@ -50,7 +51,7 @@ const DefaultMaxAttempts = 25
 type Result struct {
 	// State is Succeeded, Retrying or Discarded.
 	State string
-	// Err is the handler's error (a panic is a *jobs.PanicError, whose
+	// Err is the handler's error (a panic is a *handlers.PanicError, whose
 	// message starts "panic:"); nil when it succeeded.
 	Err error
 }
@@ -85,9 +86,9 @@ func (a Attempt) Work(ctx context.Context, tx pgx.Tx, h hookgate.Handler, d hook
 	if err != nil {
 		return Result{State: Retrying, Err: fmt.Errorf("savepoint: %w", err)}
 	}
-	err = jobs.Call(ctx, sp, func(ctx context.Context, tx pgx.Tx, jd jobs.Delivery) error {
+	err = handlers.Call(ctx, sp, func(ctx context.Context, tx pgx.Tx, jd handlers.Delivery) error {
 		return h(ctx, tx, hookgate.Delivery(jd))
-	}, jobs.Delivery(d))
+	}, handlers.Delivery(d))
 	if err != nil {
 		if rerr := sp.Rollback(ctx); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("roll back the savepoint: %w", rerr))

@@ -36,6 +36,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
@@ -396,7 +397,7 @@ func runCeiling(ctx context.Context, env Env, o options, gen *generator) (float6
 		return 0, err
 	}
 	defer closeDB()
-	routes, err := env.Config.LoadRoutes(jobs.DefaultHandlers(nil).Names())
+	routes, err := env.Config.LoadRoutes(handlers.Default(nil).Names())
 	if err != nil {
 		return 0, err
 	}

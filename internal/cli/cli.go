@@ -28,6 +28,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/deliveries"
+	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
 )
@@ -389,7 +390,7 @@ func replay(ctx context.Context, env Env, args []string) error {
 // Enqueuer that creates dispatches as the gateway does: for commands that
 // create them (replay, recover).
 func openEnqueuer(ctx context.Context, env Env) (*pgxpool.Pool, *jobs.Enqueuer, func(), error) {
-	table, err := env.Config.LoadRoutes(jobs.DefaultHandlers(nil).Names())
+	table, err := env.Config.LoadRoutes(handlers.Default(nil).Names())
 	if err != nil {
 		return nil, nil, nil, err
 	}

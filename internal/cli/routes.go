@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/routes"
@@ -41,7 +42,7 @@ func routesCmd(ctx context.Context, env Env, args []string) error {
 	case args[0] != "list":
 		return usageErr("routes: unknown command %q", args[0])
 	}
-	table, err := env.Config.LoadRoutes(jobs.DefaultHandlers(nil).Names())
+	table, err := env.Config.LoadRoutes(handlers.Default(nil).Names())
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
@@ -29,7 +30,7 @@ func setup(t *testing.T) (*ingest.Ingester, *pgxpool.Pool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	routes, err := fanout.Parse("a=github:push>builtin:log b=*:*>builtin:log", jobs.DefaultHandlers(logger).Names(), fanout.Defaults{})
+	routes, err := fanout.Parse("a=github:push>builtin:log b=*:*>builtin:log", handlers.Default(logger).Names(), fanout.Defaults{})
 	if err != nil {
 		t.Fatal(err)
 	}

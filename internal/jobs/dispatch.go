@@ -3,6 +3,7 @@ package jobs
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/filter"
+	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/providers"
 )
 
@@ -222,4 +224,15 @@ func (e *Enqueuer) insertTx(ctx context.Context, tx pgx.Tx, want []Created) ([]C
 		}
 	}
 	return created, nil
+}
+
+// StateAfter is the state a builtin dispatch records after an attempt of its
+// handler failed with err: discarded when err is a handlers.DiscardError or the
+// attempt was its last, else retrying.
+func StateAfter(err error, attempt, maxAttempts int) string {
+	var discard *handlers.DiscardError
+	if errors.As(err, &discard) || attempt >= maxAttempts {
+		return StateDiscarded
+	}
+	return StateRetrying
 }

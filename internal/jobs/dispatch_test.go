@@ -14,6 +14,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
@@ -37,7 +38,7 @@ type dispatchOpts struct {
 	table          fanout.Table  // the routes, with their limits, instead of parsing them
 }
 
-func setupDispatch(t testing.TB, spec string, handlers jobs.Handlers, opts ...dispatchOpts) *dispatchBundle {
+func setupDispatch(t testing.TB, spec string, handlers handlers.Registry, opts ...dispatchOpts) *dispatchBundle {
 	t.Helper()
 	var o dispatchOpts
 	if len(opts) > 0 {
@@ -132,8 +133,8 @@ func (b *dispatchBundle) waitState(t *testing.T, deliveryID, route, want string)
 func TestBuiltinReceivesTheStoredDelivery(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
-	var got []jobs.Delivery
-	handlers := jobs.Handlers{"capture": func(_ context.Context, _ pgx.Tx, d jobs.Delivery) error {
+	var got []handlers.Delivery
+	handlers := handlers.Registry{"capture": func(_ context.Context, _ pgx.Tx, d handlers.Delivery) error {
 		mu.Lock()
 		defer mu.Unlock()
 		got = append(got, d)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/verify"
 )
 
@@ -88,13 +89,13 @@ func NewForwarder(secret string, timeout time.Duration, maxIdlePerHost int) *For
 
 // Forward sends one attempt of d to target within the Forwarder's Timeout.
 // It returns nil on a 2xx, and a *ForwardError otherwise.
-func (f *Forwarder) Forward(ctx context.Context, target string, d Delivery) error {
+func (f *Forwarder) Forward(ctx context.Context, target string, d handlers.Delivery) error {
 	return f.ForwardWithin(ctx, target, 0, d)
 }
 
 // ForwardWithin is Forward with a time limit of its own (a route's timeout);
 // 0 is the Forwarder's.
-func (f *Forwarder) ForwardWithin(ctx context.Context, target string, timeout time.Duration, d Delivery) error {
+func (f *Forwarder) ForwardWithin(ctx context.Context, target string, timeout time.Duration, d handlers.Delivery) error {
 	timeout = cmp.Or(timeout, f.Timeout, 10*time.Second)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -21,6 +21,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/verify"
@@ -342,7 +343,7 @@ func subscriptionEvent(i int, created time.Time) providers.Delivery {
 // lost its completion) does not apply the projection twice.
 func TestBuiltinEffectHappensOnceWhenJobRunsAgain(t *testing.T) {
 	t.Parallel()
-	b := setupDispatch(t, "subs=stripe:customer.subscription>builtin:stripe-subscriptions", jobs.DefaultHandlers(discard()))
+	b := setupDispatch(t, "subs=stripe:customer.subscription>builtin:stripe-subscriptions", handlers.Default(discard()))
 	b.accept(t, subscriptionEvent(1, time.Unix(1_767_000_000, 0)))
 	b.start(t)
 	b.waitState(t, "evt_001", "subs", jobs.StateSucceeded)
@@ -373,7 +374,7 @@ func TestBuiltinEffectHappensOnceWhenJobRunsAgain(t *testing.T) {
 // A handler error rolls back its writes, and the dispatch retries.
 func TestBuiltinErrorRollsBackAndRetries(t *testing.T) {
 	t.Parallel()
-	handlers := jobs.Handlers{"flaky": func(ctx context.Context, tx pgx.Tx, d jobs.Delivery) error {
+	handlers := handlers.Registry{"flaky": func(ctx context.Context, tx pgx.Tx, d handlers.Delivery) error {
 		if _, err := tx.Exec(ctx, "INSERT INTO effects (delivery_id, attempt) VALUES ($1, $2)", d.DeliveryID, d.Attempt); err != nil {
 			return err
 		}
@@ -407,7 +408,7 @@ func TestOrderPerEntity(t *testing.T) {
 			t.Parallel()
 			tg := newTarget(t, nil)
 			routes := "fwd=stripe:customer.subscription.*>" + tg.URL + " subs=stripe:customer.subscription>builtin:stripe-subscriptions"
-			handlers := jobs.DefaultHandlers(discard())
+			handlers := handlers.Default(discard())
 			b := setupDispatch(t, routes, handlers, dispatchOpts{workers: 8 / clients})
 			bundles := []*dispatchBundle{b}
 			for range clients - 1 {
@@ -466,7 +467,7 @@ func TestOrderPerEntity(t *testing.T) {
 func TestOrderHoldsWhenAnOutcomeCommitFails(t *testing.T) {
 	t.Parallel()
 	tg := newTarget(t, nil)
-	b := setupDispatch(t, "fwd=stripe:customer.subscription.*>"+tg.URL, jobs.DefaultHandlers(discard()), dispatchOpts{workers: 2})
+	b := setupDispatch(t, "fwd=stripe:customer.subscription.*>"+tg.URL, handlers.Default(discard()), dispatchOpts{workers: 2})
 	_, err := b.pool.Exec(context.Background(), `
 		CREATE SEQUENCE watermark_writes;
 		CREATE FUNCTION fail_first_watermark() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -623,7 +624,7 @@ func TestForwardErrorsRedactTheTargetURL(t *testing.T) {
 		return http.StatusFound, map[string]string{"Location": "http://other:pw3@example.invalid/x?sig=secret3"}
 	})
 	f := jobs.NewForwarder("", 2*time.Second, 1)
-	d := jobs.Delivery{Provider: "github", DeliveryID: "d-1", Route: "r", Body: []byte(`{}`), ContentType: "application/json"}
+	d := handlers.Delivery{Provider: "github", DeliveryID: "d-1", Route: "r", Body: []byte(`{}`), ContentType: "application/json"}
 	for _, target := range []string{
 		"http://user:pw1@127.0.0.1:1/hook?token=secret1&b=2", // refused connection
 		"http://user:pw2@[::1%25zz]:1/?token=secret2",        // not a URL a request can be made of
@@ -722,7 +723,7 @@ func TestForwardAttemptOutcomes(t *testing.T) {
 		return 200, nil
 	})
 	f := jobs.NewForwarder("", 300*time.Millisecond, 1)
-	d := jobs.Delivery{Provider: "github", DeliveryID: "d-1", Route: "r", Body: []byte(`{}`), ContentType: "application/json"}
+	d := handlers.Delivery{Provider: "github", DeliveryID: "d-1", Route: "r", Body: []byte(`{}`), ContentType: "application/json"}
 	for target, want := range map[string]string{
 		tg.URL + "/ok": "succeeded", tg.URL + "/busy": "status_5xx", tg.URL + "/gone": "status_4xx",
 		tg.URL + "/hang": "timeout", "http://127.0.0.1:1/": "connection",
@@ -741,7 +742,7 @@ func TestForwardAttemptOutcomes(t *testing.T) {
 func TestOlderEventWaitsForANewerOneWhoseProcessDied(t *testing.T) {
 	t.Parallel()
 	tg := newTarget(t, nil)
-	b := setupDispatch(t, "fwd=stripe:customer.subscription.*>"+tg.URL, jobs.DefaultHandlers(discard()), dispatchOpts{workers: 2})
+	b := setupDispatch(t, "fwd=stripe:customer.subscription.*>"+tg.URL, handlers.Default(discard()), dispatchOpts{workers: 2})
 	ctx := context.Background()
 	base := time.Unix(1_767_000_000, 0)
 	newer, older := subscriptionEvent(2, base.Add(2*time.Second)), subscriptionEvent(1, base.Add(time.Second))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/receipts"
 )
@@ -37,7 +38,7 @@ func runWorkerProcess(url, routes string) error {
 	if err != nil {
 		return err
 	}
-	handlers := jobs.DefaultHandlers(discard())
+	handlers := handlers.Default(discard())
 	rs, err := fanout.Parse(routes, handlers.Names(), fanout.Defaults{})
 	if err != nil {
 		return err

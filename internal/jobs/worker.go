@@ -18,6 +18,7 @@ import (
 	"github.com/hookgate/hookgate/internal/batch"
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/receipts"
 	"github.com/hookgate/hookgate/internal/routes"
@@ -49,7 +50,7 @@ type DispatchWorker struct {
 	// Routes is the fan-out table.
 	Routes fanout.Table
 	// Handlers are the builtin targets.
-	Handlers Handlers
+	Handlers handlers.Registry
 	// Forwarder sends to http(s) targets.
 	Forwarder *Forwarder
 	// Receipts reads the event's stored body.
@@ -83,7 +84,7 @@ func (w *DispatchWorker) Work(ctx context.Context, job *river.Job[DispatchArgs])
 	err := w.work(ctx, job)
 	var snooze *river.JobSnoozeError
 	var fe *ForwardError
-	var discard *DiscardError
+	var discard *handlers.DiscardError
 	switch {
 	case err == nil:
 		return nil
@@ -182,8 +183,8 @@ func entityLock(route, entity string) string {
 
 func ordered(r receipts.Receipt) bool { return r.Entity != "" && !r.EventTime.IsZero() }
 
-func delivery(r receipts.Receipt, a DispatchArgs, attempt int) Delivery {
-	return Delivery{
+func delivery(r receipts.Receipt, a DispatchArgs, attempt int) handlers.Delivery {
+	return handlers.Delivery{
 		Provider: r.Provider, DeliveryID: r.DeliveryID, Event: r.Event, Entity: r.Entity, EventTime: r.EventTime,
 		ContentType: r.ContentType, Body: r.Body, Headers: r.Headers,
 		Route: a.Route, Generation: a.Generation, Attempt: attempt,
@@ -195,7 +196,7 @@ func delivery(r receipts.Receipt, a DispatchArgs, attempt int) Delivery {
 // crashes before the commit is durable, the handler's writes, the dispatch's
 // state, the watermark and the job's completion are all lost together, and
 // River runs the job again, so the effect still happens once.
-func (w *DispatchWorker) runBuiltin(ctx context.Context, job *river.Job[DispatchArgs], route fanout.Route, handler Handler) error {
+func (w *DispatchWorker) runBuiltin(ctx context.Context, job *river.Job[DispatchArgs], route fanout.Route, handler handlers.Handler) error {
 	a := job.Args
 	tx, err := w.Pool.Begin(ctx)
 	if err != nil {
@@ -250,8 +251,8 @@ func (w *DispatchWorker) runBuiltin(ctx context.Context, job *river.Job[Dispatch
 	if err != nil {
 		return err
 	}
-	if err := Call(ctx, tx, handler, delivery(r, a, job.Attempt)); err != nil {
-		if pe, ok := err.(*PanicError); ok {
+	if err := handlers.Call(ctx, tx, handler, delivery(r, a, job.Attempt)); err != nil {
+		if pe, ok := err.(*handlers.PanicError); ok {
 			w.Logger.ErrorContext(ctx, "handler panicked", "route", a.Route, "delivery_id", a.DeliveryID,
 				"panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
 		}

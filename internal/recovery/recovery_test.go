@@ -28,6 +28,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
@@ -72,7 +73,7 @@ func startGateway(t *testing.T) *gateway {
 	}))
 	t.Cleanup(target.Close)
 	logger := slog.New(slog.DiscardHandler)
-	handlers := jobs.DefaultHandlers(logger)
+	handlers := handlers.Default(logger)
 	table, err := fanout.Parse("fwd=*:*>"+target.URL+" audit=*:*>builtin:log", handlers.Names(),
 		fanout.Defaults{Concurrency: 8, Timeout: 5 * time.Second, MaxAttempts: 5})
 	if err != nil {

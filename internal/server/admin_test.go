@@ -23,6 +23,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/metrics"
@@ -71,7 +72,7 @@ func setupAdminOn(t *testing.T, pool *pgxpool.Pool, token string, opts ...func(*
 	}))
 	t.Cleanup(b.target.Close)
 	logger := slog.New(slog.DiscardHandler)
-	handlers := jobs.DefaultHandlers(logger)
+	handlers := handlers.Default(logger)
 	// hidden is never sent to: its URL's credentials must never be shown.
 	table, err := fanout.Parse("fwd=github:push,stripe:invoice.*>"+b.target.URL+" audit=*:*>builtin:log"+
 		" hidden=stripe:never.sent>http://user:pw@127.0.0.1:1/x?token=sekret",

@@ -20,6 +20,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/filter"
+	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/metrics"
@@ -91,7 +92,7 @@ func setup(t testing.TB, opts setupOpts) *testBundle {
 	}
 	routes := opts.routes
 	if routes == nil {
-		if routes, err = fanout.Parse(testRoutes, jobs.DefaultHandlers(logger).Names(), fanout.Defaults{}); err != nil {
+		if routes, err = fanout.Parse(testRoutes, handlers.Default(logger).Names(), fanout.Defaults{}); err != nil {
 			t.Fatal(err)
 		}
 	}

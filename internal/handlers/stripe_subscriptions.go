@@ -1,4 +1,4 @@
-package jobs
+package handlers
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// StripeSubscriptionsHandler is builtin:stripe-subscriptions, the reference for
+// StripeSubscriptions is builtin:stripe-subscriptions, the reference for
 // writing handlers. It keeps hookgate_stripe_subscriptions: the latest status of
 // each Stripe subscription, from customer.subscription.* events.
 //
@@ -22,7 +22,7 @@ import (
 //     newest event even if two routes feed the same table;
 //   - it returns an error for what a retry may fix and ignores, with nil, the
 //     events it does not handle.
-func StripeSubscriptionsHandler() Handler {
+func StripeSubscriptions() Handler {
 	return func(ctx context.Context, tx pgx.Tx, d Delivery) error {
 		if d.Provider != "stripe" || !strings.HasPrefix(d.Event, "customer.subscription.") {
 			return nil

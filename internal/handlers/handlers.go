@@ -1,4 +1,9 @@
-package jobs
+// Package handlers holds what a builtin:<name> target is written against (a
+// Delivery in, a Handler's error out, Discard for an error no retry mends)
+// and the handlers hookgate ships: builtin:log and builtin:stripe-subscriptions.
+// It needs neither River nor the dispatch rows: package dispatch runs a
+// handler inside the dispatch's transaction and decides what its error means.
+package handlers
 
 import (
 	"context"
@@ -69,17 +74,6 @@ type PanicError struct {
 
 func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
 
-// StateAfter is the state a builtin dispatch records after an attempt of its
-// handler failed with err: discarded when err is a DiscardError or the
-// attempt was its last, else retrying.
-func StateAfter(err error, attempt, maxAttempts int) string {
-	var discard *DiscardError
-	if errors.As(err, &discard) || attempt >= maxAttempts {
-		return StateDiscarded
-	}
-	return StateRetrying
-}
-
 // Call runs h, turning a panic into a *PanicError.
 func Call(ctx context.Context, tx pgx.Tx, h Handler, d Delivery) (err error) {
 	defer func() {
@@ -90,25 +84,25 @@ func Call(ctx context.Context, tx pgx.Tx, h Handler, d Delivery) (err error) {
 	return h(ctx, tx, d)
 }
 
-// Handlers maps builtin names to handlers.
-type Handlers map[string]Handler
+// Registry maps builtin names to handlers.
+type Registry map[string]Handler
 
 // Names returns the registered names, sorted.
-func (h Handlers) Names() []string {
+func (h Registry) Names() []string {
 	return slices.Sorted(maps.Keys(h))
 }
 
-// DefaultHandlers returns the builtin handlers hookgate ships.
-func DefaultHandlers(logger *slog.Logger) Handlers {
-	return Handlers{
-		"log":                  LogHandler(logger),
-		"stripe-subscriptions": StripeSubscriptionsHandler(),
+// Default returns the builtin handlers hookgate ships.
+func Default(logger *slog.Logger) Registry {
+	return Registry{
+		"log":                  Log(logger),
+		"stripe-subscriptions": StripeSubscriptions(),
 	}
 }
 
-// LogHandler returns the builtin:log handler: it logs the delivery (never its
+// Log returns the builtin:log handler: it logs the delivery (never its
 // body) and succeeds.
-func LogHandler(logger *slog.Logger) Handler {
+func Log(logger *slog.Logger) Handler {
 	return func(ctx context.Context, _ pgx.Tx, d Delivery) error {
 		logger.InfoContext(ctx, "delivery dispatched",
 			"provider", d.Provider, "delivery_id", d.DeliveryID, "event", d.Event,
