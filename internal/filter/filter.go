@@ -5,8 +5,8 @@
 // A filter is compiled once, at start: one that does not compile, or whose
 // type is not bool (a bare field such as payload.action is dyn), is refused
 // there. At run time a filter that fails on a delivery (a field missing, a
-// cost limit reached, a payload that is not JSON) is false for that delivery,
-// and the caller is told why; it never fails the delivery.
+// cost or scan limit reached, a payload that is not JSON) is false for that
+// delivery, and the caller is told why; it never fails the delivery.
 package filter
 
 import (
@@ -33,11 +33,27 @@ import (
 // a large payload's arrays again and again stops there and is false.
 const CostLimit = 100_000
 
+// ScanPerByte and ScanSlack bound the bytes one evaluation may scan in the
+// payload: ScanPerByte bytes per payload byte, and ScanSlack (1 MiB) more.
+// CEL charges each step the same, whether it scans ten bytes or ten
+// megabytes; the payload's view charges what it scans (see view.go), so a
+// filter's time follows the payload's size, whatever its shape. Past the
+// budget the evaluation stops and the filter is false (ErrScanLimit).
+const (
+	ScanPerByte = 8
+	ScanSlack   = 1 << 20
+)
+
+// ErrScanLimit means an evaluation scanned more of the payload than its
+// budget (ScanPerByte, ScanSlack).
+var ErrScanLimit = errors.New("scan limit reached")
+
 // MaxLen bounds a filter's text.
 const MaxLen = 4096
 
 // Input is one delivery as filters see it. Its payload is parsed the first
-// time a filter needs it, and only once, however many routes have filters.
+// time a filter needs it, and only once, however many routes have filters;
+// the filters evaluated on it, one at a time, share what they found in it.
 type Input struct {
 	Provider, Event string
 	// Headers are the delivery's kept headers; filters see their names in
@@ -50,7 +66,11 @@ type Input struct {
 
 	once     sync.Once
 	vars     map[string]any
+	view     *object
 	parseErr error
+	// eval makes one evaluation at a time read the payload's view, whose
+	// remembered values and scan budget are shared.
+	eval sync.Mutex
 }
 
 // activation returns the variables a filter sees, parsing the payload once.
@@ -60,16 +80,15 @@ func (in *Input) activation() (map[string]any, error) {
 		for k, v := range in.Headers {
 			headers[strings.ToLower(k)] = v
 		}
-		view, err := parse(in.ContentType, in.Body)
-		in.parseErr = err
-		in.vars = map[string]any{"provider": in.Provider, "event": in.Event, "headers": headers, "payload": view}
+		in.view, in.parseErr = parse(in.ContentType, in.Body)
+		in.vars = map[string]any{"provider": in.Provider, "event": in.Event, "headers": headers, "payload": in.view}
 	})
 	return in.vars, in.parseErr
 }
 
 // parse returns the view of a body's JSON that filters read: the body
 // itself, or the payload field of a form-encoded body.
-func parse(contentType string, body []byte) (ref.Val, error) {
+func parse(contentType string, body []byte) (*object, error) {
 	if mt, _, _ := mime.ParseMediaType(contentType); mt == "application/x-www-form-urlencoded" {
 		p, err := providers.DecodeGitHubForm(body)
 		if err != nil {
@@ -81,13 +100,14 @@ func parse(contentType string, body []byte) (ref.Val, error) {
 	if err != nil {
 		return nil, err
 	}
-	return value(o.Root().Result()), nil
+	return view(o.Root().Result().Raw), nil
 }
 
 // Filter is a compiled filter.
 type Filter struct {
-	src string
-	prg cel.Program
+	src   string
+	prg   cel.Program
+	loops bool // it has a comprehension (exists, all, map...): it is evaluated to be interrupted
 }
 
 // String returns the filter's text.
@@ -138,7 +158,17 @@ func Compile(src string) (*Filter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	return &Filter{src: src, prg: prg}, nil
+	return &Filter{src: src, prg: prg, loops: loops(ast)}, nil
+}
+
+// loops reports whether a filter has a comprehension, whose steps CEL checks
+// for an interruption.
+func loops(a *cel.Ast) bool {
+	found := false
+	celast.PreOrderVisit(a.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
+		found = found || e.Kind() == celast.ComprehensionKind
+	}))
+	return found
 }
 
 // checkPatterns compiles every constant pattern of matches(), in either form
@@ -168,13 +198,29 @@ func checkPatterns(a *cel.Ast) error {
 }
 
 // Match reports whether the filter is true for the delivery. An error says
-// why it could not be evaluated; the filter is then false.
+// why it could not be evaluated; the filter is then false. An evaluation
+// that ran past its scan budget is false with ErrScanLimit, whatever CEL
+// made of the errors the view gave it.
 func (f *Filter) Match(in *Input) (bool, error) {
 	vars, err := in.activation()
 	if err != nil {
 		return false, err
 	}
-	out, _, err := f.prg.Eval(vars)
+	in.eval.Lock()
+	defer in.eval.Unlock()
+	// The view interrupts a filter that loops when its budget runs out; until
+	// CEL sees it, and in a filter without loops, every read of the view is
+	// an error made without scanning.
+	ctx := in.view.s.begin(f.loops)
+	var out ref.Val
+	if f.loops {
+		out, _, err = f.prg.ContextEval(ctx, vars)
+	} else {
+		out, _, err = f.prg.Eval(vars)
+	}
+	if in.view.s.over {
+		return false, in.view.s.failure()
+	}
 	if err != nil {
 		return false, err
 	}

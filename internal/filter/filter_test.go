@@ -264,3 +264,183 @@ func BenchmarkFilterOnAHugeString(b *testing.B) {
 		})
 	}
 }
+
+// shape is a payload and a filter whose cost CEL does not see: each of its
+// steps may scan far more than CEL charges for it.
+type shape struct {
+	name, filter string
+	body         []byte
+}
+
+func zeros(n int) string { return strings.Repeat("0,", n-1) + "0" }
+
+func keys(n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"%d":0`, i)
+	}
+	return b.String()
+}
+
+// shapes are the payloads on which a filter's time grew as its steps times
+// the payload's bytes (a field found again at every step of a loop, past a
+// 2 MB string or 100,000 keys; a 256 KB string decoded again at every step),
+// or its memory as its keys (an object's keys all made strings before the
+// first was iterated).
+func shapes() []shape {
+	return []shape{
+		{"escaped string", `payload.values.exists(v, type(payload.s) == int)`,
+			[]byte(`{"s":"` + strings.Repeat(`\u00e9`, 256_000/6) + `","values":[` + zeros(40_000) + `]}`)},
+		{"past 2 MB", `payload.values.exists(v, payload.big.x == 2)`,
+			[]byte(`{"values":[` + zeros(40_000) + `],"pad":"` + strings.Repeat("x", 2<<20) + `","big":{"x":1}}`)},
+		{"past 100k keys", `payload.values.exists(v, payload.big.x == 2)`,
+			[]byte(`{"values":[` + zeros(1_000_000) + `],"big":{` + keys(100_000) + `}}`)},
+		{"1M keys iterated", `payload.big.exists(k, k == "zz")`,
+			[]byte(`{"big":{` + keys(1_000_000) + `}}`)},
+	}
+}
+
+// measure evaluates a filter on a new delivery of body and returns its
+// verdict, the bytes it scanned and the bytes it allocated.
+func measure(t testing.TB, src string, body []byte) (bool, error, int64, uint64) {
+	t.Helper()
+	f := compile(t, src)
+	in := &filter.Input{Provider: "acme", Event: "x", ContentType: "application/json", Body: body}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	got, err := f.Match(in)
+	runtime.ReadMemStats(&after)
+	return got, err, filter.Scanned(in), after.TotalAlloc - before.TotalAlloc
+}
+
+// A filter's time follows the payload's bytes, whatever its shape: on each
+// shape that made a filter scan its steps times the payload, it is false at
+// a limit, having scanned and allocated a few times the payload.
+func TestFiltersScanABoundedMultipleOfThePayload(t *testing.T) {
+	for _, s := range shapes() {
+		got, err, scanned, alloc := measure(t, s.filter, s.body)
+		t.Logf("%s: %d bytes, scanned %d, allocated %d: %v", s.name, len(s.body), scanned, alloc, err)
+		if got || err == nil || !strings.Contains(err.Error(), "limit") {
+			t.Errorf("%s: %v, %v; want false at a limit", s.name, got, err)
+		}
+		if n := int64(len(s.body)); scanned > 4*n {
+			t.Errorf("%s: a filter over %d bytes scanned %d", s.name, n, scanned)
+		}
+		if n := uint64(len(s.body)); alloc > 3*n+4<<20 {
+			t.Errorf("%s: a filter over %d bytes allocated %d", s.name, n, alloc)
+		}
+	}
+}
+
+// Iterating an object's keys indexes them (4 bytes a key, and a table to
+// find the keys given twice while indexing) and makes each a string only as
+// it is reached: at most 3 bytes allocated per payload byte.
+func TestFiltersIterateKeysWithoutMakingThemAll(t *testing.T) {
+	body := []byte(`{"big":{` + keys(1_000_000) + `}}`)
+	_, _, _, alloc := measure(t, `payload.big.exists(k, k == "zz")`, body)
+	if alloc > 3*uint64(len(body)) {
+		t.Errorf("iterating the keys of %d bytes allocated %d", len(body), alloc)
+	}
+	// The keys are all there, each once, in order; of a key given twice,
+	// the first value counts.
+	in := &filter.Input{Provider: "acme", Event: "x", ContentType: "application/json",
+		Body: []byte(`{"b":1,"a":2,"b":3,"\u0062":4,"c":{"x":1,"x":2}}`)}
+	for _, src := range []string{
+		`size(payload) == 3 && payload.map(k, k) == ["b", "a", "c"] && payload.b == 1`,
+		`payload.all(k, k in ["a", "b", "c"]) && payload.exists_one(k, k == "b")`,
+		`payload == {"b": 1, "a": 2, "c": {"x": 1}} && payload.c == {"x": 1}`,
+	} {
+		if got, err := compile(t, src).Match(in); !got || err != nil {
+			t.Errorf("%s: %v, %v", src, got, err)
+		}
+	}
+}
+
+// A filter whose every step scans anew stops at its scan budget and is
+// false with the reason; steps that meet the stopped evaluation's error scan
+// nothing. Here two arrays of 100 numbers of 10,000 digits are compared at
+// every step: CEL charges 10 for each comparison, the view scans 2 MB, as
+// numbers in an array are not remembered but parsed again.
+func TestFiltersStopAtTheScanLimit(t *testing.T) {
+	numbers := strings.TrimSuffix(strings.Repeat(strings.Repeat("7", 10_000)+",", 100), ",")
+	body := []byte(`{"a":[` + numbers + `],"b":[` + numbers + `],"values":[` + zeros(200) + `]}`)
+	got, err, scanned, _ := measure(t, `payload.values.exists(v, payload.a == payload.b && v == 1)`, body)
+	if got || !errors.Is(err, filter.ErrScanLimit) {
+		t.Errorf("arrays compared at every step: %v, %v; want false at the scan limit", got, err)
+	}
+	if budget := int64(filter.ScanPerByte*len(body) + filter.ScanSlack); scanned > budget+int64(len(body)) {
+		t.Errorf("a filter with a budget of %d bytes scanned %d", budget, scanned)
+	}
+	// Compared once, they are equal.
+	if got, err := compile(t, `payload.a == payload.b && payload.values.exists(v, v == 0)`).Match(
+		&filter.Input{Provider: "acme", Event: "x", ContentType: "application/json", Body: body}); !got || err != nil {
+		t.Errorf("arrays compared once: %v, %v", got, err)
+	}
+	// Keys looked up one by one, each once, scan the object a few times, not
+	// once a key.
+	body = []byte(`{"big":{` + keys(100_000) + `}}`)
+	got, err, scanned, _ = measure(t, `payload.big.exists(k, payload.big[k] == 1)`, body)
+	if got || err == nil || !strings.Contains(err.Error(), "cost limit") {
+		t.Errorf("a lookup of every key: %v, %v; want false at the cost limit", got, err)
+	}
+	if scanned > 8*int64(len(body)) {
+		t.Errorf("looking up the keys of %d bytes scanned %d", len(body), scanned)
+	}
+}
+
+// A field read at every step of a loop is found once: a filter reading a
+// field past a 100 KB string at each of 1,000 steps is true or false as it
+// should be, having scanned about the payload once.
+func TestFiltersReadAFieldInALoopOnce(t *testing.T) {
+	items := make([]string, 1000)
+	for i := range items {
+		items[i] = fmt.Sprintf(`{"id":%d,"name":"item %d"}`, i, i)
+	}
+	payload := func(target int) []byte {
+		return []byte(fmt.Sprintf(`{"items":[%s],"pad":"%s","target":{"id":%d,"name":"item %d"}}`,
+			strings.Join(items, ","), strings.Repeat("x", 100<<10), target, target))
+	}
+	for _, c := range []struct {
+		filter string
+		target int
+		want   bool
+	}{
+		{`payload.items.exists(i, i.id == payload.target.id)`, 999, true},
+		{`payload.items.exists(i, i.id == payload.target.id)`, 1000, false},
+		{`payload.items.all(i, i.name != payload.target.name)`, 1000, true},
+		{`payload.items.filter(i, i.name.startsWith(payload.target.name)).size() == 11`, 99, true},
+	} {
+		body := payload(c.target)
+		got, err, scanned, _ := measure(t, c.filter, body)
+		if got != c.want || err != nil {
+			t.Errorf("%s with target %d: %v, %v; want %v", c.filter, c.target, got, err, c.want)
+		}
+		if scanned > 4*int64(len(body)) {
+			t.Errorf("%s: a filter over %d bytes scanned %d", c.filter, len(body), scanned)
+		}
+	}
+}
+
+// BenchmarkFilterShapes is a filter on each of the shapes whose steps scan
+// more than CEL charges, each evaluation on a new delivery (its payload
+// checked, as the gateway does once per delivery).
+//
+//	go test -run '^$' -bench FilterShapes -benchmem ./internal/filter/
+func BenchmarkFilterShapes(b *testing.B) {
+	for _, s := range shapes() {
+		f := compile(b, s.filter)
+		b.Run(strings.ReplaceAll(s.name, " ", "_"), func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(s.body)))
+			for b.Loop() {
+				in := &filter.Input{Provider: "acme", Event: "x", ContentType: "application/json", Body: s.body}
+				if ok, err := f.Match(in); ok || err == nil {
+					b.Fatal(ok, err)
+				}
+			}
+		})
+	}
+}
