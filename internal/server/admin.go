@@ -162,7 +162,9 @@ func (s *server) bearerToken(r *http.Request) bool {
 	}
 	return s.Admin.Guesses.Check(r, func() bool {
 		want := sha256.Sum256([]byte(s.Admin.Token))
-		token, ok := strings.CutPrefix(header, "Bearer ")
+		// The scheme's name is case-insensitive (RFC 7235: bearer, BEARER).
+		scheme, token, ok := strings.Cut(header, " ")
+		ok = ok && strings.EqualFold(scheme, "Bearer")
 		got := sha256.Sum256([]byte(token))
 		return ok && subtle.ConstantTimeCompare(got[:], want[:]) == 1
 	})

@@ -216,6 +216,16 @@ func TestAdminAuth(t *testing.T) {
 			t.Fatalf("%s: 401 body %s", tt.name, body)
 		}
 	}
+	// The scheme's name is case-insensitive (RFC 7235).
+	for _, scheme := range []string{"bearer", "BEARER"} {
+		req := httptest.NewRequest(http.MethodGet, "/admin/deliveries", nil)
+		req.Header.Set("Authorization", scheme+" "+adminToken)
+		rec := httptest.NewRecorder()
+		b.handler.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			t.Errorf("Authorization: %s <token>: %d %s", scheme, rec.Code, rec.Body)
+		}
+	}
 	// River UI is behind the same door.
 	if status, _, _ := b.admin(t, adminReq{path: "/admin/river/", token: "-"}); status != 401 {
 		t.Fatalf("River UI without a token: %d", status)
