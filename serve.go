@@ -17,6 +17,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/database"
 	"github.com/hookgate/hookgate/internal/filter"
+	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/metrics"
@@ -105,7 +106,7 @@ func (g *Gateway) build(ctx context.Context, pool *pgxpool.Pool) (*process, erro
 	client, err := jobs.NewClient(pool, jobs.ClientConfig{
 		Dispatch: &jobs.DispatchWorker{
 			Pool: pool, Routes: table, Handlers: g.handlers, Receipts: store, Logger: logger, Metrics: m, Guard: guard,
-			Forwarder: jobs.NewForwarder(env.ForwardSecret.Value(), env.ForwardTimeout, env.Workers),
+			Forwarder: forward.New(env.ForwardSecret.Value(), env.ForwardTimeout, env.Workers),
 		},
 		Replay:         &jobs.ReplayBatchWorker{Pool: pool, Enqueuer: enqueuer},
 		Retention:      &jobs.RetentionWorker{Pool: pool, Retention: env.Retention, Logger: logger},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
@@ -72,7 +73,7 @@ func setupDispatch(t testing.TB, spec string, handlers handlers.Registry, opts .
 	}
 	store := &receipts.Store{Retention: 72 * time.Hour}
 	w := &jobs.DispatchWorker{Pool: pool, Routes: rs, Handlers: handlers, Receipts: store, Logger: logger, Guard: guard,
-		Forwarder: jobs.NewForwarder(o.forwardSecret, o.forwardTimeout, o.workers)}
+		Forwarder: forward.New(o.forwardSecret, o.forwardTimeout, o.workers)}
 	client, err := jobs.NewClient(pool, jobs.ClientConfig{Dispatch: w, Workers: o.workers, ForwardTimeout: o.forwardTimeout, Logger: logger})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/receipts"
@@ -44,7 +45,7 @@ func runWorkerProcess(url, routes string) error {
 		return err
 	}
 	w := &jobs.DispatchWorker{Pool: pool, Routes: rs, Handlers: handlers, Receipts: &receipts.Store{Retention: 72 * time.Hour},
-		Logger: discard(), Forwarder: jobs.NewForwarder("", 10*time.Second, 4)}
+		Logger: discard(), Forwarder: forward.New("", 10*time.Second, 4)}
 	client, err := jobs.NewClient(pool, jobs.ClientConfig{Dispatch: w, Workers: 4, ForwardTimeout: 10 * time.Second, Logger: discard()})
 	if err != nil {
 		return err

@@ -18,6 +18,7 @@ import (
 	"github.com/hookgate/hookgate/internal/batch"
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/receipts"
@@ -52,7 +53,7 @@ type DispatchWorker struct {
 	// Handlers are the builtin targets.
 	Handlers handlers.Registry
 	// Forwarder sends to http(s) targets.
-	Forwarder *Forwarder
+	Forwarder *forward.Client
 	// Receipts reads the event's stored body.
 	Receipts *receipts.Store
 	// Logger logs failures; never payloads.
@@ -83,7 +84,7 @@ func (w *DispatchWorker) Work(ctx context.Context, job *river.Job[DispatchArgs])
 	w.retryAt.Delete(job.ID) // an earlier attempt's, should River not have taken it
 	err := w.work(ctx, job)
 	var snooze *river.JobSnoozeError
-	var fe *ForwardError
+	var fe *forward.Error
 	var discard *handlers.DiscardError
 	switch {
 	case err == nil:
@@ -377,7 +378,7 @@ func (w *DispatchWorker) forward(ctx context.Context, job *river.Job[DispatchArg
 			return err
 		}
 		err = w.Forwarder.ForwardWithin(ctx, route.Target, route.Timeout, delivery(c.r, a, job.Attempt))
-		w.Metrics.ForwardAttempt(a.Route, AttemptOutcome(err))
+		w.Metrics.ForwardAttempt(a.Route, forward.Outcome(err))
 		w.Guard.Done(ctx, route, ticket, guardOutcome(err), errText(err))
 		if err != nil {
 			// The lease is kept while the dispatch retries: an earlier
@@ -405,7 +406,7 @@ func (w *DispatchWorker) forward(ctx context.Context, job *river.Job[DispatchArg
 
 // guardOutcome is a forward attempt's outcome as the route's circuit counts it.
 func guardOutcome(err error) routes.Outcome {
-	var fe *ForwardError
+	var fe *forward.Error
 	switch {
 	case err == nil:
 		return routes.Succeeded

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
 )
@@ -53,7 +54,7 @@ func TestRetryAfterIsKeptOnlyForAJobRiverWillRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	w := &DispatchWorker{Pool: pool, Routes: routes, Receipts: store, Logger: logger, Forwarder: NewForwarder("", 2*time.Second, 1)}
+	w := &DispatchWorker{Pool: pool, Routes: routes, Receipts: store, Logger: logger, Forwarder: forward.New("", 2*time.Second, 1)}
 	kept := func() int {
 		n := 0
 		w.retryAt.Range(func(any, any) bool { n++; return true })

@@ -28,6 +28,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/jobs"
@@ -88,7 +89,7 @@ func startGateway(t *testing.T) *gateway {
 	g.job = &recovery.Recoverer{Pool: g.pool, MinAge: time.Millisecond}
 	g.client, err = jobs.NewClient(g.pool, jobs.ClientConfig{
 		Dispatch: &jobs.DispatchWorker{Pool: g.pool, Routes: table, Handlers: handlers, Receipts: store, Logger: logger,
-			Guard: guard, Forwarder: jobs.NewForwarder("", 5*time.Second, 8)},
+			Guard: guard, Forwarder: forward.New("", 5*time.Second, 8)},
 		Workers: 8, Logger: logger,
 		Extra: func(w *river.Workers) error { return river.AddWorkerSafely(w, &recovery.Worker{Recoverer: g.job}) },
 	})

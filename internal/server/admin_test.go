@@ -23,6 +23,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/jobs"
@@ -90,7 +91,7 @@ func setupAdminOn(t *testing.T, pool *pgxpool.Pool, token string, opts ...func(*
 	enq := &jobs.Enqueuer{Routes: table, MaxAttempts: 1}
 	b.client, err = jobs.NewClient(b.pool, jobs.ClientConfig{
 		Dispatch: &jobs.DispatchWorker{Pool: b.pool, Routes: table, Handlers: handlers, Receipts: store, Logger: logger,
-			Metrics: m, Guard: b.guard, Forwarder: jobs.NewForwarder("", 5*time.Second, 8)},
+			Metrics: m, Guard: b.guard, Forwarder: forward.New("", 5*time.Second, 8)},
 		Replay:  &jobs.ReplayBatchWorker{Pool: b.pool, Enqueuer: enq},
 		Workers: 8, Logger: logger,
 	})

@@ -1,4 +1,9 @@
-package jobs
+// Package forward POSTs a delivery to an http(s) target: the request and its
+// headers (Idempotency-Key, X-Hookgate-*), its signature, redirects kept to
+// the target's host, and what a failed attempt means for a retry (Error). It
+// knows no River and no database: package dispatch decides when to forward and
+// records the outcome.
+package forward
 
 import (
 	"bytes"
@@ -13,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/handlers"
@@ -22,8 +28,8 @@ import (
 // maxRetryAfter caps a target's Retry-After.
 const maxRetryAfter = time.Hour
 
-// ForwardError is a failed forward attempt.
-type ForwardError struct {
+// Error is a failed forward attempt.
+type Error struct {
 	// Status is the target's HTTP status, 0 when no response came.
 	Status int
 	// Permanent means a retry cannot help (a 4xx other than 408 and 429, or a
@@ -37,7 +43,7 @@ type ForwardError struct {
 	Timeout bool
 }
 
-func (e *ForwardError) Error() string {
+func (e *Error) Error() string {
 	if e.Status == 0 {
 		return "forward: " + e.Detail
 	}
@@ -47,21 +53,21 @@ func (e *ForwardError) Error() string {
 	return fmt.Sprintf("forward: target answered %d: %s", e.Status, e.Detail)
 }
 
-// Forwarder POSTs deliveries to http(s) targets, reusing connections.
-type Forwarder struct {
-	// Client sends the requests. NewForwarder's does not use proxies and
+// Client POSTs deliveries to http(s) targets, reusing connections.
+type Client struct {
+	// HTTP sends the requests. New's does not use proxies and
 	// follows a redirect only when it keeps the method, the body and the host
 	// (307, 308 to the same scheme and host).
-	Client *http.Client
+	HTTP *http.Client
 	// Secret signs each attempt as X-Hookgate-Signature; empty: unsigned.
 	Secret string
 	// Timeout bounds one attempt. Defaults to 10s.
 	Timeout time.Duration
 }
 
-// NewForwarder returns a Forwarder whose transport keeps up to maxIdlePerHost
+// New returns a Client whose transport keeps up to maxIdlePerHost
 // connections to each target.
-func NewForwarder(secret string, timeout time.Duration, maxIdlePerHost int) *Forwarder {
+func New(secret string, timeout time.Duration, maxIdlePerHost int) *Client {
 	transport := &http.Transport{
 		Proxy:                 nil, // targets are internal services
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -84,25 +90,25 @@ func NewForwarder(secret string, timeout time.Duration, maxIdlePerHost int) *For
 			return nil
 		},
 	}
-	return &Forwarder{Client: client, Secret: secret, Timeout: timeout}
+	return &Client{HTTP: client, Secret: secret, Timeout: timeout}
 }
 
-// Forward sends one attempt of d to target within the Forwarder's Timeout.
-// It returns nil on a 2xx, and a *ForwardError otherwise.
-func (f *Forwarder) Forward(ctx context.Context, target string, d handlers.Delivery) error {
+// Forward sends one attempt of d to target within the Client's Timeout.
+// It returns nil on a 2xx, and a *Error otherwise.
+func (f *Client) Forward(ctx context.Context, target string, d handlers.Delivery) error {
 	return f.ForwardWithin(ctx, target, 0, d)
 }
 
 // ForwardWithin is Forward with a time limit of its own (a route's timeout);
-// 0 is the Forwarder's.
-func (f *Forwarder) ForwardWithin(ctx context.Context, target string, timeout time.Duration, d handlers.Delivery) error {
+// 0 is the Client's.
+func (f *Client) ForwardWithin(ctx context.Context, target string, timeout time.Duration, d handlers.Delivery) error {
 	timeout = cmp.Or(timeout, f.Timeout, 10*time.Second)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(d.Body))
 	if err != nil {
-		return &ForwardError{Permanent: true, Detail: "bad target " + fanout.RedactURL(target)}
+		return &Error{Permanent: true, Detail: "bad target " + fanout.RedactURL(target)}
 	}
 	h := req.Header
 	h.Set("Content-Type", d.ContentType)
@@ -118,16 +124,16 @@ func (f *Forwarder) ForwardWithin(ctx context.Context, target string, timeout ti
 		h.Set("X-Hookgate-Signature", verify.SignTimestamped(f.Secret, time.Now(), d.Body))
 	}
 
-	res, err := f.Client.Do(req)
+	res, err := f.HTTP.Do(req)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return &ForwardError{Detail: fmt.Sprintf("no answer within %s", timeout), Timeout: true}
+			return &Error{Detail: fmt.Sprintf("no answer within %s", timeout), Timeout: true}
 		}
 		var urlErr *url.Error
 		if errors.As(err, &urlErr) { // its text quotes the whole URL
-			return &ForwardError{Detail: urlErr.Op + " " + fanout.RedactURL(urlErr.URL) + ": " + urlErr.Err.Error()}
+			return &Error{Detail: urlErr.Op + " " + fanout.RedactURL(urlErr.URL) + ": " + urlErr.Err.Error()}
 		}
-		return &ForwardError{Detail: err.Error()}
+		return &Error{Detail: err.Error()}
 	}
 	defer res.Body.Close()
 	head, _ := io.ReadAll(io.LimitReader(res.Body, 256))
@@ -137,7 +143,7 @@ func (f *Forwarder) ForwardWithin(ctx context.Context, target string, timeout ti
 	if res.StatusCode >= 200 && res.StatusCode < 300 {
 		return nil
 	}
-	fe := &ForwardError{Status: res.StatusCode, Detail: strings.TrimSpace(excerpt(strings.ToValidUTF8(string(head), "?"), 200))}
+	fe := &Error{Status: res.StatusCode, Detail: strings.TrimSpace(excerpt(strings.ToValidUTF8(string(head), "?"), 200))}
 	switch {
 	case res.StatusCode == http.StatusRequestTimeout, res.StatusCode == http.StatusTooManyRequests, res.StatusCode >= 500:
 		fe.RetryAfter = parseRetryAfter(res.Header.Get("Retry-After"), time.Now())
@@ -150,11 +156,11 @@ func (f *Forwarder) ForwardWithin(ctx context.Context, target string, timeout ti
 	return fe
 }
 
-// AttemptOutcome names a forward attempt's outcome for metrics: succeeded,
+// Outcome names a forward attempt's outcome for metrics: succeeded,
 // status_4xx, status_5xx (any other status class likewise), timeout, or
 // connection when no answer came for another reason.
-func AttemptOutcome(err error) string {
-	var fe *ForwardError
+func Outcome(err error) string {
+	var fe *Error
 	switch {
 	case err == nil:
 		return "succeeded"
@@ -188,4 +194,15 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 		d = t.Sub(now)
 	}
 	return min(max(d, 0), maxRetryAfter)
+}
+
+// excerpt cuts s to at most n bytes on a rune boundary.
+func excerpt(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
 }
