@@ -16,10 +16,10 @@ import (
 	"riverqueue.com/riverui"
 
 	"github.com/hookgate/hookgate/internal/database"
+	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/filter"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/ingest"
-	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/receipts"
 	"github.com/hookgate/hookgate/internal/recovery"
@@ -88,7 +88,7 @@ func (g *Gateway) build(ctx context.Context, pool *pgxpool.Pool) (*process, erro
 	if err := routes.Sync(ctx, pool, table); err != nil {
 		return nil, err
 	}
-	if err := jobs.QueueDispatches(ctx, pool, table); err != nil {
+	if err := dispatch.QueueByRoute(ctx, pool, table); err != nil {
 		return nil, err
 	}
 	m := metrics.New(pool)
@@ -98,19 +98,19 @@ func (g *Gateway) build(ctx context.Context, pool *pgxpool.Pool) (*process, erro
 		return nil, err
 	}
 	m.Routes(guard.Gauges)
-	enqueuer := &jobs.Enqueuer{Routes: table, MaxAttempts: env.MaxAttempts,
+	enqueuer := &dispatch.Enqueuer{Routes: table, MaxAttempts: env.MaxAttempts,
 		Filters: &filter.Reporter{Count: m.FilterFailed, Logger: logger}}
 	ingester := &ingest.Ingester{Pool: pool, Receipts: store, Enqueuer: enqueuer}
 	rec := g.recoverer
 	rec.Pool, rec.Ingester, rec.Metrics = pool, ingester, m
-	client, err := jobs.NewClient(pool, jobs.ClientConfig{
-		Dispatch: &jobs.DispatchWorker{
+	client, err := dispatch.NewClient(pool, dispatch.ClientConfig{
+		Dispatch: &dispatch.Worker{
 			Pool: pool, Routes: table, Handlers: g.handlers, Receipts: store, Logger: logger, Metrics: m, Guard: guard,
 			Forwarder: forward.New(env.ForwardSecret.Value(), env.ForwardTimeout, env.Workers),
 		},
-		Replay:         &jobs.ReplayBatchWorker{Pool: pool, Enqueuer: enqueuer},
-		Retention:      &jobs.RetentionWorker{Pool: pool, Retention: env.Retention, Logger: logger},
-		Reconcile:      &jobs.ReconcileWorker{Pool: pool, Routes: table},
+		Replay:         &dispatch.ReplayBatchWorker{Pool: pool, Enqueuer: enqueuer},
+		Retention:      &dispatch.RetentionWorker{Pool: pool, Retention: env.Retention, Logger: logger},
+		Reconcile:      &dispatch.ReconcileWorker{Pool: pool, Routes: table},
 		Workers:        env.Workers,
 		ForwardTimeout: env.ForwardTimeout,
 		Logger:         logger,

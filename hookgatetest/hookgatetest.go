@@ -24,8 +24,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/hookgate/hookgate"
+	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/handlers"
-	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/verify"
 )
@@ -93,7 +93,7 @@ func (a Attempt) Work(ctx context.Context, tx pgx.Tx, h hookgate.Handler, d hook
 		if rerr := sp.Rollback(ctx); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("roll back the savepoint: %w", rerr))
 		}
-		return Result{State: jobs.StateAfter(err, d.Attempt, maxAttempts), Err: err}
+		return Result{State: dispatch.StateAfter(err, d.Attempt, maxAttempts), Err: err}
 	}
 	if err := sp.Commit(ctx); err != nil {
 		return Result{State: Retrying, Err: fmt.Errorf("release the savepoint: %w", err)}

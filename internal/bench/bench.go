@@ -36,9 +36,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/ingest"
-	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
 )
@@ -401,12 +401,12 @@ func runCeiling(ctx context.Context, env Env, o options, gen *generator) (float6
 	if err != nil {
 		return 0, err
 	}
-	client, err := jobs.NewInsertClient(pool, nil)
+	client, err := dispatch.NewInsertClient(pool, nil)
 	if err != nil {
 		return 0, err
 	}
 	in := &ingest.Ingester{Pool: pool, Receipts: &receipts.Store{Retention: env.Config.Retention},
-		Enqueuer: &jobs.Enqueuer{Client: client, Routes: routes, MaxAttempts: env.Config.MaxAttempts}}
+		Enqueuer: &dispatch.Enqueuer{Client: client, Routes: routes, MaxAttempts: env.Config.MaxAttempts}}
 	provs := map[string]providers.Provider{}
 	for _, p := range env.Providers.Providers() {
 		provs[p.Name()] = p

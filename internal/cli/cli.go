@@ -28,8 +28,8 @@ import (
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/deliveries"
+	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/handlers"
-	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
 )
 
@@ -342,16 +342,16 @@ func replay(ctx context.Context, env Env, args []string) error {
 
 	if single {
 		var id string
-		var created []jobs.Created
+		var created []dispatch.Created
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			var err error
-			id, created, err = enq.ReplayOneTx(ctx, tx, actor(), rest[0], rest[1], jobs.ReplayRequest{Routes: routes, Force: *force}, *reason)
+			id, created, err = enq.ReplayOneTx(ctx, tx, actor(), rest[0], rest[1], dispatch.ReplayRequest{Routes: routes, Force: *force}, *reason)
 			return err
 		})
 		switch {
 		case errors.Is(err, deliveries.ErrNotFound):
 			return &ExitError{Code: ExitNotFound, Err: fmt.Errorf("no delivery %s %s", rest[0], rest[1])}
-		case errors.Is(err, jobs.ErrUnknownRoute):
+		case errors.Is(err, dispatch.ErrUnknownRoute):
 			return &ExitError{Code: ExitUsage, Err: err}
 		case err != nil:
 			return err
@@ -389,7 +389,7 @@ func replay(ctx context.Context, env Env, args []string) error {
 // openEnqueuer reads the gateway's routes and opens its database, with an
 // Enqueuer that creates dispatches as the gateway does: for commands that
 // create them (replay, recover).
-func openEnqueuer(ctx context.Context, env Env) (*pgxpool.Pool, *jobs.Enqueuer, func(), error) {
+func openEnqueuer(ctx context.Context, env Env) (*pgxpool.Pool, *dispatch.Enqueuer, func(), error) {
 	table, err := env.Config.LoadRoutes(handlers.Default(nil).Names())
 	if err != nil {
 		return nil, nil, nil, err
@@ -398,10 +398,10 @@ func openEnqueuer(ctx context.Context, env Env) (*pgxpool.Pool, *jobs.Enqueuer, 
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	client, err := jobs.NewInsertClient(pool, nil)
+	client, err := dispatch.NewInsertClient(pool, nil)
 	if err != nil {
 		closeDB()
 		return nil, nil, nil, err
 	}
-	return pool, &jobs.Enqueuer{Client: client, Routes: table, MaxAttempts: env.Config.MaxAttempts}, closeDB, nil
+	return pool, &dispatch.Enqueuer{Client: client, Routes: table, MaxAttempts: env.Config.MaxAttempts}, closeDB, nil
 }

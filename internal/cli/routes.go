@@ -8,8 +8,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/handlers"
-	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/routes"
 )
@@ -57,7 +57,7 @@ func routesCmd(ctx context.Context, env Env, args []string) error {
 	case "list":
 		views, err = routes.List(ctx, pool, table)
 	default:
-		client, cerr := jobs.NewInsertClient(pool, nil)
+		client, cerr := dispatch.NewInsertClient(pool, nil)
 		if cerr != nil {
 			return cerr
 		}

@@ -26,9 +26,9 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/guess"
-	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/throttle"
 )
@@ -49,7 +49,7 @@ type Config struct {
 	Pool *pgxpool.Pool
 	// Enqueuer creates replays' dispatches; its client pauses and resumes
 	// routes' queues.
-	Enqueuer *jobs.Enqueuer
+	Enqueuer *dispatch.Enqueuer
 	// Routes is the fan-out table.
 	Routes fanout.Table
 	// Providers are the gateway's providers: the filters' and charts'

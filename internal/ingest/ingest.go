@@ -25,7 +25,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/batch"
-	"github.com/hookgate/hookgate/internal/jobs"
+	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
 )
@@ -79,7 +79,7 @@ type Ingester struct {
 	// Receipts stores receipts.
 	Receipts *receipts.Store
 	// Enqueuer creates the dispatches.
-	Enqueuer *jobs.Enqueuer
+	Enqueuer *dispatch.Enqueuer
 	// MaxBatch bounds how many deliveries one transaction takes. Defaults to 64.
 	MaxBatch int
 	// MaxBatchBytes bounds the bodies one transaction takes (a larger body
@@ -112,7 +112,7 @@ func (in *Ingester) Accept(ctx context.Context, d providers.Delivery) (Result, e
 	// Route filters read the payload: they run here, before the delivery
 	// joins a transaction, so that a costly filter never holds its
 	// batch-mates' commit.
-	d.Routes = in.Enqueuer.Prematch(jobs.EventOf(d))
+	d.Routes = in.Enqueuer.Prematch(dispatch.EventOf(d))
 	o, err := in.batcher.Submit(ctx, d)
 	if err != nil {
 		// The queue was full or slow, or the sender is gone: a delivery whose
@@ -266,12 +266,12 @@ func (in *Ingester) AcceptManyTx(ctx context.Context, tx pgx.Tx, ds []providers.
 		return nil, err
 	}
 	outcomes := make([]Outcome, len(ds))
-	var events []jobs.Event
+	var events []dispatch.Event
 	var newIdx []int
 	for i, k := range kinds {
 		switch k {
 		case receipts.New:
-			events = append(events, jobs.EventOf(ds[i]))
+			events = append(events, dispatch.EventOf(ds[i]))
 			newIdx = append(newIdx, i)
 			outcomes[i].Result.Status = Accepted
 		case receipts.Duplicate:

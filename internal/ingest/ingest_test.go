@@ -12,10 +12,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/dbtest"
+	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/ingest"
-	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
 )
@@ -26,7 +26,7 @@ func setup(t *testing.T) (*ingest.Ingester, *pgxpool.Pool) {
 	t.Helper()
 	pool := dbtest.NewPool(t)
 	logger := slog.New(slog.DiscardHandler)
-	client, err := jobs.NewInsertClient(pool, logger)
+	client, err := dispatch.NewInsertClient(pool, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func setup(t *testing.T) (*ingest.Ingester, *pgxpool.Pool) {
 	return &ingest.Ingester{
 		Pool:     pool,
 		Receipts: &receipts.Store{Retention: 72 * time.Hour},
-		Enqueuer: &jobs.Enqueuer{Client: client, Routes: routes},
+		Enqueuer: &dispatch.Enqueuer{Client: client, Routes: routes},
 	}, pool
 }
 

@@ -27,11 +27,11 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/internal/dbtest"
+	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/ingest"
-	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
 	"github.com/hookgate/hookgate/internal/recovery"
@@ -84,11 +84,11 @@ func startGateway(t *testing.T) *gateway {
 		t.Fatal(err)
 	}
 	store := &receipts.Store{Retention: 72 * time.Hour}
-	enq := &jobs.Enqueuer{Routes: table, MaxAttempts: 5}
+	enq := &dispatch.Enqueuer{Routes: table, MaxAttempts: 5}
 	guard := &routes.Guard{Pool: g.pool, Table: table, Logger: logger}
 	g.job = &recovery.Recoverer{Pool: g.pool, MinAge: time.Millisecond}
-	g.client, err = jobs.NewClient(g.pool, jobs.ClientConfig{
-		Dispatch: &jobs.DispatchWorker{Pool: g.pool, Routes: table, Handlers: handlers, Receipts: store, Logger: logger,
+	g.client, err = dispatch.NewClient(g.pool, dispatch.ClientConfig{
+		Dispatch: &dispatch.Worker{Pool: g.pool, Routes: table, Handlers: handlers, Receipts: store, Logger: logger,
 			Guard: guard, Forwarder: forward.New("", 5*time.Second, 8)},
 		Workers: 8, Logger: logger,
 		Extra: func(w *river.Workers) error { return river.AddWorkerSafely(w, &recovery.Worker{Recoverer: g.job}) },

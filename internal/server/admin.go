@@ -21,11 +21,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/deliveries"
+	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/guess"
 	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/ingest"
-	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/rejections"
 )
@@ -37,7 +37,7 @@ type AdminConfig struct {
 	// Pool is the database.
 	Pool *pgxpool.Pool
 	// Enqueuer creates replays' dispatches.
-	Enqueuer *jobs.Enqueuer
+	Enqueuer *dispatch.Enqueuer
 	// RiverUI is served at /admin/river/; nil: not served.
 	RiverUI http.Handler
 	// Routes is the fan-out table, whose routes operators see, pause and
@@ -303,8 +303,8 @@ func (req *replayOneRequest) validate() error {
 }
 
 type replayOneResponse struct {
-	ReplayID   string         `json:"replay_id"`
-	Dispatches []jobs.Created `json:"dispatches"`
+	ReplayID   string             `json:"replay_id"`
+	Dispatches []dispatch.Created `json:"dispatches"`
 }
 
 func (s *server) handleReplayOne(w http.ResponseWriter, r *http.Request) {
@@ -316,7 +316,7 @@ func (s *server) handleReplayOne(w http.ResponseWriter, r *http.Request) {
 	var req replayOneRequest
 	s.idempotent(w, r, "replay", &req, func(ctx context.Context, tx pgx.Tx) (any, error) {
 		replayID, created, err := s.Admin.Enqueuer.ReplayOneTx(ctx, tx, Actor(s.Admin.Token), provider, id,
-			jobs.ReplayRequest{Routes: req.Routes, Force: req.Force}, req.Reason)
+			dispatch.ReplayRequest{Routes: req.Routes, Force: req.Force}, req.Reason)
 		if err != nil {
 			return nil, err
 		}
@@ -466,7 +466,7 @@ func (s *server) handleListReplays(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.Logger, err)
 		return
 	}
-	replays, err := jobs.ListReplays(r.Context(), s.Admin.Pool, limit)
+	replays, err := dispatch.ListReplays(r.Context(), s.Admin.Pool, limit)
 	if err != nil {
 		writeError(w, r, s.Logger, err)
 		return
@@ -475,7 +475,7 @@ func (s *server) handleListReplays(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) handleShowReplay(w http.ResponseWriter, r *http.Request) {
-	replay, err := jobs.GetReplay(r.Context(), s.Admin.Pool, chi.URLParam(r, "replay_id"))
+	replay, err := dispatch.GetReplay(r.Context(), s.Admin.Pool, chi.URLParam(r, "replay_id"))
 	if err != nil {
 		writeError(w, r, s.Logger, err)
 		return

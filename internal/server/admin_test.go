@@ -22,11 +22,11 @@ import (
 	"riverqueue.com/riverui"
 
 	"github.com/hookgate/hookgate/internal/dbtest"
+	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/ingest"
-	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
@@ -88,11 +88,11 @@ func setupAdminOn(t *testing.T, pool *pgxpool.Pool, token string, opts ...func(*
 	m := metrics.New(b.pool)
 	m.Routes(b.guard.Gauges)
 	store := &receipts.Store{Retention: 72 * time.Hour}
-	enq := &jobs.Enqueuer{Routes: table, MaxAttempts: 1}
-	b.client, err = jobs.NewClient(b.pool, jobs.ClientConfig{
-		Dispatch: &jobs.DispatchWorker{Pool: b.pool, Routes: table, Handlers: handlers, Receipts: store, Logger: logger,
+	enq := &dispatch.Enqueuer{Routes: table, MaxAttempts: 1}
+	b.client, err = dispatch.NewClient(b.pool, dispatch.ClientConfig{
+		Dispatch: &dispatch.Worker{Pool: b.pool, Routes: table, Handlers: handlers, Receipts: store, Logger: logger,
 			Metrics: m, Guard: b.guard, Forwarder: forward.New("", 5*time.Second, 8)},
-		Replay:  &jobs.ReplayBatchWorker{Pool: b.pool, Enqueuer: enq},
+		Replay:  &dispatch.ReplayBatchWorker{Pool: b.pool, Enqueuer: enq},
 		Workers: 8, Logger: logger,
 	})
 	if err != nil {
@@ -675,7 +675,7 @@ func TestRetentionDeletesExactlyExpired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := jobs.DeleteExpired(context.Background(), b.pool, 72*time.Hour)
+	n, err := dispatch.DeleteExpired(context.Background(), b.pool, 72*time.Hour)
 	if err != nil || n != 3 {
 		t.Fatalf("deleted %d, %v; want 3", n, err)
 	}

@@ -13,9 +13,9 @@ import (
 
 	"github.com/hookgate/hookgate/internal/audit"
 	"github.com/hookgate/hookgate/internal/deliveries"
+	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/ingest"
-	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
 	"github.com/hookgate/hookgate/internal/routes"
@@ -59,8 +59,8 @@ var errorCodes = []struct {
 	{errUnauthorized, http.StatusUnauthorized, "unauthorized"},
 	{deliveries.ErrNotFound, http.StatusNotFound, "not_found"},
 	{deliveries.ErrBadFilter, http.StatusBadRequest, "bad_request"},
-	{jobs.ErrUnknownRoute, http.StatusBadRequest, "bad_request"},
-	{jobs.ErrNoReplay, http.StatusNotFound, "not_found"},
+	{dispatch.ErrUnknownRoute, http.StatusBadRequest, "bad_request"},
+	{dispatch.ErrNoReplay, http.StatusNotFound, "not_found"},
 	{routes.ErrNotFound, http.StatusNotFound, "not_found"},
 	{audit.ErrBadCursor, http.StatusBadRequest, "bad_request"},
 	{idempotency.ErrBadBody, http.StatusBadRequest, "bad_request"},

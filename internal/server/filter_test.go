@@ -13,9 +13,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/filter"
-	"github.com/hookgate/hookgate/internal/jobs"
 )
 
 // filterRoutes reads a configuration file's routes, as the gateway does at
@@ -83,12 +83,12 @@ routes:
 
 	// The filter now names acme/web: a replay of f-3 dispatches it to
 	// api-prs, and one of f-1 no longer does.
-	client, err := jobs.NewInsertClient(b.pool, slog.New(slog.DiscardHandler))
+	client, err := dispatch.NewInsertClient(b.pool, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := &jobs.Enqueuer{Client: client, Routes: filterRoutes(t, fmt.Sprintf(routes, "acme/web")), Filters: reporter}
-	replay := func(id string, req jobs.ReplayRequest) []jobs.Created {
+	now := &dispatch.Enqueuer{Client: client, Routes: filterRoutes(t, fmt.Sprintf(routes, "acme/web")), Filters: reporter}
+	replay := func(id string, req dispatch.ReplayRequest) []dispatch.Created {
 		t.Helper()
 		tx, err := b.pool.Begin(context.Background())
 		if err != nil {
@@ -105,12 +105,12 @@ routes:
 		return created
 	}
 	// (Route all's dispatch is still pending here: a replay leaves it be.)
-	created := replay("f-3", jobs.ReplayRequest{Force: true})
+	created := replay("f-3", dispatch.ReplayRequest{Force: true})
 	if len(created) != 1 || created[0].Route != "api-prs" {
 		t.Errorf("replay of f-3 under the new filter: %+v, want api-prs", created)
 	}
-	created = replay("f-1", jobs.ReplayRequest{Force: true})
-	if slices.ContainsFunc(created, func(c jobs.Created) bool { return c.Route == "api-prs" }) {
+	created = replay("f-1", dispatch.ReplayRequest{Force: true})
+	if slices.ContainsFunc(created, func(c dispatch.Created) bool { return c.Route == "api-prs" }) {
 		t.Errorf("replay of f-1 under the new filter: %+v, want no api-prs", created)
 	}
 	// Asking for the route by name says why it is refused.
@@ -119,8 +119,8 @@ routes:
 		t.Fatal(err)
 	}
 	defer tx.Rollback(context.Background())
-	_, err = now.RedispatchTx(context.Background(), tx, "github", "f-1", jobs.ReplayRequest{Routes: []string{"api-prs"}})
-	if !errors.Is(err, jobs.ErrUnknownRoute) || !strings.Contains(err.Error(), `route "api-prs"'s filter is false`) {
+	_, err = now.RedispatchTx(context.Background(), tx, "github", "f-1", dispatch.ReplayRequest{Routes: []string{"api-prs"}})
+	if !errors.Is(err, dispatch.ErrUnknownRoute) || !strings.Contains(err.Error(), `route "api-prs"'s filter is false`) {
 		t.Errorf("replay of f-1 to api-prs by name: %v", err)
 	}
 }

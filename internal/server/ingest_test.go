@@ -18,11 +18,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/dbtest"
+	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/filter"
 	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/ingest"
-	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
@@ -86,7 +86,7 @@ func setup(t testing.TB, opts setupOpts) *testBundle {
 	if opts.pool != nil {
 		ingestPool = opts.pool
 	}
-	client, err := jobs.NewInsertClient(ingestPool, logger)
+	client, err := dispatch.NewInsertClient(ingestPool, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func setup(t testing.TB, opts setupOpts) *testBundle {
 		Ingester: &ingest.Ingester{
 			Pool:       ingestPool,
 			Receipts:   &receipts.Store{Retention: 72 * time.Hour},
-			Enqueuer:   &jobs.Enqueuer{Client: client, Routes: routes, MaxAttempts: 5, Filters: opts.filters},
+			Enqueuer:   &dispatch.Enqueuer{Client: client, Routes: routes, MaxAttempts: 5, Filters: opts.filters},
 			Committers: opts.committers,
 		},
 		Ready:            ready,

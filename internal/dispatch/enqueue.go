@@ -1,4 +1,4 @@
-package jobs
+package dispatch
 
 import (
 	"cmp"
@@ -18,8 +18,8 @@ import (
 	"github.com/hookgate/hookgate/internal/providers"
 )
 
-// DispatchKind is the River job kind of a dispatch. Stable: stored in river_job.
-const DispatchKind = "hookgate_dispatch"
+// Kind is the River job kind of a dispatch. Stable: stored in river_job.
+const Kind = "hookgate_dispatch"
 
 // Dispatch states, as stored in hookgate_dispatches.state: the one list is
 // package deliveries'.
@@ -33,8 +33,8 @@ const (
 	StateCancelled  = deliveries.Cancelled
 )
 
-// DispatchArgs are a dispatch job's arguments: the key of its dispatch row.
-type DispatchArgs struct {
+// Args are a dispatch job's arguments: the key of its dispatch row.
+type Args struct {
 	Provider   string `json:"provider"`
 	DeliveryID string `json:"delivery_id"`
 	Route      string `json:"route"`
@@ -42,7 +42,7 @@ type DispatchArgs struct {
 }
 
 // Kind implements river.JobArgs.
-func (DispatchArgs) Kind() string { return DispatchKind }
+func (Args) Kind() string { return Kind }
 
 // Enqueuer creates dispatch rows and their River jobs inside the caller's
 // transaction.
@@ -177,7 +177,7 @@ func (e *Enqueuer) insertTx(ctx context.Context, tx pgx.Tx, want []Created) ([]C
 	params := make([]river.InsertManyParams, len(want))
 	for i, w := range want {
 		params[i] = river.InsertManyParams{
-			Args:       DispatchArgs{Provider: w.Provider, DeliveryID: w.DeliveryID, Route: w.Route, Generation: w.Generation},
+			Args:       Args{Provider: w.Provider, DeliveryID: w.DeliveryID, Route: w.Route, Generation: w.Generation},
 			InsertOpts: e.insertOpts(w.Route),
 		}
 	}

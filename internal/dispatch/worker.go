@@ -1,4 +1,4 @@
-package jobs
+package dispatch
 
 import (
 	"context"
@@ -25,7 +25,7 @@ import (
 	"github.com/hookgate/hookgate/internal/routes"
 )
 
-// DispatchWorker works dispatch jobs: it runs the route's target and records
+// Worker works dispatch jobs: it runs the route's target and records
 // the outcome on the dispatch row.
 //
 // A builtin handler runs in one transaction with everything its attempt
@@ -43,8 +43,8 @@ import (
 // never gets an older event after it accepted a newer one. No database
 // connection is held while the target answers, and a lease outlives a process
 // that died with a newer event in flight: an older one waits for it.
-type DispatchWorker struct {
-	river.WorkerDefaults[DispatchArgs]
+type Worker struct {
+	river.WorkerDefaults[Args]
 
 	// Pool is the database the dispatch rows and receipts live in.
 	Pool *pgxpool.Pool
@@ -80,7 +80,7 @@ var (
 )
 
 // Work implements river.Worker.
-func (w *DispatchWorker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
+func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	w.retryAt.Delete(job.ID) // an earlier attempt's, should River not have taken it
 	err := w.work(ctx, job)
 	var snooze *river.JobSnoozeError
@@ -113,7 +113,7 @@ func (w *DispatchWorker) Work(ctx context.Context, job *river.Job[DispatchArgs])
 
 // Timeout implements river.Worker: the route's attempt time limit and the
 // database work around it.
-func (w *DispatchWorker) Timeout(job *river.Job[DispatchArgs]) time.Duration {
+func (w *Worker) Timeout(job *river.Job[Args]) time.Duration {
 	if r, ok := w.Routes.ByName(job.Args.Route); ok && r.Timeout > 0 {
 		return jobTimeout(r.Timeout)
 	}
@@ -122,14 +122,14 @@ func (w *DispatchWorker) Timeout(job *river.Job[DispatchArgs]) time.Duration {
 
 // NextRetry implements river.Worker: a target's Retry-After when it sent one,
 // else River's default backoff (1 s before the first retry, then attempt^4 s).
-func (w *DispatchWorker) NextRetry(job *river.Job[DispatchArgs]) time.Time {
+func (w *Worker) NextRetry(job *river.Job[Args]) time.Time {
 	if at, ok := w.retryAt.LoadAndDelete(job.ID); ok {
 		return at.(time.Time)
 	}
 	return time.Time{}
 }
 
-func (w *DispatchWorker) work(ctx context.Context, job *river.Job[DispatchArgs]) error {
+func (w *Worker) work(ctx context.Context, job *river.Job[Args]) error {
 	route, ok := w.Routes.ByName(job.Args.Route)
 	if !ok {
 		return fmt.Errorf("%w: route %q is no longer configured", errNoTarget, job.Args.Route)
@@ -149,7 +149,7 @@ func (w *DispatchWorker) work(ctx context.Context, job *river.Job[DispatchArgs])
 // the error snoozes the job (River keeps its attempt count) until it may.
 // paused is the route's pause as the attempt read it from the database (the
 // Guard's own view may be half a second old).
-func (w *DispatchWorker) admit(ctx context.Context, route fanout.Route, paused bool) (routes.Ticket, error) {
+func (w *Worker) admit(ctx context.Context, route fanout.Route, paused bool) (routes.Ticket, error) {
 	if paused {
 		return routes.Ticket{}, river.JobSnooze(routes.PausedWait)
 	}
@@ -184,7 +184,7 @@ func entityLock(route, entity string) string {
 
 func ordered(r receipts.Receipt) bool { return r.Entity != "" && !r.EventTime.IsZero() }
 
-func delivery(r receipts.Receipt, a DispatchArgs, attempt int) handlers.Delivery {
+func delivery(r receipts.Receipt, a Args, attempt int) handlers.Delivery {
 	return handlers.Delivery{
 		Provider: r.Provider, DeliveryID: r.DeliveryID, Event: r.Event, Entity: r.Entity, EventTime: r.EventTime,
 		ContentType: r.ContentType, Body: r.Body, Headers: r.Headers,
@@ -193,11 +193,11 @@ func delivery(r receipts.Receipt, a DispatchArgs, attempt int) handlers.Delivery
 }
 
 // runBuiltin runs one attempt of a builtin handler in one transaction; see
-// DispatchWorker. The commit need not wait for the disk: if the database
+// Worker. The commit need not wait for the disk: if the database
 // crashes before the commit is durable, the handler's writes, the dispatch's
 // state, the watermark and the job's completion are all lost together, and
 // River runs the job again, so the effect still happens once.
-func (w *DispatchWorker) runBuiltin(ctx context.Context, job *river.Job[DispatchArgs], route fanout.Route, handler handlers.Handler) error {
+func (w *Worker) runBuiltin(ctx context.Context, job *river.Job[Args], route fanout.Route, handler handlers.Handler) error {
 	a := job.Args
 	tx, err := w.Pool.Begin(ctx)
 	if err != nil {
@@ -275,7 +275,7 @@ func (w *DispatchWorker) runBuiltin(ctx context.Context, job *river.Job[Dispatch
 
 // finish records a builtin dispatch's final state, completes its job and
 // commits, then counts it.
-func (w *DispatchWorker) finish(ctx context.Context, tx pgx.Tx, job *river.Job[DispatchArgs], state string, receivedAt time.Time) error {
+func (w *Worker) finish(ctx context.Context, tx pgx.Tx, job *river.Job[Args], state string, receivedAt time.Time) error {
 	if err := setState(ctx, tx, job.Args, state, job.Attempt, nil); err != nil {
 		return err
 	}
@@ -287,7 +287,7 @@ func (w *DispatchWorker) finish(ctx context.Context, tx pgx.Tx, job *river.Job[D
 }
 
 // complete marks the job completed in tx and commits.
-func (w *DispatchWorker) complete(ctx context.Context, tx pgx.Tx, job *river.Job[DispatchArgs]) error {
+func (w *Worker) complete(ctx context.Context, tx pgx.Tx, job *river.Job[Args]) error {
 	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
 		return fmt.Errorf("complete job: %w", err)
 	}
@@ -346,8 +346,8 @@ func moveWatermarks(ctx context.Context, db receipts.DBTX, marks []watermark) er
 	return nil
 }
 
-// forward runs one attempt of a forward; see DispatchWorker.
-func (w *DispatchWorker) forward(ctx context.Context, job *river.Job[DispatchArgs], route fanout.Route) error {
+// forward runs one attempt of a forward; see Worker.
+func (w *Worker) forward(ctx context.Context, job *river.Job[Args], route fanout.Route) error {
 	a := job.Args
 	c, err := w.claim(ctx, a, false)
 	if err != nil {
@@ -427,7 +427,7 @@ func errText(err error) string {
 // sinceReceipt is the receipt time from which a dispatch's success is
 // measured: none for a replay, which a day later would skew the
 // receipt-to-success figures of today.
-func sinceReceipt(a DispatchArgs, receivedAt time.Time) time.Time {
+func sinceReceipt(a Args, receivedAt time.Time) time.Time {
 	if a.Generation > 1 {
 		return time.Time{}
 	}
@@ -442,7 +442,7 @@ const againTries = 5
 // growing pause. Writing it twice (the batch may commit after all) changes
 // nothing: a final state is never overwritten, a watermark never lowered, a
 // lease given back only by its holder.
-func (w *DispatchWorker) recordAgain(ctx context.Context, o outcome) error {
+func (w *Worker) recordAgain(ctx context.Context, o outcome) error {
 	ctx = context.WithoutCancel(ctx)
 	var err error
 	for try := range againTries {
@@ -457,7 +457,7 @@ func (w *DispatchWorker) recordAgain(ctx context.Context, o outcome) error {
 
 // leaseTTL is how long a lease holds without its holder: as long as River
 // waits before it rescues a job whose process died.
-func (w *DispatchWorker) leaseTTL() time.Duration {
+func (w *Worker) leaseTTL() time.Duration {
 	timeout := 10 * time.Second
 	if w.Forwarder != nil && w.Forwarder.Timeout > 0 {
 		timeout = w.Forwarder.Timeout
@@ -466,7 +466,7 @@ func (w *DispatchWorker) leaseTTL() time.Duration {
 }
 
 // dropLease gives back the claim's lease, if it took one.
-func (w *DispatchWorker) dropLease(ctx context.Context, c *claim) error {
+func (w *Worker) dropLease(ctx context.Context, c *claim) error {
 	if c.leased == "" {
 		return nil
 	}
@@ -474,7 +474,7 @@ func (w *DispatchWorker) dropLease(ctx context.Context, c *claim) error {
 }
 
 // dropLeasesOf gives back whatever lease the dispatch a holds.
-func dropLeasesOf(ctx context.Context, db receipts.DBTX, a DispatchArgs) error {
+func dropLeasesOf(ctx context.Context, db receipts.DBTX, a Args) error {
 	_, err := db.Exec(context.WithoutCancel(ctx), `DELETE FROM hookgate_leases
 		WHERE route = $1 AND provider = $2 AND delivery_id = $3 AND generation = $4`,
 		a.Route, a.Provider, a.DeliveryID, a.Generation)
@@ -486,7 +486,7 @@ func dropLeasesOf(ctx context.Context, db receipts.DBTX, a DispatchArgs) error {
 
 // claim is what one attempt of a forward starts from.
 type claim struct {
-	args   DispatchArgs
+	args   Args
 	state  string           // the dispatch row's state
 	r      receipts.Receipt // the event's first receipt
 	leased string           // the entity whose lease the dispatch holds for the route, or ""
@@ -538,7 +538,7 @@ var (
 // snapshot, so the watermark is read after the lease is held. When another
 // holds the lease the job is snoozed. No connection is held afterwards: the
 // lease, a row, outlives this call and is given back with the outcome.
-func (w *DispatchWorker) claim(ctx context.Context, a DispatchArgs, exact bool) (*claim, error) {
+func (w *Worker) claim(ctx context.Context, a Args, exact bool) (*claim, error) {
 	// The lease and the watermark need only the event's entity, so at first
 	// they take any receipt's; when it is not the first receipt's, the claim
 	// is made again exactly.
@@ -608,7 +608,7 @@ func (w *DispatchWorker) claim(ctx context.Context, a DispatchArgs, exact bool) 
 
 // outcome is a forward's decided state, to be written with others in one commit.
 type outcome struct {
-	args    DispatchArgs
+	args    Args
 	state   string
 	attempt int
 	mark    *watermark // the watermark to raise, for an accepted ordered forward
@@ -616,7 +616,7 @@ type outcome struct {
 }
 
 // record writes the outcome in the next batch and returns once it is committed.
-func (w *DispatchWorker) record(ctx context.Context, o outcome) error {
+func (w *Worker) record(ctx context.Context, o outcome) error {
 	w.once.Do(func() {
 		w.recorder = &batch.Batcher[outcome, struct{}]{Do: w.recordBatch, MaxBatch: 128, Concurrency: 2}
 	})
@@ -625,7 +625,7 @@ func (w *DispatchWorker) record(ctx context.Context, o outcome) error {
 }
 
 // recordBatch writes outcomes and watermarks in one transaction.
-func (w *DispatchWorker) recordBatch(ctx context.Context, os []outcome) ([]struct{}, error) {
+func (w *Worker) recordBatch(ctx context.Context, os []outcome) ([]struct{}, error) {
 	err := pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error { return writeOutcomes(ctx, tx, os) })
 	if err != nil {
 		return nil, err
@@ -691,7 +691,7 @@ func dropLeases(ctx context.Context, tx pgx.Tx, os []outcome) error {
 	return nil
 }
 
-func setState(ctx context.Context, db receipts.DBTX, a DispatchArgs, state string, attempt int, lastError *string) error {
+func setState(ctx context.Context, db receipts.DBTX, a Args, state string, attempt int, lastError *string) error {
 	_, err := db.Exec(ctx, `
 		UPDATE hookgate_dispatches SET state = $5, attempts = $6, last_error = $7, updated_at = now()
 		WHERE provider = $1 AND delivery_id = $2 AND route = $3 AND generation = $4`,
@@ -704,7 +704,7 @@ func setState(ctx context.Context, db receipts.DBTX, a DispatchArgs, state strin
 
 // recordFailure stores a failed attempt on the dispatch row. It is best effort:
 // River retries the job whether or not the row could be updated.
-func (w *DispatchWorker) recordFailure(ctx context.Context, job *river.Job[DispatchArgs], state string, cause error) {
+func (w *Worker) recordFailure(ctx context.Context, job *river.Job[Args], state string, cause error) {
 	msg := errText(cause)
 	if err := setState(context.WithoutCancel(ctx), w.Pool, job.Args, state, job.Attempt, &msg); err != nil {
 		w.Logger.ErrorContext(ctx, "record dispatch failure", "error", err, "route", job.Args.Route, "delivery_id", job.Args.DeliveryID)

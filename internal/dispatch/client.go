@@ -1,4 +1,4 @@
-package jobs
+package dispatch
 
 import (
 	"cmp"
@@ -18,7 +18,7 @@ import (
 // ClientConfig configures the River client that works hookgate's jobs.
 type ClientConfig struct {
 	// Dispatch works dispatches. Required.
-	Dispatch *DispatchWorker
+	Dispatch *Worker
 	// Replay works bulk replays; nil: not registered.
 	Replay *ReplayBatchWorker
 	// Retention and Reconcile are the periodic maintenance jobs (every 10

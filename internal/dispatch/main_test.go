@@ -1,4 +1,4 @@
-package jobs_test
+package dispatch_test
 
 import (
 	"context"
@@ -10,10 +10,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/dbtest"
+	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handlers"
-	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/receipts"
 )
 
@@ -44,9 +44,9 @@ func runWorkerProcess(url, routes string) error {
 	if err != nil {
 		return err
 	}
-	w := &jobs.DispatchWorker{Pool: pool, Routes: rs, Handlers: handlers, Receipts: &receipts.Store{Retention: 72 * time.Hour},
+	w := &dispatch.Worker{Pool: pool, Routes: rs, Handlers: handlers, Receipts: &receipts.Store{Retention: 72 * time.Hour},
 		Logger: discard(), Forwarder: forward.New("", 10*time.Second, 4)}
-	client, err := jobs.NewClient(pool, jobs.ClientConfig{Dispatch: w, Workers: 4, ForwardTimeout: 10 * time.Second, Logger: discard()})
+	client, err := dispatch.NewClient(pool, dispatch.ClientConfig{Dispatch: w, Workers: 4, ForwardTimeout: 10 * time.Second, Logger: discard()})
 	if err != nil {
 		return err
 	}

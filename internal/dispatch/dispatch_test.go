@@ -1,4 +1,4 @@
-package jobs_test
+package dispatch_test
 
 import (
 	"bytes"
@@ -13,10 +13,10 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/internal/dbtest"
+	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handlers"
-	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
 	"github.com/hookgate/hookgate/internal/routes"
@@ -25,7 +25,7 @@ import (
 type dispatchBundle struct {
 	pool   *pgxpool.Pool
 	client *river.Client[pgx.Tx]
-	enq    *jobs.Enqueuer
+	enq    *dispatch.Enqueuer
 	store  *receipts.Store
 	guard  *routes.Guard
 	table  fanout.Table
@@ -72,13 +72,13 @@ func setupDispatch(t testing.TB, spec string, handlers handlers.Registry, opts .
 		t.Fatal(err)
 	}
 	store := &receipts.Store{Retention: 72 * time.Hour}
-	w := &jobs.DispatchWorker{Pool: pool, Routes: rs, Handlers: handlers, Receipts: store, Logger: logger, Guard: guard,
+	w := &dispatch.Worker{Pool: pool, Routes: rs, Handlers: handlers, Receipts: store, Logger: logger, Guard: guard,
 		Forwarder: forward.New(o.forwardSecret, o.forwardTimeout, o.workers)}
-	client, err := jobs.NewClient(pool, jobs.ClientConfig{Dispatch: w, Workers: o.workers, ForwardTimeout: o.forwardTimeout, Logger: logger})
+	client, err := dispatch.NewClient(pool, dispatch.ClientConfig{Dispatch: w, Workers: o.workers, ForwardTimeout: o.forwardTimeout, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &dispatchBundle{pool: pool, client: client, enq: &jobs.Enqueuer{Client: client, Routes: rs, MaxAttempts: 3}, store: store,
+	return &dispatchBundle{pool: pool, client: client, enq: &dispatch.Enqueuer{Client: client, Routes: rs, MaxAttempts: 3}, store: store,
 		guard: guard, table: rs}
 }
 
@@ -149,7 +149,7 @@ func TestBuiltinReceivesTheStoredDelivery(t *testing.T) {
 		t.Fatalf("enqueued %d", n)
 	}
 	b.start(t)
-	b.waitState(t, "p-1", "cap", jobs.StateSucceeded)
+	b.waitState(t, "p-1", "cap", dispatch.StateSucceeded)
 	mu.Lock()
 	defer mu.Unlock()
 	if len(got) != 1 || !bytes.Equal(got[0].Body, body) || got[0].Route != "cap" || got[0].Generation != 1 || got[0].Attempt != 1 ||

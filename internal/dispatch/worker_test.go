@@ -1,4 +1,4 @@
-package jobs_test
+package dispatch_test
 
 import (
 	"bytes"
@@ -20,8 +20,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/hookgate/hookgate/internal/deliveries"
+	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/handlers"
-	"github.com/hookgate/hookgate/internal/jobs"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/verify"
 )
@@ -109,7 +109,7 @@ func TestForwardSendsBodyAndHeaders(t *testing.T) {
 	d.Body = []byte("payload=%7B%22zen%22%3A1%7D")
 	b.accept(t, d)
 	b.start(t)
-	b.waitState(t, "g-1", "ci", jobs.StateSucceeded)
+	b.waitState(t, "g-1", "ci", dispatch.StateSucceeded)
 
 	got := tg.requests()
 	if len(got) != 1 {
@@ -148,7 +148,7 @@ func TestForwardWithoutSecretIsUnsigned(t *testing.T) {
 	b := setupDispatch(t, "ci=github:push>"+tg.URL, nil)
 	b.accept(t, pushDelivery("g-1"))
 	b.start(t)
-	b.waitState(t, "g-1", "ci", jobs.StateSucceeded)
+	b.waitState(t, "g-1", "ci", dispatch.StateSucceeded)
 	if sig := tg.requests()[0].header.Get("X-Hookgate-Signature"); sig != "" {
 		t.Fatalf("unsigned forward carries %q", sig)
 	}
@@ -170,7 +170,7 @@ func TestForwardRetriesUntilSuccess(t *testing.T) {
 	b := setupDispatch(t, "ci=github:push>"+tg.URL, nil)
 	b.accept(t, pushDelivery("g-1"))
 	b.start(t)
-	b.waitState(t, "g-1", "ci", jobs.StateSucceeded)
+	b.waitState(t, "g-1", "ci", dispatch.StateSucceeded)
 
 	got := tg.requests()
 	if len(got) != 3 {
@@ -202,7 +202,7 @@ func TestForwardFailureIsRecorded(t *testing.T) {
 	b := setupDispatch(t, "ci=github:push>"+tg.URL, nil)
 	b.accept(t, pushDelivery("g-1"))
 	b.start(t)
-	b.waitState(t, "g-1", "ci", jobs.StateRetrying)
+	b.waitState(t, "g-1", "ci", dispatch.StateRetrying)
 	row := b.row(t, "g-1", "ci")
 	if row.attempts != 1 || !strings.Contains(row.lastError, "503") || !strings.Contains(row.lastError, "answer 503") {
 		t.Fatalf("dispatch row %+v", row)
@@ -222,7 +222,7 @@ func TestForwardClientErrorDiscardsAtOnce(t *testing.T) {
 	b := setupDispatch(t, "ci=github:push>"+tg.URL, nil)
 	b.accept(t, pushDelivery("g-1"))
 	b.start(t)
-	b.waitState(t, "g-1", "ci", jobs.StateDiscarded)
+	b.waitState(t, "g-1", "ci", dispatch.StateDiscarded)
 	row := b.row(t, "g-1", "ci")
 	if row.attempts != 1 || !strings.Contains(row.lastError, "400") {
 		t.Fatalf("dispatch row %+v", row)
@@ -248,7 +248,7 @@ func TestForwardTimeoutIsRetried(t *testing.T) {
 	b := setupDispatch(t, "ci=github:push>"+tg.URL, nil, dispatchOpts{forwardTimeout: 300 * time.Millisecond})
 	b.accept(t, pushDelivery("g-1"))
 	b.start(t)
-	b.waitState(t, "g-1", "ci", jobs.StateSucceeded)
+	b.waitState(t, "g-1", "ci", dispatch.StateSucceeded)
 	if row := b.row(t, "g-1", "ci"); row.attempts != 2 {
 		t.Fatalf("dispatch row %+v", row)
 	}
@@ -264,7 +264,7 @@ func TestForwardDoesNotFollowRedirectToAnotherHost(t *testing.T) {
 	b := setupDispatch(t, "ci=github:push>"+tg.URL, nil)
 	b.accept(t, pushDelivery("g-1"))
 	b.start(t)
-	b.waitState(t, "g-1", "ci", jobs.StateDiscarded)
+	b.waitState(t, "g-1", "ci", dispatch.StateDiscarded)
 	if n := len(elsewhere.requests()); n != 0 {
 		t.Fatalf("redirect followed to another host (%d requests)", n)
 	}
@@ -285,7 +285,7 @@ func TestForwardOncePerRouteAcrossHooks(t *testing.T) {
 		t.Fatalf("second hook's copy made %d dispatches", n)
 	}
 	b.start(t)
-	b.waitState(t, "guid-1", "ci", jobs.StateSucceeded)
+	b.waitState(t, "guid-1", "ci", dispatch.StateSucceeded)
 	time.Sleep(300 * time.Millisecond)
 	if n := len(tg.requests()); n != 1 {
 		t.Fatalf("target got %d requests", n)
@@ -316,7 +316,7 @@ func TestForwardIsOrderedByTheFirstReceiptsEntity(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.start(t)
-	b.waitState(t, "evt_001", "billing", jobs.StateSucceeded)
+	b.waitState(t, "evt_001", "billing", dispatch.StateSucceeded)
 	if got := tg.requests(); len(got) != 1 || string(got[0].body) != string(first.Body) {
 		t.Fatalf("target got %d requests, want the first receipt's body once", len(got))
 	}
@@ -345,7 +345,7 @@ func TestBuiltinEffectHappensOnceWhenJobRunsAgain(t *testing.T) {
 	b := setupDispatch(t, "subs=stripe:customer.subscription>builtin:stripe-subscriptions", handlers.Default(discard()))
 	b.accept(t, subscriptionEvent(1, time.Unix(1_767_000_000, 0)))
 	b.start(t)
-	b.waitState(t, "evt_001", "subs", jobs.StateSucceeded)
+	b.waitState(t, "evt_001", "subs", dispatch.StateSucceeded)
 	b.waitJobs(t, "completed", 1)
 
 	// As River's rescuer would: the job is made available again.
@@ -388,7 +388,7 @@ func TestBuiltinErrorRollsBackAndRetries(t *testing.T) {
 	}
 	b.accept(t, pushDelivery("g-1"))
 	b.start(t)
-	b.waitState(t, "g-1", "f", jobs.StateSucceeded)
+	b.waitState(t, "g-1", "f", dispatch.StateSucceeded)
 	rows, _ := b.pool.Query(context.Background(), "SELECT attempt FROM effects")
 	attempts, err := pgx.CollectRows(rows, pgx.RowTo[int])
 	if err != nil || len(attempts) != 1 || attempts[0] != 2 {
@@ -444,7 +444,7 @@ func TestOrderPerEntity(t *testing.T) {
 				if route == "fwd" && succeeded != len(got) {
 					t.Fatalf("%d forwards succeeded, target got %d", succeeded, len(got))
 				}
-				if b.row(t, "evt_019", route).state != jobs.StateSucceeded {
+				if b.row(t, "evt_019", route).state != dispatch.StateSucceeded {
 					t.Fatalf("route %s: the newest event was not handled", route)
 				}
 			}
@@ -491,10 +491,10 @@ func TestOrderHoldsWhenAnOutcomeCommitFails(t *testing.T) {
 	if got := tg.requests(); len(got) != 1 || !bytes.Contains(got[0].body, []byte(`"evt_002"`)) {
 		t.Fatalf("the target received %d requests; want only evt_002", len(got))
 	}
-	if s := b.row(t, "evt_002", "fwd").state; s != jobs.StateSucceeded {
+	if s := b.row(t, "evt_002", "fwd").state; s != dispatch.StateSucceeded {
 		t.Fatalf("evt_002: %s", s)
 	}
-	if s := b.row(t, "evt_001", "fwd").state; s != jobs.StateSuperseded {
+	if s := b.row(t, "evt_001", "fwd").state; s != dispatch.StateSuperseded {
 		t.Fatalf("evt_001: %s, want superseded", s)
 	}
 }
@@ -576,7 +576,7 @@ func TestDispatchSurvivesKilledProcess(t *testing.T) {
 
 	b.start(t) // the surviving process
 	deadline := killed.Add(60 * time.Second)
-	for b.row(t, "g-kill", "ci").state != jobs.StateSucceeded {
+	for b.row(t, "g-kill", "ci").state != dispatch.StateSucceeded {
 		if time.Now().After(deadline) {
 			t.Fatalf("dispatch not completed within 60 s of the kill: %+v", b.row(t, "g-kill", "ci"))
 		}
@@ -603,14 +603,14 @@ func TestReconcileRecordsCancelledJobs(t *testing.T) {
 	if _, err := b.client.JobCancel(context.Background(), jobID); err != nil {
 		t.Fatal(err)
 	}
-	if row := b.row(t, "g-1", "ci"); row.state != jobs.StatePending {
+	if row := b.row(t, "g-1", "ci"); row.state != dispatch.StatePending {
 		t.Fatalf("row before reconcile: %+v", row)
 	}
-	w := &jobs.ReconcileWorker{Pool: b.pool}
+	w := &dispatch.ReconcileWorker{Pool: b.pool}
 	if err := w.Work(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
-	if row := b.row(t, "g-1", "ci"); row.state != jobs.StateCancelled || !strings.Contains(row.lastError, "cancelled") {
+	if row := b.row(t, "g-1", "ci"); row.state != dispatch.StateCancelled || !strings.Contains(row.lastError, "cancelled") {
 		t.Fatalf("row after reconcile: %+v", row)
 	}
 }
@@ -627,7 +627,7 @@ func TestRetentionKeepsReceiptsOfDispatchesInProgress(t *testing.T) {
 	if _, err := b.pool.Exec(ctx, "UPDATE hookgate_receipts SET expires_at = now() - interval '1 second'"); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := jobs.DeleteExpired(ctx, b.pool, 72*time.Hour); err != nil || n != 0 {
+	if n, err := dispatch.DeleteExpired(ctx, b.pool, 72*time.Hour); err != nil || n != 0 {
 		t.Fatalf("deleted %d, %v while its dispatch is pending", n, err)
 	}
 	var jobID int64
@@ -637,7 +637,7 @@ func TestRetentionKeepsReceiptsOfDispatchesInProgress(t *testing.T) {
 	if _, err := b.client.JobCancel(ctx, jobID); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := jobs.DeleteExpired(ctx, b.pool, 72*time.Hour); err != nil || n != 1 {
+	if n, err := dispatch.DeleteExpired(ctx, b.pool, 72*time.Hour); err != nil || n != 1 {
 		t.Fatalf("deleted %d, %v after its dispatch ended", n, err)
 	}
 }
@@ -657,7 +657,7 @@ func TestDeletedJobLeavesACancelledReplayableDispatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, err := deliveries.Show(ctx, b.pool, "github", "g-del")
-	if err != nil || len(d.Dispatches) != 1 || d.Dispatches[0].State != jobs.StateCancelled {
+	if err != nil || len(d.Dispatches) != 1 || d.Dispatches[0].State != dispatch.StateCancelled {
 		t.Fatalf("show: %+v, %v", d.Dispatches, err)
 	}
 	tx, err := b.pool.Begin(ctx)
@@ -665,7 +665,7 @@ func TestDeletedJobLeavesACancelledReplayableDispatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	created, err := b.enq.RedispatchTx(ctx, tx, "github", "g-del", jobs.ReplayRequest{})
+	created, err := b.enq.RedispatchTx(ctx, tx, "github", "g-del", dispatch.ReplayRequest{})
 	if err != nil || len(created) != 1 || created[0].Generation != 2 {
 		t.Fatalf("replay created %+v, %v; want generation 2", created, err)
 	}
@@ -709,7 +709,7 @@ func TestOlderEventWaitsForANewerOneWhoseProcessDied(t *testing.T) {
 			t.Fatal("the older event was sent after the newer one the target had accepted")
 		}
 	}
-	if s := b.row(t, "evt_001", "fwd").state; s != jobs.StateSuperseded {
+	if s := b.row(t, "evt_001", "fwd").state; s != dispatch.StateSuperseded {
 		t.Fatalf("evt_001: %s, want superseded", s)
 	}
 	var leases int

@@ -1,4 +1,4 @@
-package jobs
+package dispatch
 
 import (
 	"context"
@@ -147,7 +147,7 @@ type ReconcileWorker struct {
 	// Pool is the database.
 	Pool *pgxpool.Pool
 	// Routes is the fan-out table: waiting dispatch jobs are moved to their
-	// route's queue (see QueueDispatches).
+	// route's queue (see QueueByRoute).
 	Routes fanout.Table
 }
 
@@ -160,19 +160,19 @@ func (w *ReconcileWorker) Work(ctx context.Context, _ *river.Job[ReconcileArgs])
 			last_error = coalesce(d.last_error, 'River job ' || j.state::text)
 		FROM river_job j
 		WHERE j.state IN ('cancelled', 'discarded') AND j.kind = $1
-		AND d.job_id = j.id AND d.state IN (`+deliveries.InProgressSQL+`)`, DispatchKind)
+		AND d.job_id = j.id AND d.state IN (`+deliveries.InProgressSQL+`)`, Kind)
 	if err != nil {
 		return fmt.Errorf("reconcile dispatches: %w", err)
 	}
-	return QueueDispatches(ctx, w.Pool, w.Routes)
+	return QueueByRoute(ctx, w.Pool, w.Routes)
 }
 
-// QueueDispatches moves waiting dispatch jobs to the queue of their route:
+// QueueByRoute moves waiting dispatch jobs to the queue of their route:
 // jobs enqueued before routes had queues of their own, or by a gateway with
 // another configuration. The jobs of a route no longer configured go to the
 // default queue, whose workers discard them (replayable once the route is
 // back). A gateway runs it at start and its reconcile job every minute.
-func QueueDispatches(ctx context.Context, db receipts.DBTX, table fanout.Table) error {
+func QueueByRoute(ctx context.Context, db receipts.DBTX, table fanout.Table) error {
 	var names, queues []string
 	for _, r := range table {
 		names, queues = append(names, r.Name), append(queues, r.Queue())
@@ -181,7 +181,7 @@ func QueueDispatches(ctx context.Context, db receipts.DBTX, table fanout.Table) 
 		j AS (SELECT j.id, coalesce((SELECT queue FROM t WHERE t.route = j.args->>'route'), $4) AS queue
 			FROM river_job j WHERE j.kind = $1 AND j.state IN ('available', 'scheduled', 'retryable'))
 		UPDATE river_job SET queue = j.queue FROM j WHERE river_job.id = j.id AND river_job.queue <> j.queue`,
-		DispatchKind, names, queues, river.QueueDefault)
+		Kind, names, queues, river.QueueDefault)
 	if err != nil {
 		return fmt.Errorf("queue dispatches by route: %w", err)
 	}

@@ -1,4 +1,4 @@
-package jobs_test
+package dispatch_test
 
 import (
 	"fmt"

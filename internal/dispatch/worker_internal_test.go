@@ -1,4 +1,4 @@
-package jobs
+package dispatch
 
 import (
 	"context"
@@ -54,15 +54,15 @@ func TestRetryAfterIsKeptOnlyForAJobRiverWillRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	w := &DispatchWorker{Pool: pool, Routes: routes, Receipts: store, Logger: logger, Forwarder: forward.New("", 2*time.Second, 1)}
+	w := &Worker{Pool: pool, Routes: routes, Receipts: store, Logger: logger, Forwarder: forward.New("", 2*time.Second, 1)}
 	kept := func() int {
 		n := 0
 		w.retryAt.Range(func(any, any) bool { n++; return true })
 		return n
 	}
-	job := &river.Job[DispatchArgs]{
+	job := &river.Job[Args]{
 		JobRow: &rivertype.JobRow{ID: 7, Attempt: 1, MaxAttempts: 3},
-		Args:   DispatchArgs{Provider: "github", DeliveryID: "d-1", Route: "fwd", Generation: 1},
+		Args:   Args{Provider: "github", DeliveryID: "d-1", Route: "fwd", Generation: 1},
 	}
 	if err := w.Work(ctx, job); err == nil {
 		t.Fatal("a 429 was no error")
