@@ -24,6 +24,7 @@ import (
 	"github.com/hookgate/hookgate/internal/receipts"
 	"github.com/hookgate/hookgate/internal/recovery"
 	"github.com/hookgate/hookgate/internal/rejections"
+	"github.com/hookgate/hookgate/internal/replay"
 	"github.com/hookgate/hookgate/internal/routes"
 	"github.com/hookgate/hookgate/internal/schema"
 	"github.com/hookgate/hookgate/internal/server"
@@ -108,13 +109,15 @@ func (g *Gateway) build(ctx context.Context, pool *pgxpool.Pool) (*process, erro
 			Pool: pool, Routes: table, Handlers: g.handlers, Receipts: store, Logger: logger, Metrics: m, Guard: guard,
 			Forwarder: forward.New(env.ForwardSecret.Value(), env.ForwardTimeout, env.Workers),
 		},
-		Replay:         &dispatch.ReplayBatchWorker{Pool: pool, Enqueuer: enqueuer},
 		Retention:      &dispatch.RetentionWorker{Pool: pool, Retention: env.Retention, Logger: logger},
 		Reconcile:      &dispatch.ReconcileWorker{Pool: pool, Routes: table},
 		Workers:        env.Workers,
 		ForwardTimeout: env.ForwardTimeout,
 		Logger:         logger,
 		Extra: func(w *river.Workers) error {
+			if err := river.AddWorkerSafely(w, &replay.BatchWorker{Pool: pool, Enqueuer: enqueuer}); err != nil {
+				return fmt.Errorf("register replay worker: %w", err)
+			}
 			if err := river.AddWorkerSafely(w, &recovery.Worker{Recoverer: rec}); err != nil {
 				return err
 			}

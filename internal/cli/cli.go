@@ -31,6 +31,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/replay"
 )
 
 // Exit codes.
@@ -102,7 +103,7 @@ func Run(ctx context.Context, env Env, args []string) error {
 		}
 		return usageErr("deliveries: unknown command %q", args[1])
 	case "replay":
-		return replay(ctx, env, args[1:])
+		return replayCmd(ctx, env, args[1:])
 	case "send":
 		return send(ctx, env, args[1:])
 	case "routes":
@@ -302,7 +303,7 @@ func actor() string {
 	return "cli"
 }
 
-func replay(ctx context.Context, env Env, args []string) error {
+func replayCmd(ctx context.Context, env Env, args []string) error {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	ff := addFilterFlags(fs)
 	var routes multiFlag
@@ -345,13 +346,13 @@ func replay(ctx context.Context, env Env, args []string) error {
 		var created []dispatch.Created
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			var err error
-			id, created, err = enq.ReplayOneTx(ctx, tx, actor(), rest[0], rest[1], dispatch.ReplayRequest{Routes: routes, Force: *force}, *reason)
+			id, created, err = replay.OneTx(ctx, tx, enq, actor(), rest[0], rest[1], replay.Request{Routes: routes, Force: *force}, *reason)
 			return err
 		})
 		switch {
 		case errors.Is(err, deliveries.ErrNotFound):
 			return &ExitError{Code: ExitNotFound, Err: fmt.Errorf("no delivery %s %s", rest[0], rest[1])}
-		case errors.Is(err, dispatch.ErrUnknownRoute):
+		case errors.Is(err, replay.ErrUnknownRoute):
 			return &ExitError{Code: ExitUsage, Err: err}
 		case err != nil:
 			return err
@@ -373,7 +374,7 @@ func replay(ctx context.Context, env Env, args []string) error {
 	var matched int
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var err error
-		id, matched, err = enq.BulkReplayTx(ctx, tx, actor(), f, *force, *reason)
+		id, matched, err = replay.BulkTx(ctx, tx, enq, actor(), f, *force, *reason)
 		return err
 	})
 	if err != nil {

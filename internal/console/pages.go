@@ -19,9 +19,9 @@ import (
 
 	"github.com/hookgate/hookgate/internal/audit"
 	"github.com/hookgate/hookgate/internal/deliveries"
-	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/rejections"
+	"github.com/hookgate/hookgate/internal/replay"
 	"github.com/hookgate/hookgate/internal/routes"
 )
 
@@ -378,7 +378,7 @@ func (c *Console) replayForm(v url.Values) (routes []string, force bool, reason 
 	routes = v["route"]
 	for _, name := range routes {
 		if _, ok := c.Routes.ByName(name); !ok {
-			return nil, false, "", fmt.Errorf("%w: no route %q", dispatch.ErrUnknownRoute, name)
+			return nil, false, "", fmt.Errorf("%w: no route %q", replay.ErrUnknownRoute, name)
 		}
 	}
 	reason = strings.TrimSpace(v.Get("reason"))
@@ -420,7 +420,7 @@ func (c *Console) handleReplay(w http.ResponseWriter, r *http.Request) {
 	}
 	var replayID string
 	err = pgx.BeginFunc(r.Context(), c.Pool, func(tx pgx.Tx) error {
-		replayID, _, err = c.Enqueuer.ReplayOneTx(r.Context(), tx, c.Actor, provider, id, dispatch.ReplayRequest{Routes: names, Force: force}, reason)
+		replayID, _, err = replay.OneTx(r.Context(), tx, c.Enqueuer, c.Actor, provider, id, replay.Request{Routes: names, Force: force}, reason)
 		return err
 	})
 	if err != nil {
@@ -500,7 +500,7 @@ func (c *Console) handleBulkReplay(w http.ResponseWriter, r *http.Request) {
 	}
 	var replayID string
 	err = pgx.BeginFunc(r.Context(), c.Pool, func(tx pgx.Tx) error {
-		replayID, _, err = c.Enqueuer.BulkReplayTx(r.Context(), tx, c.Actor, f, force, reason)
+		replayID, _, err = replay.BulkTx(r.Context(), tx, c.Enqueuer, c.Actor, f, force, reason)
 		return err
 	})
 	if err != nil {
@@ -511,13 +511,13 @@ func (c *Console) handleBulkReplay(w http.ResponseWriter, r *http.Request) {
 }
 
 type progressData struct {
-	Replay  dispatch.Replay
+	Replay  replay.Entry
 	Percent int
 	Filter  string
 }
 
 func (c *Console) handleReplayProgress(w http.ResponseWriter, r *http.Request) {
-	rep, err := dispatch.GetReplay(r.Context(), c.Pool, chi.URLParam(r, "replay_id"))
+	rep, err := replay.Get(r.Context(), c.Pool, chi.URLParam(r, "replay_id"))
 	if err != nil {
 		c.failWith(w, r, err)
 		return

@@ -19,8 +19,6 @@ import (
 type ClientConfig struct {
 	// Dispatch works dispatches. Required.
 	Dispatch *Worker
-	// Replay works bulk replays; nil: not registered.
-	Replay *ReplayBatchWorker
 	// Retention and Reconcile are the periodic maintenance jobs (every 10
 	// minutes and every minute, and at start); nil: not scheduled.
 	Retention *RetentionWorker
@@ -33,7 +31,8 @@ type ClientConfig struct {
 	ForwardTimeout time.Duration
 	// Logger receives River's logs.
 	Logger *slog.Logger
-	// Extra registers more workers (recovery's), and Periodic schedules
+	// Extra registers more workers (bulk replay's, recovery's, a library
+	// user's), and Periodic schedules
 	// their jobs; both optional.
 	Extra    func(*river.Workers) error
 	Periodic []*river.PeriodicJob
@@ -61,11 +60,6 @@ func NewClient(pool *pgxpool.Pool, cfg ClientConfig) (*river.Client[pgx.Tx], err
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, cfg.Dispatch); err != nil {
 		return nil, fmt.Errorf("register dispatch worker: %w", err)
-	}
-	if cfg.Replay != nil {
-		if err := river.AddWorkerSafely(workers, cfg.Replay); err != nil {
-			return nil, fmt.Errorf("register replay worker: %w", err)
-		}
 	}
 	var periodic []*river.PeriodicJob
 	if cfg.Retention != nil {

@@ -95,7 +95,13 @@ func (e *Enqueuer) Prematch(ev Event) []string {
 	if !e.Routes.FiltersFor(ev.Provider, ev.Event) {
 		return nil
 	}
-	return append([]string{}, e.Routes.Matching(ev.input(), e.Filters.Failed)...)
+	return append([]string{}, e.Matching(ev)...)
+}
+
+// Matching returns the routes that take ev under the route table and its
+// filters as they are now.
+func (e *Enqueuer) Matching(ev Event) []string {
+	return e.Routes.Matching(ev.input(), e.Filters.Failed)
 }
 
 // input is an event as route filters see it.
@@ -111,7 +117,7 @@ func (e *Enqueuer) EnqueueManyTx(ctx context.Context, tx pgx.Tx, events []Event)
 	for _, ev := range events {
 		routes := ev.Routes
 		if routes == nil {
-			routes = e.Routes.Matching(ev.input(), e.Filters.Failed)
+			routes = e.Matching(ev)
 		}
 		for _, r := range routes {
 			want = append(want, Created{Provider: ev.Provider, DeliveryID: ev.DeliveryID, Route: r, Generation: 1})
@@ -121,7 +127,7 @@ func (e *Enqueuer) EnqueueManyTx(ctx context.Context, tx pgx.Tx, events []Event)
 	if len(want) == 0 {
 		return counts, nil
 	}
-	created, err := e.insertTx(ctx, tx, want)
+	created, err := e.CreateTx(ctx, tx, want)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +165,7 @@ type Created struct {
 	State      string `json:"state"`
 }
 
-// insertTx inserts the wanted dispatch rows that do not exist yet, each with
+// CreateTx inserts the wanted dispatch rows that do not exist yet, each with
 // its River job. The jobs are inserted first (one InsertManyTx) so that each
 // row is written once, with its job id; the jobs of rows that turn out to
 // exist already (another hook's copy was first) are deleted again before the
@@ -168,7 +174,7 @@ type Created struct {
 // Rows go in in key order, so that concurrent transactions creating the same
 // dispatches (two hooks delivering the same events) wait for one another in
 // one order and never deadlock.
-func (e *Enqueuer) insertTx(ctx context.Context, tx pgx.Tx, want []Created) ([]Created, error) {
+func (e *Enqueuer) CreateTx(ctx context.Context, tx pgx.Tx, want []Created) ([]Created, error) {
 	want = slices.Clone(want)
 	slices.SortFunc(want, func(a, b Created) int {
 		return cmp.Or(strings.Compare(a.Provider, b.Provider), strings.Compare(a.DeliveryID, b.DeliveryID),

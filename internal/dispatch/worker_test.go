@@ -23,6 +23,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/replay"
 	"github.com/hookgate/hookgate/internal/verify"
 )
 
@@ -665,7 +666,7 @@ func TestDeletedJobLeavesACancelledReplayableDispatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	created, err := b.enq.RedispatchTx(ctx, tx, "github", "g-del", dispatch.ReplayRequest{})
+	created, err := replay.RedispatchTx(ctx, tx, b.enq, "github", "g-del", replay.Request{})
 	if err != nil || len(created) != 1 || created[0].Generation != 2 {
 		t.Fatalf("replay created %+v, %v; want generation 2", created, err)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/rejections"
+	"github.com/hookgate/hookgate/internal/replay"
 )
 
 // AdminConfig configures the operator endpoints under /admin.
@@ -315,8 +316,8 @@ func (s *server) handleReplayOne(w http.ResponseWriter, r *http.Request) {
 	}
 	var req replayOneRequest
 	s.idempotent(w, r, "replay", &req, func(ctx context.Context, tx pgx.Tx) (any, error) {
-		replayID, created, err := s.Admin.Enqueuer.ReplayOneTx(ctx, tx, Actor(s.Admin.Token), provider, id,
-			dispatch.ReplayRequest{Routes: req.Routes, Force: req.Force}, req.Reason)
+		replayID, created, err := replay.OneTx(ctx, tx, s.Admin.Enqueuer, Actor(s.Admin.Token), provider, id,
+			replay.Request{Routes: req.Routes, Force: req.Force}, req.Reason)
 		if err != nil {
 			return nil, err
 		}
@@ -363,7 +364,7 @@ func (s *server) handleBulkReplay(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return nil, err
 		}
-		replayID, matched, err := s.Admin.Enqueuer.BulkReplayTx(ctx, tx, Actor(s.Admin.Token), f, req.Force, req.Reason)
+		replayID, matched, err := replay.BulkTx(ctx, tx, s.Admin.Enqueuer, Actor(s.Admin.Token), f, req.Force, req.Reason)
 		if err != nil {
 			return nil, err
 		}
@@ -466,7 +467,7 @@ func (s *server) handleListReplays(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.Logger, err)
 		return
 	}
-	replays, err := dispatch.ListReplays(r.Context(), s.Admin.Pool, limit)
+	replays, err := replay.List(r.Context(), s.Admin.Pool, limit)
 	if err != nil {
 		writeError(w, r, s.Logger, err)
 		return
@@ -475,7 +476,7 @@ func (s *server) handleListReplays(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) handleShowReplay(w http.ResponseWriter, r *http.Request) {
-	replay, err := dispatch.GetReplay(r.Context(), s.Admin.Pool, chi.URLParam(r, "replay_id"))
+	replay, err := replay.Get(r.Context(), s.Admin.Pool, chi.URLParam(r, "replay_id"))
 	if err != nil {
 		writeError(w, r, s.Logger, err)
 		return

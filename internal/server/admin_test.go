@@ -31,6 +31,7 @@ import (
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
 	"github.com/hookgate/hookgate/internal/rejections"
+	"github.com/hookgate/hookgate/internal/replay"
 	"github.com/hookgate/hookgate/internal/routes"
 	"github.com/hookgate/hookgate/internal/server"
 	"github.com/hookgate/hookgate/internal/verify"
@@ -92,7 +93,9 @@ func setupAdminOn(t *testing.T, pool *pgxpool.Pool, token string, opts ...func(*
 	b.client, err = dispatch.NewClient(b.pool, dispatch.ClientConfig{
 		Dispatch: &dispatch.Worker{Pool: b.pool, Routes: table, Handlers: handlers, Receipts: store, Logger: logger,
 			Metrics: m, Guard: b.guard, Forwarder: forward.New("", 5*time.Second, 8)},
-		Replay:  &dispatch.ReplayBatchWorker{Pool: b.pool, Enqueuer: enq},
+		Extra: func(w *river.Workers) error {
+			return river.AddWorkerSafely(w, &replay.BatchWorker{Pool: b.pool, Enqueuer: enq})
+		},
 		Workers: 8, Logger: logger,
 	})
 	if err != nil {

@@ -13,11 +13,11 @@ import (
 
 	"github.com/hookgate/hookgate/internal/audit"
 	"github.com/hookgate/hookgate/internal/deliveries"
-	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
+	"github.com/hookgate/hookgate/internal/replay"
 	"github.com/hookgate/hookgate/internal/routes"
 	"github.com/hookgate/hookgate/internal/verify"
 )
@@ -59,8 +59,8 @@ var errorCodes = []struct {
 	{errUnauthorized, http.StatusUnauthorized, "unauthorized"},
 	{deliveries.ErrNotFound, http.StatusNotFound, "not_found"},
 	{deliveries.ErrBadFilter, http.StatusBadRequest, "bad_request"},
-	{dispatch.ErrUnknownRoute, http.StatusBadRequest, "bad_request"},
-	{dispatch.ErrNoReplay, http.StatusNotFound, "not_found"},
+	{replay.ErrUnknownRoute, http.StatusBadRequest, "bad_request"},
+	{replay.ErrNotFound, http.StatusNotFound, "not_found"},
 	{routes.ErrNotFound, http.StatusNotFound, "not_found"},
 	{audit.ErrBadCursor, http.StatusBadRequest, "bad_request"},
 	{idempotency.ErrBadBody, http.StatusBadRequest, "bad_request"},

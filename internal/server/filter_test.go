@@ -16,6 +16,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/filter"
+	"github.com/hookgate/hookgate/internal/replay"
 )
 
 // filterRoutes reads a configuration file's routes, as the gateway does at
@@ -88,14 +89,14 @@ routes:
 		t.Fatal(err)
 	}
 	now := &dispatch.Enqueuer{Client: client, Routes: filterRoutes(t, fmt.Sprintf(routes, "acme/web")), Filters: reporter}
-	replay := func(id string, req dispatch.ReplayRequest) []dispatch.Created {
+	redispatch := func(id string, req replay.Request) []dispatch.Created {
 		t.Helper()
 		tx, err := b.pool.Begin(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer tx.Rollback(context.Background())
-		created, err := now.RedispatchTx(context.Background(), tx, "github", id, req)
+		created, err := replay.RedispatchTx(context.Background(), tx, now, "github", id, req)
 		if err != nil {
 			t.Fatalf("replay %s: %v", id, err)
 		}
@@ -105,11 +106,11 @@ routes:
 		return created
 	}
 	// (Route all's dispatch is still pending here: a replay leaves it be.)
-	created := replay("f-3", dispatch.ReplayRequest{Force: true})
+	created := redispatch("f-3", replay.Request{Force: true})
 	if len(created) != 1 || created[0].Route != "api-prs" {
 		t.Errorf("replay of f-3 under the new filter: %+v, want api-prs", created)
 	}
-	created = replay("f-1", dispatch.ReplayRequest{Force: true})
+	created = redispatch("f-1", replay.Request{Force: true})
 	if slices.ContainsFunc(created, func(c dispatch.Created) bool { return c.Route == "api-prs" }) {
 		t.Errorf("replay of f-1 under the new filter: %+v, want no api-prs", created)
 	}
@@ -119,8 +120,8 @@ routes:
 		t.Fatal(err)
 	}
 	defer tx.Rollback(context.Background())
-	_, err = now.RedispatchTx(context.Background(), tx, "github", "f-1", dispatch.ReplayRequest{Routes: []string{"api-prs"}})
-	if !errors.Is(err, dispatch.ErrUnknownRoute) || !strings.Contains(err.Error(), `route "api-prs"'s filter is false`) {
+	_, err = replay.RedispatchTx(context.Background(), tx, now, "github", "f-1", replay.Request{Routes: []string{"api-prs"}})
+	if !errors.Is(err, replay.ErrUnknownRoute) || !strings.Contains(err.Error(), `route "api-prs"'s filter is false`) {
 		t.Errorf("replay of f-1 to api-prs by name: %v", err)
 	}
 }

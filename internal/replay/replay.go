@@ -1,4 +1,8 @@
-package dispatch
+// Package replay sends stored events again: a new generation of the dispatch
+// of each selected route, for one delivery (OneTx) or every delivery a filter
+// matches (BulkTx, worked in batches by BatchWorker), each logged in
+// hookgate_replays. The dispatches themselves are package dispatch's.
+package replay
 
 import (
 	"context"
@@ -16,6 +20,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/hookgate/hookgate/internal/deliveries"
+	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/providers"
 )
 
@@ -23,8 +28,8 @@ import (
 // not match the delivery's event.
 var ErrUnknownRoute = errors.New("unknown route")
 
-// ReplayRequest says what to re-dispatch.
-type ReplayRequest struct {
+// Request says what to re-dispatch.
+type Request struct {
 	// Routes limits the replay to these routes; empty: every matching route.
 	Routes []string
 	// Force re-dispatches routes whose latest dispatch succeeded or was
@@ -34,15 +39,15 @@ type ReplayRequest struct {
 	Force bool
 }
 
-// RedispatchTx creates, in tx, a new generation of the dispatch of each route
+// RedispatchTx creates, with e, in tx, a new generation of the dispatch of each route
 // the request selects, with its River job. Routes are those that match the
 // event under the current route table.
-func (e *Enqueuer) RedispatchTx(ctx context.Context, tx pgx.Tx, provider, deliveryID string, req ReplayRequest) ([]Created, error) {
+func RedispatchTx(ctx context.Context, tx pgx.Tx, e *dispatch.Enqueuer, provider, deliveryID string, req Request) ([]dispatch.Created, error) {
 	// The CLI passes ids as typed: one the database cannot hold names nothing.
 	if err := deliveries.CheckKey(provider, deliveryID); err != nil {
 		return nil, err
 	}
-	ev := Event{Provider: provider, DeliveryID: deliveryID}
+	ev := dispatch.Event{Provider: provider, DeliveryID: deliveryID}
 	err := tx.QueryRow(ctx, `SELECT event, headers, content_type, body FROM hookgate_receipts WHERE provider = $1 AND delivery_id = $2
 		ORDER BY received_at, scope LIMIT 1`, provider, deliveryID).Scan(&ev.Event, &ev.Headers, &ev.ContentType, &ev.Body)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -52,7 +57,7 @@ func (e *Enqueuer) RedispatchTx(ctx context.Context, tx pgx.Tx, provider, delive
 		return nil, fmt.Errorf("read delivery: %w", err)
 	}
 	// The filters as they are now decide, as the route table does.
-	matching := e.Routes.Matching(ev.input(), e.Filters.Failed)
+	matching := e.Matching(ev)
 	routes := matching
 	if len(req.Routes) > 0 {
 		routes = nil
@@ -69,54 +74,33 @@ func (e *Enqueuer) RedispatchTx(ctx context.Context, tx pgx.Tx, provider, delive
 		}
 	}
 	if len(routes) == 0 {
-		return []Created{}, nil
+		return []dispatch.Created{}, nil
 	}
 
-	rows, err := tx.Query(ctx, `
-		SELECT DISTINCT ON (d.route) d.route, d.generation, `+deliveries.StateSQL+`
-		FROM hookgate_dispatches d LEFT JOIN river_job j ON j.id = d.job_id
-		WHERE d.provider = $1 AND d.delivery_id = $2 AND d.route = ANY($3)
-		ORDER BY d.route, d.generation DESC`, provider, deliveryID, routes)
+	last, err := dispatch.LatestTx(ctx, tx, provider, deliveryID, routes)
 	if err != nil {
-		return nil, fmt.Errorf("read dispatches: %w", err)
-	}
-	type latest struct {
-		generation int
-		state      string
-	}
-	last := map[string]latest{}
-	for rows.Next() {
-		var route string
-		var l latest
-		if err := rows.Scan(&route, &l.generation, &l.state); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("read dispatches: %w", err)
-		}
-		last[route] = l
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read dispatches: %w", err)
+		return nil, err
 	}
 
-	var want []Created
+	var want []dispatch.Created
 	for _, r := range routes {
 		l, ok := last[r]
 		switch {
-		case ok && deliveries.IsInProgress(l.state): // a replay leaves it alone
-		case ok && (l.state == StateDiscarded || l.state == StateCancelled), req.Force:
-			want = append(want, Created{Provider: provider, DeliveryID: deliveryID, Route: r, Generation: l.generation + 1})
+		case ok && deliveries.IsInProgress(l.State): // a replay leaves it alone
+		case ok && (l.State == dispatch.StateDiscarded || l.State == dispatch.StateCancelled), req.Force:
+			want = append(want, dispatch.Created{Provider: provider, DeliveryID: deliveryID, Route: r, Generation: l.Generation + 1})
 		}
 	}
 	if len(want) == 0 {
-		return []Created{}, nil
+		return []dispatch.Created{}, nil
 	}
 	// A concurrent replay that created the same generation first wins the
 	// primary key; this one then creates nothing for that route.
-	return e.insertTx(ctx, tx, want)
+	return e.CreateTx(ctx, tx, want)
 }
 
-// Replay is one entry of the replay log.
-type Replay struct {
+// Entry is one entry of the replay log.
+type Entry struct {
 	ReplayID   string          `json:"replay_id"`
 	Actor      string          `json:"actor"`
 	CreatedAt  time.Time       `json:"created_at"`
@@ -143,9 +127,9 @@ func nullable(s string) *string {
 	return &s
 }
 
-// ReplayOneTx re-dispatches one delivery and logs the replay, in tx.
-func (e *Enqueuer) ReplayOneTx(ctx context.Context, tx pgx.Tx, actor, provider, deliveryID string, req ReplayRequest, reason string) (string, []Created, error) {
-	created, err := e.RedispatchTx(ctx, tx, provider, deliveryID, req)
+// OneTx re-dispatches one delivery with e and logs the replay, in tx.
+func OneTx(ctx context.Context, tx pgx.Tx, e *dispatch.Enqueuer, actor, provider, deliveryID string, req Request, reason string) (string, []dispatch.Created, error) {
+	created, err := RedispatchTx(ctx, tx, e, provider, deliveryID, req)
 	if err != nil {
 		return "", nil, err
 	}
@@ -164,24 +148,24 @@ func (e *Enqueuer) ReplayOneTx(ctx context.Context, tx pgx.Tx, actor, provider, 
 	return id, created, nil
 }
 
-// ReplayBatchArgs are a bulk replay's job: it re-dispatches the next batch of
+// BatchArgs are a bulk replay's job: it re-dispatches the next batch of
 // the replay's deliveries and enqueues the next job, until none are left.
-type ReplayBatchArgs struct {
+type BatchArgs struct {
 	ReplayID string `json:"replay_id"`
 }
 
 // Kind implements river.JobArgs.
-func (ReplayBatchArgs) Kind() string { return "hookgate_replay_batch" }
+func (BatchArgs) Kind() string { return "hookgate_replay_batch" }
 
 // replayBatchSize is how many deliveries one bulk replay transaction handles.
 const replayBatchSize = 200
 
-// BulkReplayTx logs a bulk replay of every delivery matching f and enqueues its
+// BulkTx logs a bulk replay of every delivery matching f and enqueues its
 // first batch, in tx; the work runs in the background. It returns the replay's
 // id and how many deliveries matched. The set is fixed at the time of the
 // request, by the database's clock (the one receipts are stamped with):
 // deliveries received later are not replayed.
-func (e *Enqueuer) BulkReplayTx(ctx context.Context, tx pgx.Tx, actor string, f deliveries.Filter, force bool, reason string) (string, int, error) {
+func BulkTx(ctx context.Context, tx pgx.Tx, e *dispatch.Enqueuer, actor string, f deliveries.Filter, force bool, reason string) (string, int, error) {
 	var now time.Time
 	if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
 		return "", 0, fmt.Errorf("read clock: %w", err)
@@ -206,25 +190,25 @@ func (e *Enqueuer) BulkReplayTx(ctx context.Context, tx pgx.Tx, actor string, f 
 		return "", 0, fmt.Errorf("log replay: %w", err)
 	}
 	if matched > 0 {
-		if _, err := e.Client.InsertTx(ctx, tx, ReplayBatchArgs{ReplayID: id}, nil); err != nil {
+		if _, err := e.Client.InsertTx(ctx, tx, BatchArgs{ReplayID: id}, nil); err != nil {
 			return "", 0, fmt.Errorf("enqueue replay: %w", err)
 		}
 	}
 	return id, matched, nil
 }
 
-// ReplayBatchWorker works bulk replays, one batch per job and transaction, so a
+// BatchWorker works bulk replays, one batch per job and transaction, so a
 // replay of any size holds neither a request nor a long transaction.
-type ReplayBatchWorker struct {
-	river.WorkerDefaults[ReplayBatchArgs]
+type BatchWorker struct {
+	river.WorkerDefaults[BatchArgs]
 	// Pool is the database.
 	Pool *pgxpool.Pool
 	// Enqueuer creates the dispatches.
-	Enqueuer *Enqueuer
+	Enqueuer *dispatch.Enqueuer
 }
 
 // Work implements river.Worker.
-func (w *ReplayBatchWorker) Work(ctx context.Context, job *river.Job[ReplayBatchArgs]) error {
+func (w *BatchWorker) Work(ctx context.Context, job *river.Job[BatchArgs]) error {
 	tx, err := w.Pool.Begin(ctx)
 	if err != nil {
 		return err
@@ -262,7 +246,7 @@ func (w *ReplayBatchWorker) Work(ctx context.Context, job *river.Job[ReplayBatch
 	}
 	dispatched := 0
 	for _, it := range items {
-		created, err := w.Enqueuer.RedispatchTx(ctx, tx, it.Provider, it.DeliveryID, ReplayRequest{Force: force})
+		created, err := RedispatchTx(ctx, tx, w.Enqueuer, it.Provider, it.DeliveryID, Request{Force: force})
 		if errors.Is(err, deliveries.ErrNotFound) {
 			continue // expired since the batch was read
 		}
@@ -285,14 +269,14 @@ func (w *ReplayBatchWorker) Work(ctx context.Context, job *river.Job[ReplayBatch
 		return fmt.Errorf("update replay: %w", err)
 	}
 	if next != nil {
-		if _, err := w.Enqueuer.Client.InsertTx(ctx, tx, ReplayBatchArgs{ReplayID: job.Args.ReplayID}, nil); err != nil {
+		if _, err := w.Enqueuer.Client.InsertTx(ctx, tx, BatchArgs{ReplayID: job.Args.ReplayID}, nil); err != nil {
 			return fmt.Errorf("enqueue next batch: %w", err)
 		}
 	}
 	return w.complete(ctx, tx, job)
 }
 
-func (w *ReplayBatchWorker) complete(ctx context.Context, tx pgx.Tx, job *river.Job[ReplayBatchArgs]) error {
+func (w *BatchWorker) complete(ctx context.Context, tx pgx.Tx, job *river.Job[BatchArgs]) error {
 	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
 		return fmt.Errorf("complete job: %w", err)
 	}
@@ -302,40 +286,40 @@ func (w *ReplayBatchWorker) complete(ctx context.Context, tx pgx.Tx, job *river.
 // replayColumns are the columns scanReplay reads.
 const replayColumns = `replay_id, actor, created_at, filter, force, reason, deliveries, dispatches, state, done`
 
-func scanReplay(row pgx.Row) (Replay, error) {
-	var r Replay
+func scanReplay(row pgx.Row) (Entry, error) {
+	var r Entry
 	err := row.Scan(&r.ReplayID, &r.Actor, &r.CreatedAt, &r.Filter, &r.Force, &r.Reason, &r.Deliveries, &r.Dispatches, &r.State, &r.Done)
 	return r, err
 }
 
-// ListReplays returns the newest replays first.
-func ListReplays(ctx context.Context, db deliveries.DB, limit int) ([]Replay, error) {
+// List returns the newest replays first.
+func List(ctx context.Context, db deliveries.DB, limit int) ([]Entry, error) {
 	rows, err := db.Query(ctx, `SELECT `+replayColumns+` FROM hookgate_replays ORDER BY created_at DESC, replay_id DESC LIMIT $1`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list replays: %w", err)
 	}
-	replays, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Replay, error) { return scanReplay(row) })
+	replays, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Entry, error) { return scanReplay(row) })
 	if err != nil {
 		return nil, fmt.Errorf("list replays: %w", err)
 	}
 	return replays, nil
 }
 
-// ErrNoReplay means no replay has the id.
-var ErrNoReplay = errors.New("replay not found")
+// ErrNotFound means no replay has the id.
+var ErrNotFound = errors.New("replay not found")
 
-// GetReplay returns one replay with its progress, or ErrNoReplay (also for
+// Get returns one replay with its progress, or ErrNotFound (also for
 // an id no replay could have, which the database would refuse as text).
-func GetReplay(ctx context.Context, db deliveries.DB, replayID string) (Replay, error) {
+func Get(ctx context.Context, db deliveries.DB, replayID string) (Entry, error) {
 	if !providers.ValidID(replayID) {
-		return Replay{}, ErrNoReplay
+		return Entry{}, ErrNotFound
 	}
 	r, err := scanReplay(db.QueryRow(ctx, `SELECT `+replayColumns+` FROM hookgate_replays WHERE replay_id = $1`, replayID))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Replay{}, ErrNoReplay
+		return Entry{}, ErrNotFound
 	}
 	if err != nil {
-		return Replay{}, fmt.Errorf("read replay: %w", err)
+		return Entry{}, fmt.Errorf("read replay: %w", err)
 	}
 	return r, nil
 }
