@@ -25,6 +25,7 @@ import (
 	"github.com/hookgate/hookgate/internal/recovery"
 	"github.com/hookgate/hookgate/internal/rejections"
 	"github.com/hookgate/hookgate/internal/replay"
+	"github.com/hookgate/hookgate/internal/retention"
 	"github.com/hookgate/hookgate/internal/routes"
 	"github.com/hookgate/hookgate/internal/schema"
 	"github.com/hookgate/hookgate/internal/server"
@@ -109,7 +110,6 @@ func (g *Gateway) build(ctx context.Context, pool *pgxpool.Pool) (*process, erro
 			Pool: pool, Routes: table, Handlers: g.handlers, Receipts: store, Logger: logger, Metrics: m, Guard: guard,
 			Forwarder: forward.New(env.ForwardSecret.Value(), env.ForwardTimeout, env.Workers),
 		},
-		Retention:      &dispatch.RetentionWorker{Pool: pool, Retention: env.Retention, Logger: logger},
 		Reconcile:      &dispatch.ReconcileWorker{Pool: pool, Routes: table},
 		Workers:        env.Workers,
 		ForwardTimeout: env.ForwardTimeout,
@@ -117,6 +117,9 @@ func (g *Gateway) build(ctx context.Context, pool *pgxpool.Pool) (*process, erro
 		Extra: func(w *river.Workers) error {
 			if err := river.AddWorkerSafely(w, &replay.BatchWorker{Pool: pool, Enqueuer: enqueuer}); err != nil {
 				return fmt.Errorf("register replay worker: %w", err)
+			}
+			if err := river.AddWorkerSafely(w, &retention.Worker{Pool: pool, Retention: env.Retention, Logger: logger}); err != nil {
+				return fmt.Errorf("register retention worker: %w", err)
 			}
 			if err := river.AddWorkerSafely(w, &recovery.Worker{Recoverer: rec}); err != nil {
 				return err
@@ -129,7 +132,7 @@ func (g *Gateway) build(ctx context.Context, pool *pgxpool.Pool) (*process, erro
 			return nil
 		},
 		Queues:   g.opts.queues,
-		Periodic: append(rec.PeriodicJobs(env.RecoveryInterval), g.opts.periodic...),
+		Periodic: append(append([]*river.PeriodicJob{retention.PeriodicJob()}, rec.PeriodicJobs(env.RecoveryInterval)...), g.opts.periodic...),
 	})
 	if err != nil {
 		return nil, err

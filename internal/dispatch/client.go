@@ -19,9 +19,8 @@ import (
 type ClientConfig struct {
 	// Dispatch works dispatches. Required.
 	Dispatch *Worker
-	// Retention and Reconcile are the periodic maintenance jobs (every 10
-	// minutes and every minute, and at start); nil: not scheduled.
-	Retention *RetentionWorker
+	// Reconcile is the periodic reconcile job (every minute, and at start);
+	// nil: not scheduled.
 	Reconcile *ReconcileWorker
 	// Workers is how many dispatches of a route one process works at once,
 	// when the route sets no concurrency. Defaults to 50.
@@ -31,8 +30,8 @@ type ClientConfig struct {
 	ForwardTimeout time.Duration
 	// Logger receives River's logs.
 	Logger *slog.Logger
-	// Extra registers more workers (bulk replay's, recovery's, a library
-	// user's), and Periodic schedules
+	// Extra registers more workers (bulk replay's, retention's, recovery's,
+	// a library user's), and Periodic schedules
 	// their jobs; both optional.
 	Extra    func(*river.Workers) error
 	Periodic []*river.PeriodicJob
@@ -62,13 +61,6 @@ func NewClient(pool *pgxpool.Pool, cfg ClientConfig) (*river.Client[pgx.Tx], err
 		return nil, fmt.Errorf("register dispatch worker: %w", err)
 	}
 	var periodic []*river.PeriodicJob
-	if cfg.Retention != nil {
-		if err := river.AddWorkerSafely(workers, cfg.Retention); err != nil {
-			return nil, fmt.Errorf("register retention worker: %w", err)
-		}
-		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(10*time.Minute),
-			func() (river.JobArgs, *river.InsertOpts) { return RetentionArgs{}, nil }, &river.PeriodicJobOpts{RunOnStart: true}))
-	}
 	if cfg.Reconcile != nil {
 		if err := river.AddWorkerSafely(workers, cfg.Reconcile); err != nil {
 			return nil, fmt.Errorf("register reconcile worker: %w", err)

@@ -12,5 +12,7 @@
 // with its River job (River's transactional insert is the outbox). Its primary
 // key is the inbox: another hook's copy of an event adds no second dispatch.
 //
-// Replay and retention still live here until they move to packages of their own.
+// Package replay makes new generations of dispatches; package retention
+// deletes those of events whose receipts expired, through this package's
+// functions.
 package dispatch

@@ -24,6 +24,7 @@ import (
 	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/replay"
+	"github.com/hookgate/hookgate/internal/retention"
 	"github.com/hookgate/hookgate/internal/verify"
 )
 
@@ -628,7 +629,7 @@ func TestRetentionKeepsReceiptsOfDispatchesInProgress(t *testing.T) {
 	if _, err := b.pool.Exec(ctx, "UPDATE hookgate_receipts SET expires_at = now() - interval '1 second'"); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := dispatch.DeleteExpired(ctx, b.pool, 72*time.Hour); err != nil || n != 0 {
+	if n, err := retention.DeleteExpired(ctx, b.pool, 72*time.Hour); err != nil || n != 0 {
 		t.Fatalf("deleted %d, %v while its dispatch is pending", n, err)
 	}
 	var jobID int64
@@ -638,7 +639,7 @@ func TestRetentionKeepsReceiptsOfDispatchesInProgress(t *testing.T) {
 	if _, err := b.client.JobCancel(ctx, jobID); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := dispatch.DeleteExpired(ctx, b.pool, 72*time.Hour); err != nil || n != 1 {
+	if n, err := retention.DeleteExpired(ctx, b.pool, 72*time.Hour); err != nil || n != 1 {
 		t.Fatalf("deleted %d, %v after its dispatch ended", n, err)
 	}
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/hookgate/hookgate/internal/receipts"
 	"github.com/hookgate/hookgate/internal/rejections"
 	"github.com/hookgate/hookgate/internal/replay"
+	"github.com/hookgate/hookgate/internal/retention"
 	"github.com/hookgate/hookgate/internal/routes"
 	"github.com/hookgate/hookgate/internal/server"
 	"github.com/hookgate/hookgate/internal/verify"
@@ -678,7 +679,7 @@ func TestRetentionDeletesExactlyExpired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := dispatch.DeleteExpired(context.Background(), b.pool, 72*time.Hour)
+	n, err := retention.DeleteExpired(context.Background(), b.pool, 72*time.Hour)
 	if err != nil || n != 3 {
 		t.Fatalf("deleted %d, %v; want 3", n, err)
 	}
