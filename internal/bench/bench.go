@@ -482,7 +482,8 @@ func waitQueueEmpty(ctx context.Context, pool *pgxpool.Pool, within time.Duratio
 	}
 }
 
-// backlog is how many River jobs wait or run.
+// backlog is how many River jobs wait or run: every kind, River's own table
+// read as the bench's gauge, not a dispatch row.
 func backlog(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 	var n int
 	err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state IN ('available', 'running', 'retryable', 'scheduled')`).Scan(&n)

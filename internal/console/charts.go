@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/deliveries"
+	"github.com/hookgate/hookgate/internal/dispatch"
 )
 
 // chartRange is a span the overview charts, cut into equal buckets.
@@ -152,8 +153,8 @@ func niceMax(v int64) int64 {
 }
 
 // chartStates are the delivery states a chart stacks, bottom up.
-var chartStates = []string{deliveries.Succeeded, deliveries.Superseded, deliveries.Pending, deliveries.Running,
-	deliveries.Retrying, deliveries.Cancelled, deliveries.Discarded, "stored"}
+var chartStates = []string{dispatch.Succeeded, dispatch.Superseded, dispatch.Pending, dispatch.Running,
+	dispatch.Retrying, dispatch.Cancelled, dispatch.Discarded, "stored"}
 
 // readCharts reads the range's counts: deliveries by the minute of their
 // first receipt, provider and present state; forwards by minute and outcome.
@@ -232,6 +233,10 @@ func bucketName(d time.Duration) string {
 	return strconv.Itoa(int(d.Minutes())) + " minutes"
 }
 
+// (The console's own aggregate, kept beside its chart: one scan of receipts
+// and dispatches joined by bucket; it reads dispatch states through
+// dispatch.StateSQL.)
+//
 // deliveriesPerBucketSQL counts the deliveries received since $1, in the
 // bucket ($2 seconds wide) of their first receipt in the range, by provider
 // and state: the rank in $3 (deliveries.States, the summary's order) of the
@@ -247,7 +252,7 @@ var deliveriesPerBucketSQL = `
 		GROUP BY provider, delivery_id
 	), s AS (
 		SELECT provider, delivery_id, min(array_position($3::text[], state)) AS rank
-		FROM (SELECT DISTINCT ON (d.provider, d.delivery_id, d.route) d.provider, d.delivery_id, ` + deliveries.StateSQL + ` AS state
+		FROM (SELECT DISTINCT ON (d.provider, d.delivery_id, d.route) d.provider, d.delivery_id, ` + dispatch.StateSQL + ` AS state
 			FROM hookgate_dispatches d JOIN r ON r.provider = d.provider AND r.delivery_id = d.delivery_id
 			LEFT JOIN river_job j ON j.id = d.job_id
 			WHERE d.created_at >= $1::timestamptz - interval '1 hour'

@@ -7,7 +7,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/hookgate/hookgate/internal/deliveries"
+	"github.com/hookgate/hookgate/internal/dispatch"
 )
 
 // routeTimeline is one route's dispatches of a delivery, oldest generation
@@ -40,26 +40,16 @@ type timelineEvent struct {
 // job River has already cleaned away leaves the dispatch's own row: its
 // creation, attempts, last error and last change.
 func (c *Console) timeline(ctx context.Context, provider, id string) ([]routeTimeline, error) {
-	rows, err := c.Pool.Query(ctx, `SELECT d.route, d.generation, `+deliveries.StateSQL+`, d.attempts, d.last_error,
-			d.created_at, d.updated_at, coalesce(j.errors::text[], '{}')
-		FROM hookgate_dispatches d LEFT JOIN river_job j ON j.id = d.job_id
-		WHERE d.provider = $1 AND d.delivery_id = $2
-		ORDER BY d.route, d.generation`, provider, id)
+	ds, err := dispatch.HistoryOf(ctx, c.Pool, provider, id)
 	if err != nil {
 		return nil, fmt.Errorf("timeline: %w", err)
 	}
-	defer rows.Close()
 	var out []routeTimeline
-	for rows.Next() {
-		var route string
-		var g generation
-		var created, updated time.Time
-		var jobErrors []string
-		if err := rows.Scan(&route, &g.Generation, &g.State, &g.Attempts, &g.LastError, &created, &updated, &jobErrors); err != nil {
-			return nil, fmt.Errorf("timeline: %w", err)
-		}
+	for _, d := range ds {
+		route, created, updated := d.Route, d.CreatedAt, d.UpdatedAt
+		g := generation{Generation: d.Generation, State: d.State, Attempts: d.Attempts, LastError: d.LastError}
 		g.Events = append(g.Events, timelineEvent{At: created, What: "created", Class: "s-pending"})
-		for _, raw := range jobErrors {
+		for _, raw := range d.JobErrors {
 			var e struct {
 				At      time.Time `json:"at"`
 				Attempt int       `json:"attempt"`
@@ -70,10 +60,10 @@ func (c *Console) timeline(ctx context.Context, provider, id string) ([]routeTim
 			}
 		}
 		end := timelineEvent{At: updated, What: g.State, Class: "s-" + g.State}
-		if g.State == deliveries.Discarded && g.LastError != nil {
+		if g.State == dispatch.Discarded && g.LastError != nil {
 			end.Error = *g.LastError
 		}
-		if g.State != deliveries.Pending || updated.After(created) {
+		if g.State != dispatch.Pending || updated.After(created) {
 			g.Events = append(g.Events, end)
 		}
 		sort.SliceStable(g.Events, func(i, j int) bool { return g.Events[i].At.Before(g.Events[j].At) })
@@ -82,7 +72,7 @@ func (c *Console) timeline(ctx context.Context, provider, id string) ([]routeTim
 		}
 		last := &out[len(out)-1]
 		last.Generations = append(last.Generations, g)
-		last.Replayable = g.State == deliveries.Discarded || g.State == deliveries.Cancelled
+		last.Replayable = g.State == dispatch.Discarded || g.State == dispatch.Cancelled
 	}
-	return out, rows.Err()
+	return out, nil
 }

@@ -1,7 +1,8 @@
 // Package deliveries is the operators' read model of stored deliveries: an
 // event (provider, delivery id) with its receipts and the dispatches of every
 // route and generation. It holds the filters shared by the list, the bulk
-// replay and the CLI, and the one definition of a dispatch's live state.
+// replay and the CLI. A dispatch's states, its live state and the statements
+// on its rows are package dispatch's.
 package deliveries
 
 import (
@@ -20,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
 )
@@ -35,31 +37,9 @@ var (
 // DB is what the queries need: a pool, a connection or a transaction.
 type DB = receipts.DBTX
 
-// StateSQL is a dispatch's live state, for a query joining hookgate_dispatches
-// d with river_job j (LEFT JOIN river_job j ON j.id = d.job_id). The row's own
-// state is final once recorded; before that River's job says whether it is
-// running, or was cancelled or discarded outside the worker (River UI, the
-// rescuer). A dispatch whose job was deleted (River UI) will never run: it is
-// cancelled, and so replayable. (The worker records an outcome before River
-// completes the job, so a job that is gone with its row still in progress
-// was deleted.)
-var StateSQL = `CASE
-	WHEN d.state IN (` + FinalSQL + `) THEN d.state
-	WHEN d.job_id IS NOT NULL AND j.id IS NULL THEN 'cancelled'
-	WHEN j.state = 'running' THEN 'running'
-	WHEN j.state IN ('cancelled', 'discarded') THEN j.state::text
-	ELSE d.state END`
-
-// LatestStatesSQL lists the live state of the latest dispatch of each route of
-// the event r (a hookgate_receipts row alias).
-var LatestStatesSQL = `SELECT DISTINCT ON (d.route) ` + StateSQL + ` AS state
-	FROM hookgate_dispatches d LEFT JOIN river_job j ON j.id = d.job_id
-	WHERE d.provider = r.provider AND d.delivery_id = r.delivery_id
-	ORDER BY d.route, d.generation DESC`
-
 // summaryOrder is the order in which a delivery's summary state is chosen
 // among the latest dispatches of its routes: the first one present wins.
-var summaryOrder = []string{Discarded, Retrying, Running, Pending, Cancelled, Succeeded, Superseded}
+var summaryOrder = []string{dispatch.Discarded, dispatch.Retrying, dispatch.Running, dispatch.Pending, dispatch.Cancelled, dispatch.Succeeded, dispatch.Superseded}
 
 // States are the values the state filter accepts.
 var States = append(slices.Clone(summaryOrder), "stored")
@@ -208,9 +188,9 @@ func (f Filter) where(args []any) (string, []any) {
 	switch f.State {
 	case "":
 	case "stored":
-		conds = append(conds, "NOT EXISTS (SELECT 1 FROM hookgate_dispatches d WHERE d.provider = r.provider AND d.delivery_id = r.delivery_id)")
+		conds = append(conds, "NOT EXISTS ("+dispatch.OfEventSQL+")")
 	default:
-		conds = append(conds, "EXISTS (SELECT 1 FROM ("+LatestStatesSQL+") l WHERE l.state = "+arg(f.State)+")")
+		conds = append(conds, "EXISTS (SELECT 1 FROM ("+dispatch.LatestStatesSQL+") l WHERE l.state = "+arg(f.State)+")")
 	}
 	return strings.Join(conds, " AND "), args
 }
@@ -284,7 +264,7 @@ func List(ctx context.Context, db DB, f Filter, limit int, after *Cursor) ([]Ite
 	rows, err := db.Query(ctx, `
 		SELECT r.provider, r.delivery_id, r.event, r.entity, r.received_at,
 			(SELECT count(*) FROM hookgate_receipts c WHERE c.provider = r.provider AND c.delivery_id = r.delivery_id),
-			ARRAY(`+LatestStatesSQL+`)
+			ARRAY(`+dispatch.LatestStatesSQL+`)
 		FROM hookgate_receipts r
 		WHERE `+where+`
 		ORDER BY r.received_at DESC, r.provider DESC, r.delivery_id DESC
@@ -340,26 +320,15 @@ type Receipt struct {
 	Headers     map[string]string `json:"headers"`
 }
 
-// Dispatch is one generation of one route's dispatch.
-type Dispatch struct {
-	Route      string    `json:"route"`
-	Generation int       `json:"generation"`
-	State      string    `json:"state"`
-	Attempts   int       `json:"attempts"`
-	LastError  *string   `json:"last_error"`
-	CreatedAt  time.Time `json:"created_at"`
-	UpdatedAt  time.Time `json:"updated_at"`
-}
-
 // Detail is one delivery with its receipts and every dispatch.
 type Detail struct {
-	Provider   string     `json:"provider"`
-	DeliveryID string     `json:"delivery_id"`
-	Event      string     `json:"event"`
-	Entity     *string    `json:"entity"`
-	EventTime  *time.Time `json:"event_time"`
-	Receipts   []Receipt  `json:"receipts"`
-	Dispatches []Dispatch `json:"dispatches"`
+	Provider   string              `json:"provider"`
+	DeliveryID string              `json:"delivery_id"`
+	Event      string              `json:"event"`
+	Entity     *string             `json:"entity"`
+	EventTime  *time.Time          `json:"event_time"`
+	Receipts   []Receipt           `json:"receipts"`
+	Dispatches []dispatch.Dispatch `json:"dispatches"`
 }
 
 // Show returns a delivery with its receipts (oldest first) and every dispatch
@@ -368,7 +337,7 @@ func Show(ctx context.Context, db DB, provider, deliveryID string) (Detail, erro
 	if err := CheckKey(provider, deliveryID); err != nil {
 		return Detail{}, err
 	}
-	d := Detail{Provider: provider, DeliveryID: deliveryID, Receipts: []Receipt{}, Dispatches: []Dispatch{}}
+	d := Detail{Provider: provider, DeliveryID: deliveryID, Receipts: []Receipt{}, Dispatches: []dispatch.Dispatch{}}
 	rows, err := db.Query(ctx, `
 		SELECT event, entity, event_time, scope, received_at, content_type, body_sha256, headers
 		FROM hookgate_receipts WHERE provider = $1 AND delivery_id = $2
@@ -398,21 +367,8 @@ func Show(ctx context.Context, db DB, provider, deliveryID string) (Detail, erro
 	if len(d.Receipts) == 0 {
 		return Detail{}, ErrNotFound
 	}
-	rows, err = db.Query(ctx, `
-		SELECT d.route, d.generation, `+StateSQL+`, d.attempts, d.last_error, d.created_at, d.updated_at
-		FROM hookgate_dispatches d LEFT JOIN river_job j ON j.id = d.job_id
-		WHERE d.provider = $1 AND d.delivery_id = $2
-		ORDER BY d.route, d.generation`, provider, deliveryID)
-	if err != nil {
-		return Detail{}, fmt.Errorf("show dispatches: %w", err)
-	}
-	d.Dispatches, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Dispatch, error) {
-		var x Dispatch
-		err := row.Scan(&x.Route, &x.Generation, &x.State, &x.Attempts, &x.LastError, &x.CreatedAt, &x.UpdatedAt)
-		return x, err
-	})
-	if err != nil {
-		return Detail{}, fmt.Errorf("show dispatches: %w", err)
+	if d.Dispatches, err = dispatch.ListOf(ctx, db, provider, deliveryID); err != nil {
+		return Detail{}, err
 	}
 	return d, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/deliveries"
+	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/verify"
 )
@@ -141,10 +142,10 @@ func TestCheckKey(t *testing.T) {
 // a state added in one place and forgotten in another fails here.
 func TestDispatchStatesAreOneList(t *testing.T) {
 	t.Parallel()
-	all := append(slices.Clone(deliveries.FinalStates), deliveries.InProgressStates...)
+	all := append(slices.Clone(dispatch.FinalStates), dispatch.InProgressStates...)
 	for _, s := range all {
-		if deliveries.IsFinal(s) == deliveries.IsInProgress(s) {
-			t.Errorf("%s is final %v and in progress %v", s, deliveries.IsFinal(s), deliveries.IsInProgress(s))
+		if dispatch.IsFinal(s) == dispatch.IsInProgress(s) {
+			t.Errorf("%s is final %v and in progress %v", s, dispatch.IsFinal(s), dispatch.IsInProgress(s))
 		}
 		if !slices.Contains(deliveries.States, s) {
 			t.Errorf("the state filter does not know %s", s)

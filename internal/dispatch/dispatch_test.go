@@ -149,7 +149,7 @@ func TestBuiltinReceivesTheStoredDelivery(t *testing.T) {
 		t.Fatalf("enqueued %d", n)
 	}
 	b.start(t)
-	b.waitState(t, "p-1", "cap", dispatch.StateSucceeded)
+	b.waitState(t, "p-1", "cap", dispatch.Succeeded)
 	mu.Lock()
 	defer mu.Unlock()
 	if len(got) != 1 || !bytes.Equal(got[0].Body, body) || got[0].Route != "cap" || got[0].Generation != 1 || got[0].Attempt != 1 ||

@@ -3,7 +3,6 @@ package dispatch
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,27 +10,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
-	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/filter"
-	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/providers"
 )
 
 // Kind is the River job kind of a dispatch. Stable: stored in river_job.
 const Kind = "hookgate_dispatch"
-
-// Dispatch states, as stored in hookgate_dispatches.state: the one list is
-// package deliveries'.
-const (
-	StatePending    = deliveries.Pending
-	StateRunning    = deliveries.Running
-	StateSucceeded  = deliveries.Succeeded
-	StateRetrying   = deliveries.Retrying
-	StateDiscarded  = deliveries.Discarded
-	StateSuperseded = deliveries.Superseded
-	StateCancelled  = deliveries.Cancelled
-)
 
 // Args are a dispatch job's arguments: the key of its dispatch row.
 type Args struct {
@@ -209,7 +194,7 @@ func (e *Enqueuer) CreateTx(ctx context.Context, tx pgx.Tx, want []Created) ([]C
 	}
 	kept := make(map[int64]bool, len(want))
 	created, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Created, error) {
-		c := Created{State: StatePending}
+		c := Created{State: Pending}
 		var jobID int64
 		err := row.Scan(&c.Provider, &c.DeliveryID, &c.Route, &c.Generation, &jobID)
 		kept[jobID] = true
@@ -230,15 +215,4 @@ func (e *Enqueuer) CreateTx(ctx context.Context, tx pgx.Tx, want []Created) ([]C
 		}
 	}
 	return created, nil
-}
-
-// StateAfter is the state a builtin dispatch records after an attempt of its
-// handler failed with err: discarded when err is a handlers.DiscardError or the
-// attempt was its last, else retrying.
-func StateAfter(err error, attempt, maxAttempts int) string {
-	var discard *handlers.DiscardError
-	if errors.As(err, &discard) || attempt >= maxAttempts {
-		return StateDiscarded
-	}
-	return StateRetrying
 }

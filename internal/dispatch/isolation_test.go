@@ -82,7 +82,7 @@ func TestHungTargetHoldsOnlyItsOwnRoute(t *testing.T) {
 	b.start(t)
 	t.Cleanup(hung.release) // before the workers stop: they wait for their forwards
 	for i := range 20 {
-		a.waitState(t, fmt.Sprintf("ok-%d", i), "healthy", dispatch.StateSucceeded)
+		a.waitState(t, fmt.Sprintf("ok-%d", i), "healthy", dispatch.Succeeded)
 	}
 	if n := len(healthy.requests()); n != 20 {
 		t.Fatalf("the healthy target got %d requests, want 20", n)
@@ -205,7 +205,7 @@ func TestCircuitOpensProbesAndCloses(t *testing.T) {
 				break
 			}
 		}
-		if row.state != dispatch.StateSucceeded || row.attempts != len(seen) {
+		if row.state != dispatch.Succeeded || row.attempts != len(seen) {
 			t.Errorf("%s: %s after %d attempts, the target saw %d", id, row.state, row.attempts, len(seen))
 		}
 	}
@@ -244,7 +244,7 @@ func TestPauseHoldsAcrossARestart(t *testing.T) {
 		t.Fatalf("a paused route's target got %d requests", n)
 	}
 	for i := range 3 {
-		if row := second.row(t, fmt.Sprintf("p-%d", i), "ci"); row.state != dispatch.StatePending || row.attempts != 0 {
+		if row := second.row(t, fmt.Sprintf("p-%d", i), "ci"); row.state != dispatch.Pending || row.attempts != 0 {
 			t.Fatalf("a paused route's dispatch is %s after %d attempts, want pending", row.state, row.attempts)
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
-	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/receipts"
 )
@@ -20,7 +19,7 @@ import (
 // not in progress, whatever its row says.
 func liveDispatchSQL(match string) string {
 	return `SELECT 1 FROM hookgate_dispatches d JOIN river_job j ON j.id = d.job_id
-	WHERE ` + match + ` AND d.state IN (` + deliveries.InProgressSQL + `)
+	WHERE ` + match + ` AND d.state IN (` + InProgressSQL + `)
 	AND j.state NOT IN ('cancelled', 'discarded', 'completed')`
 }
 
@@ -93,7 +92,7 @@ func (w *ReconcileWorker) Work(ctx context.Context, _ *river.Job[ReconcileArgs])
 			last_error = coalesce(d.last_error, 'River job ' || j.state::text)
 		FROM river_job j
 		WHERE j.state IN ('cancelled', 'discarded') AND j.kind = $1
-		AND d.job_id = j.id AND d.state IN (`+deliveries.InProgressSQL+`)`, Kind)
+		AND d.job_id = j.id AND d.state IN (`+InProgressSQL+`)`, Kind)
 	if err != nil {
 		return fmt.Errorf("reconcile dispatches: %w", err)
 	}

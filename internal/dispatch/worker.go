@@ -16,7 +16,6 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/hookgate/hookgate/internal/batch"
-	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handlers"
@@ -94,13 +93,13 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	case errors.Is(err, errGone):
 		return river.JobCancel(err)
 	case errors.Is(err, errNoTarget), errors.As(err, &fe) && fe.Permanent, errors.As(err, &discard):
-		w.recordFailure(ctx, job, StateDiscarded, err)
-		w.Metrics.Dispatch(job.Args.Route, StateDiscarded, time.Time{})
+		w.recordFailure(ctx, job, Discarded, err)
+		w.Metrics.Dispatch(job.Args.Route, Discarded, time.Time{})
 		return river.JobCancel(err)
 	}
-	state := StateRetrying
+	state := Retrying
 	if job.Attempt >= job.MaxAttempts {
-		state = StateDiscarded
+		state = Discarded
 		w.Metrics.Dispatch(job.Args.Route, state, time.Time{})
 	} else if errors.As(err, &fe) && fe.RetryAfter > 0 {
 		// Only for a job River will retry: it then calls NextRetry, which
@@ -220,7 +219,7 @@ func (w *Worker) runBuiltin(ctx context.Context, job *river.Job[Args], route fan
 	if err != nil {
 		return fmt.Errorf("lock dispatch: %w", err)
 	}
-	if deliveries.IsFinal(state) {
+	if IsFinal(state) {
 		// River ran the job again after its outcome was committed (a rescue
 		// after a crash): the effect already happened, only complete the job.
 		return w.complete(ctx, tx, job)
@@ -245,7 +244,7 @@ func (w *Worker) runBuiltin(ctx context.Context, job *river.Job[Args], route fan
 			return err
 		}
 		if newer {
-			return w.finish(ctx, tx, job, StateSuperseded, r.ReceivedAt)
+			return w.finish(ctx, tx, job, Superseded, r.ReceivedAt)
 		}
 	}
 	ticket, err := w.admit(ctx, route, paused)
@@ -266,7 +265,7 @@ func (w *Worker) runBuiltin(ctx context.Context, job *river.Job[Args], route fan
 			return err
 		}
 	}
-	if err := w.finish(ctx, tx, job, StateSucceeded, r.ReceivedAt); err != nil {
+	if err := w.finish(ctx, tx, job, Succeeded, r.ReceivedAt); err != nil {
 		return err
 	}
 	w.Guard.Done(ctx, route, ticket, routes.Succeeded, "")
@@ -353,20 +352,20 @@ func (w *Worker) forward(ctx context.Context, job *river.Job[Args], route fanout
 	if err != nil {
 		return err
 	}
-	if deliveries.IsFinal(c.state) {
+	if IsFinal(c.state) {
 		// Already decided (River ran the job again): nothing to do but give
 		// back a lease the claim took again.
 		return w.dropLease(ctx, c)
 	}
 
-	o := outcome{args: a, state: StateSucceeded, attempt: job.Attempt, leased: c.leased}
+	o := outcome{args: a, state: Succeeded, attempt: job.Attempt, leased: c.leased}
 	switch {
 	case c.newer:
-		o.state = StateSuperseded
+		o.state = Superseded
 	case c.leased != "":
 		o.mark = &watermark{route: a.Route, entity: c.r.Entity, eventTime: c.r.EventTime, provider: c.r.Provider, deliveryID: c.r.DeliveryID}
 	}
-	if o.state == StateSucceeded {
+	if o.state == Succeeded {
 		ticket, err := w.admit(ctx, route, c.paused)
 		if err != nil {
 			// Not admitted (paused, circuit open, over its rate): nothing
@@ -651,7 +650,7 @@ func writeOutcomes(ctx context.Context, tx pgx.Tx, os []outcome) error {
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[])
 			AS t(provider, delivery_id, route, generation, state, attempts)
 		WHERE d.provider = t.provider AND d.delivery_id = t.delivery_id AND d.route = t.route AND d.generation = t.generation
-		AND d.state NOT IN (`+deliveries.FinalSQL+`)`,
+		AND d.state NOT IN (`+FinalSQL+`)`,
 		providers, ids, routes, gens, states, attempts)
 	if err != nil {
 		return fmt.Errorf("record outcomes: %w", err)
@@ -709,7 +708,7 @@ func (w *Worker) recordFailure(ctx context.Context, job *river.Job[Args], state 
 	if err := setState(context.WithoutCancel(ctx), w.Pool, job.Args, state, job.Attempt, &msg); err != nil {
 		w.Logger.ErrorContext(ctx, "record dispatch failure", "error", err, "route", job.Args.Route, "delivery_id", job.Args.DeliveryID)
 	}
-	if deliveries.IsFinal(state) { // an ended dispatch holds no lease (one left would expire)
+	if IsFinal(state) { // an ended dispatch holds no lease (one left would expire)
 		if err := dropLeasesOf(ctx, w.Pool, job.Args); err != nil {
 			w.Logger.WarnContext(ctx, "give back lease", "error", err, "route", job.Args.Route, "delivery_id", job.Args.DeliveryID)
 		}

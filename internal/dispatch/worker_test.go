@@ -111,7 +111,7 @@ func TestForwardSendsBodyAndHeaders(t *testing.T) {
 	d.Body = []byte("payload=%7B%22zen%22%3A1%7D")
 	b.accept(t, d)
 	b.start(t)
-	b.waitState(t, "g-1", "ci", dispatch.StateSucceeded)
+	b.waitState(t, "g-1", "ci", dispatch.Succeeded)
 
 	got := tg.requests()
 	if len(got) != 1 {
@@ -150,7 +150,7 @@ func TestForwardWithoutSecretIsUnsigned(t *testing.T) {
 	b := setupDispatch(t, "ci=github:push>"+tg.URL, nil)
 	b.accept(t, pushDelivery("g-1"))
 	b.start(t)
-	b.waitState(t, "g-1", "ci", dispatch.StateSucceeded)
+	b.waitState(t, "g-1", "ci", dispatch.Succeeded)
 	if sig := tg.requests()[0].header.Get("X-Hookgate-Signature"); sig != "" {
 		t.Fatalf("unsigned forward carries %q", sig)
 	}
@@ -172,7 +172,7 @@ func TestForwardRetriesUntilSuccess(t *testing.T) {
 	b := setupDispatch(t, "ci=github:push>"+tg.URL, nil)
 	b.accept(t, pushDelivery("g-1"))
 	b.start(t)
-	b.waitState(t, "g-1", "ci", dispatch.StateSucceeded)
+	b.waitState(t, "g-1", "ci", dispatch.Succeeded)
 
 	got := tg.requests()
 	if len(got) != 3 {
@@ -204,7 +204,7 @@ func TestForwardFailureIsRecorded(t *testing.T) {
 	b := setupDispatch(t, "ci=github:push>"+tg.URL, nil)
 	b.accept(t, pushDelivery("g-1"))
 	b.start(t)
-	b.waitState(t, "g-1", "ci", dispatch.StateRetrying)
+	b.waitState(t, "g-1", "ci", dispatch.Retrying)
 	row := b.row(t, "g-1", "ci")
 	if row.attempts != 1 || !strings.Contains(row.lastError, "503") || !strings.Contains(row.lastError, "answer 503") {
 		t.Fatalf("dispatch row %+v", row)
@@ -224,7 +224,7 @@ func TestForwardClientErrorDiscardsAtOnce(t *testing.T) {
 	b := setupDispatch(t, "ci=github:push>"+tg.URL, nil)
 	b.accept(t, pushDelivery("g-1"))
 	b.start(t)
-	b.waitState(t, "g-1", "ci", dispatch.StateDiscarded)
+	b.waitState(t, "g-1", "ci", dispatch.Discarded)
 	row := b.row(t, "g-1", "ci")
 	if row.attempts != 1 || !strings.Contains(row.lastError, "400") {
 		t.Fatalf("dispatch row %+v", row)
@@ -250,7 +250,7 @@ func TestForwardTimeoutIsRetried(t *testing.T) {
 	b := setupDispatch(t, "ci=github:push>"+tg.URL, nil, dispatchOpts{forwardTimeout: 300 * time.Millisecond})
 	b.accept(t, pushDelivery("g-1"))
 	b.start(t)
-	b.waitState(t, "g-1", "ci", dispatch.StateSucceeded)
+	b.waitState(t, "g-1", "ci", dispatch.Succeeded)
 	if row := b.row(t, "g-1", "ci"); row.attempts != 2 {
 		t.Fatalf("dispatch row %+v", row)
 	}
@@ -266,7 +266,7 @@ func TestForwardDoesNotFollowRedirectToAnotherHost(t *testing.T) {
 	b := setupDispatch(t, "ci=github:push>"+tg.URL, nil)
 	b.accept(t, pushDelivery("g-1"))
 	b.start(t)
-	b.waitState(t, "g-1", "ci", dispatch.StateDiscarded)
+	b.waitState(t, "g-1", "ci", dispatch.Discarded)
 	if n := len(elsewhere.requests()); n != 0 {
 		t.Fatalf("redirect followed to another host (%d requests)", n)
 	}
@@ -287,7 +287,7 @@ func TestForwardOncePerRouteAcrossHooks(t *testing.T) {
 		t.Fatalf("second hook's copy made %d dispatches", n)
 	}
 	b.start(t)
-	b.waitState(t, "guid-1", "ci", dispatch.StateSucceeded)
+	b.waitState(t, "guid-1", "ci", dispatch.Succeeded)
 	time.Sleep(300 * time.Millisecond)
 	if n := len(tg.requests()); n != 1 {
 		t.Fatalf("target got %d requests", n)
@@ -318,7 +318,7 @@ func TestForwardIsOrderedByTheFirstReceiptsEntity(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.start(t)
-	b.waitState(t, "evt_001", "billing", dispatch.StateSucceeded)
+	b.waitState(t, "evt_001", "billing", dispatch.Succeeded)
 	if got := tg.requests(); len(got) != 1 || string(got[0].body) != string(first.Body) {
 		t.Fatalf("target got %d requests, want the first receipt's body once", len(got))
 	}
@@ -347,7 +347,7 @@ func TestBuiltinEffectHappensOnceWhenJobRunsAgain(t *testing.T) {
 	b := setupDispatch(t, "subs=stripe:customer.subscription>builtin:stripe-subscriptions", handlers.Default(discard()))
 	b.accept(t, subscriptionEvent(1, time.Unix(1_767_000_000, 0)))
 	b.start(t)
-	b.waitState(t, "evt_001", "subs", dispatch.StateSucceeded)
+	b.waitState(t, "evt_001", "subs", dispatch.Succeeded)
 	b.waitJobs(t, "completed", 1)
 
 	// As River's rescuer would: the job is made available again.
@@ -390,7 +390,7 @@ func TestBuiltinErrorRollsBackAndRetries(t *testing.T) {
 	}
 	b.accept(t, pushDelivery("g-1"))
 	b.start(t)
-	b.waitState(t, "g-1", "f", dispatch.StateSucceeded)
+	b.waitState(t, "g-1", "f", dispatch.Succeeded)
 	rows, _ := b.pool.Query(context.Background(), "SELECT attempt FROM effects")
 	attempts, err := pgx.CollectRows(rows, pgx.RowTo[int])
 	if err != nil || len(attempts) != 1 || attempts[0] != 2 {
@@ -446,7 +446,7 @@ func TestOrderPerEntity(t *testing.T) {
 				if route == "fwd" && succeeded != len(got) {
 					t.Fatalf("%d forwards succeeded, target got %d", succeeded, len(got))
 				}
-				if b.row(t, "evt_019", route).state != dispatch.StateSucceeded {
+				if b.row(t, "evt_019", route).state != dispatch.Succeeded {
 					t.Fatalf("route %s: the newest event was not handled", route)
 				}
 			}
@@ -493,10 +493,10 @@ func TestOrderHoldsWhenAnOutcomeCommitFails(t *testing.T) {
 	if got := tg.requests(); len(got) != 1 || !bytes.Contains(got[0].body, []byte(`"evt_002"`)) {
 		t.Fatalf("the target received %d requests; want only evt_002", len(got))
 	}
-	if s := b.row(t, "evt_002", "fwd").state; s != dispatch.StateSucceeded {
+	if s := b.row(t, "evt_002", "fwd").state; s != dispatch.Succeeded {
 		t.Fatalf("evt_002: %s", s)
 	}
-	if s := b.row(t, "evt_001", "fwd").state; s != dispatch.StateSuperseded {
+	if s := b.row(t, "evt_001", "fwd").state; s != dispatch.Superseded {
 		t.Fatalf("evt_001: %s, want superseded", s)
 	}
 }
@@ -578,7 +578,7 @@ func TestDispatchSurvivesKilledProcess(t *testing.T) {
 
 	b.start(t) // the surviving process
 	deadline := killed.Add(60 * time.Second)
-	for b.row(t, "g-kill", "ci").state != dispatch.StateSucceeded {
+	for b.row(t, "g-kill", "ci").state != dispatch.Succeeded {
 		if time.Now().After(deadline) {
 			t.Fatalf("dispatch not completed within 60 s of the kill: %+v", b.row(t, "g-kill", "ci"))
 		}
@@ -605,14 +605,14 @@ func TestReconcileRecordsCancelledJobs(t *testing.T) {
 	if _, err := b.client.JobCancel(context.Background(), jobID); err != nil {
 		t.Fatal(err)
 	}
-	if row := b.row(t, "g-1", "ci"); row.state != dispatch.StatePending {
+	if row := b.row(t, "g-1", "ci"); row.state != dispatch.Pending {
 		t.Fatalf("row before reconcile: %+v", row)
 	}
 	w := &dispatch.ReconcileWorker{Pool: b.pool}
 	if err := w.Work(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
-	if row := b.row(t, "g-1", "ci"); row.state != dispatch.StateCancelled || !strings.Contains(row.lastError, "cancelled") {
+	if row := b.row(t, "g-1", "ci"); row.state != dispatch.Cancelled || !strings.Contains(row.lastError, "cancelled") {
 		t.Fatalf("row after reconcile: %+v", row)
 	}
 }
@@ -659,7 +659,7 @@ func TestDeletedJobLeavesACancelledReplayableDispatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, err := deliveries.Show(ctx, b.pool, "github", "g-del")
-	if err != nil || len(d.Dispatches) != 1 || d.Dispatches[0].State != dispatch.StateCancelled {
+	if err != nil || len(d.Dispatches) != 1 || d.Dispatches[0].State != dispatch.Cancelled {
 		t.Fatalf("show: %+v, %v", d.Dispatches, err)
 	}
 	tx, err := b.pool.Begin(ctx)
@@ -711,7 +711,7 @@ func TestOlderEventWaitsForANewerOneWhoseProcessDied(t *testing.T) {
 			t.Fatal("the older event was sent after the newer one the target had accepted")
 		}
 	}
-	if s := b.row(t, "evt_001", "fwd").state; s != dispatch.StateSuperseded {
+	if s := b.row(t, "evt_001", "fwd").state; s != dispatch.Superseded {
 		t.Fatalf("evt_001: %s, want superseded", s)
 	}
 	var leases int

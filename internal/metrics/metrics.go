@@ -255,7 +255,9 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // read counts River's unfinished jobs by state and finds each route's oldest
-// unfinished dispatch, in one query.
+// unfinished dispatch, in one query. (Metrics' own aggregate of River's table,
+// asked at each scrape; 'hookgate_dispatch' is dispatch.Kind, which this
+// package cannot import: dispatch records its metrics here.)
 func (c *queueCollector) read(ctx context.Context) (queue, error) {
 	q := queue{depth: map[string]float64{"available": 0, "scheduled": 0, "retryable": 0, "running": 0}, oldest: map[string]float64{}}
 	unavailable := errors.New("queue depth: the database did not answer")

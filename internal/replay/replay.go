@@ -86,8 +86,8 @@ func RedispatchTx(ctx context.Context, tx pgx.Tx, e *dispatch.Enqueuer, provider
 	for _, r := range routes {
 		l, ok := last[r]
 		switch {
-		case ok && deliveries.IsInProgress(l.State): // a replay leaves it alone
-		case ok && (l.State == dispatch.StateDiscarded || l.State == dispatch.StateCancelled), req.Force:
+		case ok && dispatch.IsInProgress(l.State): // a replay leaves it alone
+		case ok && (l.State == dispatch.Discarded || l.State == dispatch.Cancelled), req.Force:
 			want = append(want, dispatch.Created{Provider: provider, DeliveryID: deliveryID, Route: r, Generation: l.Generation + 1})
 		}
 	}

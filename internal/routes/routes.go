@@ -288,6 +288,8 @@ func List(ctx context.Context, db *pgxpool.Pool, table fanout.Table) ([]View, er
 		}
 		return rows.Err()
 	})
+	// The routes view's own aggregate of River's table, in this batch;
+	// 'hookgate_dispatch' is dispatch.Kind (dispatch imports routes for Guard).
 	b.Queue(`SELECT args->>'route', CASE WHEN state = 'running' THEN 'running'
 			WHEN state = 'retryable' OR attempt > 0 THEN 'retrying' ELSE 'pending' END, count(*)
 		FROM river_job WHERE kind = 'hookgate_dispatch' AND state IN ('available', 'scheduled', 'retryable', 'running')

@@ -1,10 +1,15 @@
-package deliveries
+package dispatch
 
-import "strings"
+import (
+	"errors"
+	"strings"
+
+	"github.com/hookgate/hookgate/internal/handlers"
+)
 
 // The states of a dispatch, as stored in hookgate_dispatches.state. This is
 // the one list of them; every layer (the worker, replay, retention, the
-// operators' views) reads it from here.
+// operators' read model, the console, hookgatetest) reads it from here.
 const (
 	// Pending: enqueued, not yet attempted (or waiting for its entity's lease).
 	Pending = "pending"
@@ -52,4 +57,15 @@ func contains(list []string, s string) bool {
 // plain letters, never input.
 func sqlList(states []string) string {
 	return "'" + strings.Join(states, "', '") + "'"
+}
+
+// StateAfter is the state a builtin dispatch records after an attempt of its
+// handler failed with err: discarded when err is a handlers.DiscardError or the
+// attempt was its last, else retrying.
+func StateAfter(err error, attempt, maxAttempts int) string {
+	var discard *handlers.DiscardError
+	if errors.As(err, &discard) || attempt >= maxAttempts {
+		return Discarded
+	}
+	return Retrying
 }
