@@ -56,36 +56,29 @@ func serveInBackground(t *testing.T, addr string) {
 // hookgate_dispatches), for up to 20 s.
 func waitDispatches(t *testing.T, pool *pgxpool.Pool, where string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	dbtest.Eventually(t, 20*time.Second, "no dispatch "+where, func() error {
 		var n int
 		_ = pool.QueryRow(context.Background(), "SELECT count(*) FROM hookgate_dispatches WHERE "+where).Scan(&n)
-		if n == 0 {
-			return
+		if n != 0 {
+			return fmt.Errorf("%d dispatches still %s", n, where)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d dispatches still %s", n, where)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func waitFor(t *testing.T, url string, want int, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	dbtest.Eventually(t, within, fmt.Sprintf("%s answers %d", url, want), func() error {
 		res, err := http.Get(url)
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == want {
-				return
-			}
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not answer %d within %s (last: %v)", url, want, within, err)
+		res.Body.Close()
+		if res.StatusCode != want {
+			return fmt.Errorf("status %d", res.StatusCode)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // sendPing posts a signed GitHub ping and returns the status and the body's status field.
@@ -213,22 +206,11 @@ func TestRunDispatchesAndStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var state string
-		var attempts int
-		err := pool.QueryRow(context.Background(),
-			"SELECT state, attempts FROM hookgate_dispatches WHERE delivery_id = 'run-1' AND route = 'audit'").Scan(&state, &attempts)
-		if err == nil && state == "succeeded" {
-			if attempts != 1 {
-				t.Fatalf("attempts = %d", attempts)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dispatch not succeeded within 20s: %q %v", state, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	dbtest.WaitDispatch(t, pool, dbtest.Dispatch{DeliveryID: "run-1", Route: "audit"}, "succeeded")
+	var attempts int
+	if err := pool.QueryRow(context.Background(),
+		"SELECT attempts FROM hookgate_dispatches WHERE delivery_id = 'run-1' AND route = 'audit'").Scan(&attempts); err != nil || attempts != 1 {
+		t.Fatalf("attempts = %d (%v)", attempts, err)
 	}
 	var jobState string
 	if err := pool.QueryRow(context.Background(), "SELECT state FROM river_job").Scan(&jobState); err != nil || jobState != "completed" {
@@ -356,19 +338,15 @@ func TestServeRecoversAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	dbtest.Eventually(t, 20*time.Second, "the event Stripe holds recovered and dispatched", func() error {
 		var state string
 		err := pool.QueryRow(context.Background(), `SELECT d.state FROM hookgate_dispatches d JOIN hookgate_receipts r USING (provider, delivery_id)
 			WHERE r.delivery_id = 'evt_start1' AND r.scope = 'recovered'`).Scan(&state)
-		if err == nil && state == "succeeded" {
-			break
+		if err == nil && state != "succeeded" {
+			err = fmt.Errorf("state %q", state)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the event Stripe holds was not recovered and dispatched within 20s: %q %v", state, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err
+	})
 	res, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
