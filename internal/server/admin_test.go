@@ -185,23 +185,6 @@ func (b *adminBundle) ingest(t *testing.T, req *http.Request) {
 	}
 }
 
-func (b *adminBundle) waitDispatch(t *testing.T, id, route string, generation int, state string) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var got string
-		_ = b.pool.QueryRow(context.Background(), `SELECT state FROM hookgate_dispatches
-			WHERE delivery_id = $1 AND route = $2 AND generation = $3`, id, route, generation).Scan(&got)
-		if got == state {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dispatch %s/%s gen %d is %q, want %q", id, route, generation, got, state)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestAdminAuth(t *testing.T) {
 	t.Parallel()
 	b := setupAdmin(t, adminToken)
@@ -373,7 +356,7 @@ func TestAdminShowAndBody(t *testing.T) {
 	b.ingest(t, githubRequest(ghReq{id: "g-1", hook: "1", body: body, contentType: "application/x-www-form-urlencoded"}))
 	b.ingest(t, githubRequest(ghReq{id: "g-1", hook: "2", body: body, contentType: "application/x-www-form-urlencoded"}))
 	b.start(t)
-	b.waitDispatch(t, "g-1", "fwd", 1, "succeeded")
+	dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: "g-1", Route: "fwd", Generation: 1}, "succeeded")
 
 	var s shown
 	b.adminJSON(t, adminReq{path: "/admin/deliveries/github/g-1"}, 200, &s)
@@ -416,8 +399,8 @@ func TestAdminReplayOne(t *testing.T) {
 	b.answer.Store(400)
 	b.ingest(t, githubRequest(ghReq{id: "g-1"}))
 	b.start(t)
-	b.waitDispatch(t, "g-1", "fwd", 1, "discarded")
-	b.waitDispatch(t, "g-1", "audit", 1, "succeeded")
+	dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: "g-1", Route: "fwd", Generation: 1}, "discarded")
+	dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: "g-1", Route: "audit", Generation: 1}, "succeeded")
 
 	var l listed
 	b.adminJSON(t, adminReq{path: "/admin/deliveries?state=discarded"}, 200, &l)
@@ -432,7 +415,7 @@ func TestAdminReplayOne(t *testing.T) {
 	if len(r.Dispatches) != 1 || r.Dispatches[0].Route != "fwd" || r.Dispatches[0].Generation != 2 || r.Dispatches[0].State != "pending" || r.ReplayID == "" {
 		t.Fatalf("replay = %+v", r)
 	}
-	b.waitDispatch(t, "g-1", "fwd", 2, "succeeded")
+	dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: "g-1", Route: "fwd", Generation: 2}, "succeeded")
 
 	// Nothing left to replay without force.
 	r = replayed{}
@@ -447,7 +430,7 @@ func TestAdminReplayOne(t *testing.T) {
 	if len(r.Dispatches) != 1 || r.Dispatches[0].Generation != 3 {
 		t.Fatalf("forced replay = %+v", r)
 	}
-	b.waitDispatch(t, "g-1", "fwd", 3, "succeeded")
+	dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: "g-1", Route: "fwd", Generation: 3}, "succeeded")
 	b.mu.Lock()
 	got := append([]http.Header(nil), b.got...)
 	b.mu.Unlock()
@@ -524,22 +507,18 @@ func TestAdminBulkReplay(t *testing.T) {
 	if res.Deliveries != n {
 		t.Fatalf("matched %d", res.Deliveries)
 	}
-	deadline := time.Now().Add(120 * time.Second)
-	for {
+	dbtest.Eventually(t, 120*time.Second, "the bulk replay done", func() error {
 		var state string
 		var dispatches int
 		_ = b.pool.QueryRow(context.Background(), "SELECT state, dispatches FROM hookgate_replays WHERE replay_id = $1", res.ReplayID).Scan(&state, &dispatches)
-		if state == "done" {
-			if dispatches != n {
-				t.Fatalf("bulk replay made %d dispatches, want %d", dispatches, n)
-			}
-			break
+		if state != "done" {
+			return fmt.Errorf("bulk replay still %s (%d dispatches)", state, dispatches)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("bulk replay still %s after 120 s (%d dispatches)", state, dispatches)
+		if dispatches != n {
+			t.Fatalf("bulk replay made %d dispatches, want %d", dispatches, n)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	// One replay's progress: every delivery handled.
 	var one struct {
 		ReplayID   string `json:"replay_id"`
@@ -671,8 +650,8 @@ func TestRetentionDeletesExactlyExpired(t *testing.T) {
 	b.ingest(t, githubRequest(ghReq{id: "half", hook: "2"}))
 	b.start(t) // a dispatch still in progress keeps its receipt: let them end
 	for _, id := range []string{"old-1", "old-2", "keep", "half"} {
-		b.waitDispatch(t, id, "fwd", 1, "succeeded")
-		b.waitDispatch(t, id, "audit", 1, "succeeded")
+		dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: id, Route: "fwd", Generation: 1}, "succeeded")
+		dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: id, Route: "audit", Generation: 1}, "succeeded")
 	}
 	_, err := b.pool.Exec(context.Background(), `UPDATE hookgate_receipts SET expires_at = now() - interval '1 second'
 		WHERE delivery_id IN ('old-1', 'old-2') OR (delivery_id = 'half' AND scope = '1')`)
@@ -767,7 +746,7 @@ func TestMetricsAfterTraffic(t *testing.T) {
 		t.Errorf("/metrics lacks the age of fwd's oldest waiting dispatch")
 	}
 	b.start(t)
-	b.waitDispatch(t, "m-1", "fwd", 1, "succeeded")
+	dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: "m-1", Route: "fwd", Generation: 1}, "succeeded")
 
 	rec = httptest.NewRecorder()
 	b.handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
@@ -791,7 +770,7 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	// A replay's success is counted, but does not feed the receipt-to-success
 	// histogram: a replay a day later would skew today's figures.
 	b.adminJSON(t, adminReq{method: "POST", path: "/admin/deliveries/github/m-1/replay", body: `{"routes":["fwd"],"force":true}`}, 202, nil)
-	b.waitDispatch(t, "m-1", "fwd", 2, "succeeded")
+	dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: "m-1", Route: "fwd", Generation: 2}, "succeeded")
 	rec = httptest.NewRecorder()
 	b.handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	text, _ = io.ReadAll(rec.Body)

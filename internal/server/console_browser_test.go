@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/hookgate/hookgate/internal/dbtest"
 )
 
 // screenshotDir is where the browser tests write a PNG of every page they
@@ -118,17 +120,14 @@ func (c *chrome) page(name string, want ...string) {
 // waitText waits until the body shows want (a page that refreshes itself).
 func (c *chrome) waitText(want string) {
 	c.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		body, _ := chromedp.Run(c.ctx, chromedp.Text(chromedp.CSS("body")))
-		if strings.Contains(body, want) {
-			return
+	var body string
+	dbtest.Eventually(c.t, 30*time.Second, fmt.Sprintf("the page shows %q", want), func() error {
+		body, _ = chromedp.Run(c.ctx, chromedp.Text(chromedp.CSS("body")))
+		if !strings.Contains(body, want) {
+			return fmt.Errorf("it shows:\n%s", body)
 		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("the page never showed %q; it shows:\n%s", want, body)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func (c *chrome) signIn(token string) {
@@ -151,7 +150,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		body: []byte(`{"action":"opened","issue":{"number":1,"title":"<script>alert(1)</script>"},"repository":{"id":5678}}`)}))
 	a.start(t)
 	for _, id := range []string{"gh-1", "gh-2", "evt_1"} {
-		a.waitDispatch(t, id, "fwd", 1, "discarded")
+		dbtest.WaitDispatch(t, a.pool, dbtest.Dispatch{DeliveryID: id, Route: "fwd", Generation: 1}, "discarded")
 	}
 	a.answer.Store(0)
 	srv := httptest.NewServer(a.handler)
@@ -192,7 +191,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`form.replay button`)), chromedp.WaitVisible(chromedp.ID(`#confirm`)))
 	c.page("replay-confirm", "Replay github gh-1 to fwd", "Reason: target fixed")
 	c.run(chromedp.Click(chromedp.ID(`#confirm`)), chromedp.WaitVisible(chromedp.ID(`#replayed`)))
-	a.waitDispatch(t, "gh-1", "fwd", 2, "succeeded")
+	dbtest.WaitDispatch(t, a.pool, dbtest.Dispatch{DeliveryID: "gh-1", Route: "fwd", Generation: 2}, "succeeded")
 	c.run(chromedp.Reload(), chromedp.WaitVisible(chromedp.ID(`#body`)))
 	c.page("delivery-replayed", "generation 2", "succeeded")
 
@@ -206,8 +205,8 @@ func TestConsoleInABrowser(t *testing.T) {
 	c.run(chromedp.Click(chromedp.ID(`#confirm`)), chromedp.WaitVisible(chromedp.ID(`#progress`)))
 	c.waitText("done: 2 of 2 deliveries handled (100%)")
 	c.page("bulk-progress", "2 dispatches created")
-	a.waitDispatch(t, "gh-2", "fwd", 2, "succeeded")
-	a.waitDispatch(t, "evt_1", "fwd", 2, "succeeded")
+	dbtest.WaitDispatch(t, a.pool, dbtest.Dispatch{DeliveryID: "gh-2", Route: "fwd", Generation: 2}, "succeeded")
+	dbtest.WaitDispatch(t, a.pool, dbtest.Dispatch{DeliveryID: "evt_1", Route: "fwd", Generation: 2}, "succeeded")
 
 	// Pause and resume a route.
 	c.run(chromedp.Navigate(srv.URL+"/admin/ui/routes"), chromedp.WaitVisible(chromedp.ID(`#routes`)),

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -501,16 +502,15 @@ func TestHealthAndReadiness(t *testing.T) {
 	if _, err := b.pool.Exec(context.Background(), "DELETE FROM hookgate_migrations"); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	dbtest.Eventually(t, 3*time.Second, "readyz answers 503 with a schema behind", func() error {
 		rec := httptest.NewRecorder()
 		b.handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
-		if rec.Code == http.StatusServiceUnavailable {
-			break
+		if rec.Code != http.StatusServiceUnavailable {
+			return fmt.Errorf("readyz = %d", rec.Code)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("readyz with a schema behind = %d after 3 s", rec.Code)
-		}
-	}
+		return nil
+	})
+
 	res := b.do(t, httptest.NewRequest(http.MethodGet, "/webhooks/github", nil))
 	wantError(t, res, http.StatusMethodNotAllowed, "method_not_allowed")
 	wantError(t, b.do(t, httptest.NewRequest(http.MethodGet, "/nope", nil)), http.StatusNotFound, "not_found")

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/go-chi/chi/v5"
+
+	"github.com/hookgate/hookgate/internal/dbtest"
 )
 
 // openAPIDoc is the part of an OpenAPI document the test reads.
@@ -90,7 +92,7 @@ func TestOpenAPIMatchesTheRoutes(t *testing.T) {
 	// What the handlers answer fits the documented schemas.
 	b.ingest(t, githubRequest(ghReq{id: "oa-1"}))
 	b.start(t)
-	b.waitDispatch(t, "oa-1", "fwd", 1, "succeeded")
+	dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: "oa-1", Route: "fwd", Generation: 1}, "succeeded")
 	var replay struct {
 		ReplayID string `json:"replay_id"`
 	}

@@ -2,10 +2,14 @@ package server_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hookgate/hookgate/internal/dbtest"
 )
 
 // routeJSON is a route as GET /admin/routes shows it.
@@ -66,7 +70,7 @@ func TestAdminListRoutes(t *testing.T) {
 	b := setupAdmin(t, adminToken)
 	b.ingest(t, githubRequest(ghReq{id: "g-1"}))
 	b.start(t)
-	b.waitDispatch(t, "g-1", "fwd", 1, "succeeded")
+	dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: "g-1", Route: "fwd", Generation: 1}, "succeeded")
 
 	status, _, body := b.admin(t, adminReq{path: "/admin/routes"})
 	if status != 200 || strings.Contains(string(body), "pw") || strings.Contains(string(body), "sekret") {
@@ -82,13 +86,12 @@ func TestAdminListRoutes(t *testing.T) {
 		t.Fatalf("hidden's target shown as %q", hidden.Target)
 	}
 	// Outcome counts reach the database within a second or two.
-	deadline := time.Now().Add(10 * time.Second)
-	for fwd = b.route(t, "fwd"); *fwd.Succeeded5m != 1 || fwd.LastSuccessAt == nil; fwd = b.route(t, "fwd") {
-		if time.Now().After(deadline) {
-			t.Fatalf("fwd after one success: %+v", fwd)
+	dbtest.Eventually(t, 10*time.Second, "fwd's outcome counts show one success", func() error {
+		if fwd = b.route(t, "fwd"); *fwd.Succeeded5m != 1 || fwd.LastSuccessAt == nil {
+			return fmt.Errorf("fwd = %+v", fwd)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // A paused route's deliveries are accepted and their dispatches wait,
@@ -109,12 +112,14 @@ func TestAdminPauseAndResume(t *testing.T) {
 	}
 
 	b.ingest(t, githubRequest(ghReq{id: "g-1"}))
-	b.waitDispatch(t, "g-1", "audit", 1, "succeeded") // another route goes on
+	dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: "g-1", Route: "audit", Generation: 1}, "succeeded") // another route goes on
+	// A paused route's River queue is paused: nothing fetches its dispatch, so
+	// no signal comes; a fixed wait gives a wrongly fetched one time to run.
 	time.Sleep(1200 * time.Millisecond)
 	if r = b.route(t, "fwd"); r.Backlog.Pending != 1 {
 		t.Fatalf("paused fwd = %+v, want one pending", r)
 	}
-	b.waitDispatch(t, "g-1", "fwd", 1, "pending")
+	dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: "g-1", Route: "fwd", Generation: 1}, "pending")
 	if n := len(b.requests()); n != 0 {
 		t.Fatalf("a paused route's target got %d requests", n)
 	}
@@ -126,26 +131,22 @@ func TestAdminPauseAndResume(t *testing.T) {
 	if err := b.client.QueueResume(context.Background(), "route_fwd", nil); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	dbtest.Eventually(t, 5*time.Second, "a paused route's queue resumed in River UI paused again", func() error {
 		var paused bool
 		if err := b.pool.QueryRow(context.Background(), `SELECT paused_at IS NOT NULL FROM river_queue WHERE name = 'route_fwd'`).Scan(&paused); err != nil {
 			t.Fatal(err)
 		}
-		if paused {
-			break
+		if !paused {
+			return errors.New("it stayed running")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("a paused route's queue resumed in River UI stayed running")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 
 	b.adminJSON(t, adminReq{method: "POST", path: "/admin/routes/fwd/resume"}, 200, &r)
 	if r.State != "active" || r.PauseReason != nil {
 		t.Fatalf("resume = %+v", r)
 	}
-	b.waitDispatch(t, "g-1", "fwd", 1, "succeeded")
+	dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: "g-1", Route: "fwd", Generation: 1}, "succeeded")
 	b.adminJSON(t, adminReq{method: "POST", path: "/admin/routes/fwd/resume"}, 200, &r)
 
 	b.adminJSON(t, adminReq{method: "POST", path: "/admin/deliveries/github/g-1/replay", body: `{"routes":["fwd"],"force":true,"reason":"check"}`}, 202, nil)
@@ -224,19 +225,15 @@ func TestARefusalIsTheRoutesLastError(t *testing.T) {
 	b.answer.Store(http.StatusGone)
 	b.start(t)
 	b.ingest(t, githubRequest(ghReq{id: "g-410"}))
-	b.waitDispatch(t, "g-410", "fwd", 1, "discarded")
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: "g-410", Route: "fwd", Generation: 1}, "discarded")
+	dbtest.Eventually(t, 5*time.Second, "a refusal is the route's last error", func() error {
 		r := b.route(t, "fwd")
-		if r.LastError != nil {
-			if !strings.Contains(*r.LastError, "410") || r.Circuit != "closed" {
-				t.Fatalf("route after a refusal: %+v, last error %q", r, *r.LastError)
-			}
-			break
+		if r.LastError == nil {
+			return fmt.Errorf("no last error on the route: %+v", r)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a refusal left no last error on the route: %+v", r)
+		if !strings.Contains(*r.LastError, "410") || r.Circuit != "closed" {
+			t.Fatalf("route after a refusal: %+v, last error %q", r, *r.LastError)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
