@@ -112,24 +112,6 @@ func (b *dispatchBundle) start(t testing.TB) {
 	dbtest.StartRiver(t, b.client)
 }
 
-func (b *dispatchBundle) waitState(t *testing.T, deliveryID, route, want string) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		var state string
-		_ = b.pool.QueryRow(context.Background(),
-			"SELECT state FROM hookgate_dispatches WHERE delivery_id = $1 AND route = $2 ORDER BY generation DESC LIMIT 1",
-			deliveryID, route).Scan(&state)
-		if state == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dispatch %s/%s is %q, want %q", deliveryID, route, state, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // A builtin handler receives the first receipt's exact bytes and identity.
 func TestBuiltinReceivesTheStoredDelivery(t *testing.T) {
 	t.Parallel()
@@ -149,7 +131,7 @@ func TestBuiltinReceivesTheStoredDelivery(t *testing.T) {
 		t.Fatalf("enqueued %d", n)
 	}
 	b.start(t)
-	b.waitState(t, "p-1", "cap", dispatch.Succeeded)
+	dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: "p-1", Route: "cap"}, dispatch.Succeeded)
 	mu.Lock()
 	defer mu.Unlock()
 	if len(got) != 1 || !bytes.Equal(got[0].Body, body) || got[0].Route != "cap" || got[0].Generation != 1 || got[0].Attempt != 1 ||

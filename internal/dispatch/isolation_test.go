@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/routes"
@@ -82,16 +83,20 @@ func TestHungTargetHoldsOnlyItsOwnRoute(t *testing.T) {
 	b.start(t)
 	t.Cleanup(hung.release) // before the workers stop: they wait for their forwards
 	for i := range 20 {
-		a.waitState(t, fmt.Sprintf("ok-%d", i), "healthy", dispatch.Succeeded)
+		dbtest.WaitDispatch(t, a.pool, dbtest.Dispatch{DeliveryID: fmt.Sprintf("ok-%d", i), Route: "healthy"}, dispatch.Succeeded)
 	}
 	if n := len(healthy.requests()); n != 20 {
 		t.Fatalf("the healthy target got %d requests, want 20", n)
 	}
 	// The hung route holds two workers in each process, no more.
-	deadline := time.Now().Add(10 * time.Second)
-	for hung.inFlight.Load() < 4 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	dbtest.Eventually(t, 10*time.Second, "the hung target holds 4 requests", func() error {
+		if in := hung.inFlight.Load(); in < 4 {
+			return fmt.Errorf("it holds %d", in)
+		}
+		return nil
+	})
+	// A fifth request is a negative with no signal to await (the guard just
+	// does not admit it): a fixed wait gives one time to arrive.
 	time.Sleep(300 * time.Millisecond)
 	if in, most := hung.inFlight.Load(), hung.most.Load(); in != 4 || most != 4 {
 		t.Fatalf("the hung target holds %d requests (at most %d), want 4: concurrency 2 in each of 2 processes", in, most)
@@ -161,14 +166,20 @@ func TestCircuitOpensProbesAndCloses(t *testing.T) {
 	b.start(t)
 
 	// Open after the third failure.
-	deadline := time.Now().Add(15 * time.Second)
-	for len(tg.requests()) < 3 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(200 * time.Millisecond)
-	if v, err := routes.Get(context.Background(), b.pool, table, "flaky"); err != nil || v.Circuit != routes.CircuitOpen {
-		t.Fatalf("after 3 failures the circuit is %q (%v), want open", v.Circuit, err)
-	}
+	dbtest.Eventually(t, 15*time.Second, "the target gets 3 requests", func() error {
+		if n := len(tg.requests()); n < 3 {
+			return fmt.Errorf("it got %d", n)
+		}
+		return nil
+	})
+	// The third failure is recorded after the target answered: await the open
+	// circuit, well inside the 1.5 s cooldown.
+	dbtest.Eventually(t, time.Second, "the circuit open after 3 failures", func() error {
+		if v, err := routes.Get(context.Background(), b.pool, table, "flaky"); err != nil || v.Circuit != routes.CircuitOpen {
+			return fmt.Errorf("the circuit is %q (%v)", v.Circuit, err)
+		}
+		return nil
+	})
 	b.waitFinal(t, n)
 
 	got := tg.requests()
@@ -239,6 +250,8 @@ func TestPauseHoldsAcrossARestart(t *testing.T) {
 		second.accept(t, pushDelivery(fmt.Sprintf("p-%d", i)))
 	}
 	second.start(t)
+	// A paused route's River queue is paused: nothing fetches its dispatches,
+	// so no signal comes; a fixed wait gives a wrongly fetched one time to run.
 	time.Sleep(1500 * time.Millisecond)
 	if n := len(tg.requests()); n != 0 {
 		t.Fatalf("a paused route's target got %d requests", n)

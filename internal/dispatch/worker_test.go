@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/handlers"
@@ -111,7 +112,7 @@ func TestForwardSendsBodyAndHeaders(t *testing.T) {
 	d.Body = []byte("payload=%7B%22zen%22%3A1%7D")
 	b.accept(t, d)
 	b.start(t)
-	b.waitState(t, "g-1", "ci", dispatch.Succeeded)
+	dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: "g-1", Route: "ci"}, dispatch.Succeeded)
 
 	got := tg.requests()
 	if len(got) != 1 {
@@ -150,7 +151,7 @@ func TestForwardWithoutSecretIsUnsigned(t *testing.T) {
 	b := setupDispatch(t, "ci=github:push>"+tg.URL, nil)
 	b.accept(t, pushDelivery("g-1"))
 	b.start(t)
-	b.waitState(t, "g-1", "ci", dispatch.Succeeded)
+	dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: "g-1", Route: "ci"}, dispatch.Succeeded)
 	if sig := tg.requests()[0].header.Get("X-Hookgate-Signature"); sig != "" {
 		t.Fatalf("unsigned forward carries %q", sig)
 	}
@@ -172,7 +173,7 @@ func TestForwardRetriesUntilSuccess(t *testing.T) {
 	b := setupDispatch(t, "ci=github:push>"+tg.URL, nil)
 	b.accept(t, pushDelivery("g-1"))
 	b.start(t)
-	b.waitState(t, "g-1", "ci", dispatch.Succeeded)
+	dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: "g-1", Route: "ci"}, dispatch.Succeeded)
 
 	got := tg.requests()
 	if len(got) != 3 {
@@ -204,7 +205,7 @@ func TestForwardFailureIsRecorded(t *testing.T) {
 	b := setupDispatch(t, "ci=github:push>"+tg.URL, nil)
 	b.accept(t, pushDelivery("g-1"))
 	b.start(t)
-	b.waitState(t, "g-1", "ci", dispatch.Retrying)
+	dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: "g-1", Route: "ci"}, dispatch.Retrying)
 	row := b.row(t, "g-1", "ci")
 	if row.attempts != 1 || !strings.Contains(row.lastError, "503") || !strings.Contains(row.lastError, "answer 503") {
 		t.Fatalf("dispatch row %+v", row)
@@ -224,12 +225,12 @@ func TestForwardClientErrorDiscardsAtOnce(t *testing.T) {
 	b := setupDispatch(t, "ci=github:push>"+tg.URL, nil)
 	b.accept(t, pushDelivery("g-1"))
 	b.start(t)
-	b.waitState(t, "g-1", "ci", dispatch.Discarded)
+	dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: "g-1", Route: "ci"}, dispatch.Discarded)
 	row := b.row(t, "g-1", "ci")
 	if row.attempts != 1 || !strings.Contains(row.lastError, "400") {
 		t.Fatalf("dispatch row %+v", row)
 	}
-	time.Sleep(1500 * time.Millisecond) // a retry would have come by now
+	b.waitJobsFinalized(t) // no retry can come
 	if n := len(tg.requests()); n != 1 {
 		t.Fatalf("target got %d requests", n)
 	}
@@ -250,7 +251,7 @@ func TestForwardTimeoutIsRetried(t *testing.T) {
 	b := setupDispatch(t, "ci=github:push>"+tg.URL, nil, dispatchOpts{forwardTimeout: 300 * time.Millisecond})
 	b.accept(t, pushDelivery("g-1"))
 	b.start(t)
-	b.waitState(t, "g-1", "ci", dispatch.Succeeded)
+	dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: "g-1", Route: "ci"}, dispatch.Succeeded)
 	if row := b.row(t, "g-1", "ci"); row.attempts != 2 {
 		t.Fatalf("dispatch row %+v", row)
 	}
@@ -266,7 +267,7 @@ func TestForwardDoesNotFollowRedirectToAnotherHost(t *testing.T) {
 	b := setupDispatch(t, "ci=github:push>"+tg.URL, nil)
 	b.accept(t, pushDelivery("g-1"))
 	b.start(t)
-	b.waitState(t, "g-1", "ci", dispatch.Discarded)
+	dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: "g-1", Route: "ci"}, dispatch.Discarded)
 	if n := len(elsewhere.requests()); n != 0 {
 		t.Fatalf("redirect followed to another host (%d requests)", n)
 	}
@@ -287,8 +288,8 @@ func TestForwardOncePerRouteAcrossHooks(t *testing.T) {
 		t.Fatalf("second hook's copy made %d dispatches", n)
 	}
 	b.start(t)
-	b.waitState(t, "guid-1", "ci", dispatch.Succeeded)
-	time.Sleep(300 * time.Millisecond)
+	dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: "guid-1", Route: "ci"}, dispatch.Succeeded)
+	b.waitJobsFinalized(t) // no other forward can come
 	if n := len(tg.requests()); n != 1 {
 		t.Fatalf("target got %d requests", n)
 	}
@@ -318,7 +319,7 @@ func TestForwardIsOrderedByTheFirstReceiptsEntity(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.start(t)
-	b.waitState(t, "evt_001", "billing", dispatch.Succeeded)
+	dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: "evt_001", Route: "billing"}, dispatch.Succeeded)
 	if got := tg.requests(); len(got) != 1 || string(got[0].body) != string(first.Body) {
 		t.Fatalf("target got %d requests, want the first receipt's body once", len(got))
 	}
@@ -347,7 +348,7 @@ func TestBuiltinEffectHappensOnceWhenJobRunsAgain(t *testing.T) {
 	b := setupDispatch(t, "subs=stripe:customer.subscription>builtin:stripe-subscriptions", handlers.Default(discard()))
 	b.accept(t, subscriptionEvent(1, time.Unix(1_767_000_000, 0)))
 	b.start(t)
-	b.waitState(t, "evt_001", "subs", dispatch.Succeeded)
+	dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: "evt_001", Route: "subs"}, dispatch.Succeeded)
 	b.waitJobs(t, "completed", 1)
 
 	// As River's rescuer would: the job is made available again.
@@ -390,7 +391,7 @@ func TestBuiltinErrorRollsBackAndRetries(t *testing.T) {
 	}
 	b.accept(t, pushDelivery("g-1"))
 	b.start(t)
-	b.waitState(t, "g-1", "f", dispatch.Succeeded)
+	dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: "g-1", Route: "f"}, dispatch.Succeeded)
 	rows, _ := b.pool.Query(context.Background(), "SELECT attempt FROM effects")
 	attempts, err := pgx.CollectRows(rows, pgx.RowTo[int])
 	if err != nil || len(attempts) != 1 || attempts[0] != 2 {
@@ -503,35 +504,41 @@ func TestOrderHoldsWhenAnOutcomeCommitFails(t *testing.T) {
 
 func (b *dispatchBundle) waitJobs(t *testing.T, state string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	dbtest.Eventually(t, 15*time.Second, fmt.Sprintf("%d jobs %s", n, state), func() error {
 		var got int
 		_ = b.pool.QueryRow(context.Background(), "SELECT count(*) FROM river_job WHERE state = $1", state).Scan(&got)
-		if got == n {
-			return
+		if got != n {
+			return fmt.Errorf("%d jobs %s", got, state)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d jobs %s, want %d", got, state, n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func (b *dispatchBundle) waitFinal(t testing.TB, n int) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	dbtest.Eventually(t, 60*time.Second, fmt.Sprintf("%d dispatches final", n), func() error {
 		var got int
 		_ = b.pool.QueryRow(context.Background(),
 			"SELECT count(*) FROM hookgate_dispatches WHERE state IN ('succeeded', 'superseded', 'discarded', 'cancelled')").Scan(&got)
-		if got == n {
-			return
+		if got != n {
+			return fmt.Errorf("%d dispatches final", got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d dispatches final, want %d", got, n)
+		return nil
+	})
+}
+
+// waitJobsFinalized waits until River has finalized every job (completed,
+// cancelled or discarded): no attempt of any dispatch is still to come.
+func (b *dispatchBundle) waitJobsFinalized(t *testing.T) {
+	t.Helper()
+	dbtest.Eventually(t, 15*time.Second, "every River job finalized", func() error {
+		var open int
+		_ = b.pool.QueryRow(context.Background(), "SELECT count(*) FROM river_job WHERE finalized_at IS NULL").Scan(&open)
+		if open != 0 {
+			return fmt.Errorf("%d jobs not finalized", open)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // A process killed with SIGKILL while its forward is in flight: the dispatch
@@ -577,13 +584,12 @@ func TestDispatchSurvivesKilledProcess(t *testing.T) {
 	killed := time.Now()
 
 	b.start(t) // the surviving process
-	deadline := killed.Add(60 * time.Second)
-	for b.row(t, "g-kill", "ci").state != dispatch.Succeeded {
-		if time.Now().After(deadline) {
-			t.Fatalf("dispatch not completed within 60 s of the kill: %+v", b.row(t, "g-kill", "ci"))
+	dbtest.Eventually(t, 60*time.Second, "the dispatch completed after the kill", func() error {
+		if row := b.row(t, "g-kill", "ci"); row.state != dispatch.Succeeded {
+			return fmt.Errorf("dispatch %+v", row)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	t.Logf("completed %s after the kill", time.Since(killed).Round(time.Millisecond))
 	got := tg.requests()
 	if len(got) != 2 || got[0].header.Get("Idempotency-Key") != got[1].header.Get("Idempotency-Key") ||
