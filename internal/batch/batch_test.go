@@ -16,6 +16,7 @@ import (
 func TestBatcher(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
+	started := make(chan struct{})
 	var mu sync.Mutex
 	var sizes []int
 	b := &batch.Batcher[int, int]{
@@ -27,6 +28,7 @@ func TestBatcher(t *testing.T) {
 			first := len(sizes) == 1
 			mu.Unlock()
 			if first {
+				close(started)
 				<-release // hold the first batch while others queue up
 			}
 			if items[0] < 0 {
@@ -42,11 +44,13 @@ func TestBatcher(t *testing.T) {
 	var wg sync.WaitGroup
 	results := make([]int, 26)
 	wg.Go(func() { results[0], _ = b.Submit(context.Background(), 0) })
-	time.Sleep(50 * time.Millisecond) // the first batch is running
+	<-started // the first batch is running
 	for i := 1; i < 26; i++ {
 		wg.Go(func() { results[i], _ = b.Submit(context.Background(), i) })
 	}
-	time.Sleep(50 * time.Millisecond)
+	for b.Waiting() < 25 {
+		time.Sleep(time.Millisecond)
+	}
 	close(release)
 	wg.Wait()
 	for i, r := range results {

@@ -148,7 +148,7 @@ func TestListeningPIDFindsTheListener(t *testing.T) {
 			os.Exit(1)
 		}
 		fmt.Println(ln.Addr().String())
-		time.Sleep(time.Minute)
+		time.Sleep(time.Minute) // a listener to be found, until the test kills it; no wait on the code under test
 		os.Exit(0)
 	}
 	t.Parallel()
