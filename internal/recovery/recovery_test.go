@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -679,13 +680,12 @@ func TestRecoveryRunsAsOneRiverJobAtATime(t *testing.T) {
 	if !second.UniqueSkippedAsDuplicate || second.Job.ID != first.Job.ID {
 		t.Fatalf("a second recovery job was inserted beside the first")
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for count(t, g.pool, `SELECT count(*) FROM hookgate_receipts WHERE delivery_id = 'evt_job1' AND scope = 'recovered'`) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the recovery job stored nothing")
+	dbtest.Eventually(t, 15*time.Second, "the recovery job stores the event", func() error {
+		if count(t, g.pool, `SELECT count(*) FROM hookgate_receipts WHERE delivery_id = 'evt_job1' AND scope = 'recovered'`) == 0 {
+			return errors.New("it stored nothing")
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	if n := count(t, g.pool, `SELECT count(*) FROM hookgate_audit WHERE actor = 'recovery' AND delivery_id = 'evt_job1'`); n != 1 {
 		t.Errorf("audit entries of the job: %d, want 1", n)
 	}
