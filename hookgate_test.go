@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -149,18 +150,16 @@ func TestAServicesHandlerGetsEveryPromise(t *testing.T) {
 		}
 		return d.State, d.Attempts, lastError
 	}
-	wait := func(id, state string) (int, string) {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			got, attempts, lastError := dispatch(id)
-			if got == state {
-				return attempts, lastError
+	wait := func(id, state string) (attempts int, lastError string) {
+		dbtest.Eventually(t, 30*time.Second, id+" "+state, func() error {
+			var got string
+			got, attempts, lastError = dispatch(id)
+			if got != state {
+				return fmt.Errorf("%s after %d attempts (%s)", got, attempts, lastError)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %s after %d attempts (%s), want %s", id, got, attempts, lastError, state)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
+		return attempts, lastError
 	}
 
 	if attempts, lastError := wait("evt_refused", "discarded"); attempts != 1 || !strings.Contains(lastError, "not an invoice we know") {
