@@ -106,14 +106,8 @@ func sendPing(t *testing.T, addr, id string) (int, string) {
 // exits 0 on SIGTERM with the server stopped, and finds its data again on the
 // next start.
 func TestEmbeddedDefaultServesAndStopsOnSIGTERM(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
 	tmp := dbtest.SharedDir(t, "hookgate-cmd-")
-	bin := filepath.Join(tmp, "gateway")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := gatewayBinary(t)
 
 	start := func() (*exec.Cmd, string, *bytes.Buffer) {
 		addr := freeAddr(t)

@@ -73,6 +73,7 @@ type Server struct {
 	exited chan struct{} // closed when the server process has exited
 	log    *os.File
 	lock   *os.File // the data directory's lock, held while the server runs
+	pgdata string   // the cluster's directory, whose postmaster.pid names the server
 	// tempSocketDir is the socket directory made under os.TempDir when
 	// Dir/socket was too long a path; Stop removes it.
 	tempSocketDir string
@@ -190,7 +191,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("start postgres: %w", err)
 	}
 	started = true
-	s := &Server{cmd: cmd, exited: make(chan struct{}), log: logFile, lock: lock, tempSocketDir: tempSocketDir}
+	s := &Server{cmd: cmd, exited: make(chan struct{}), log: logFile, lock: lock, pgdata: pgdata, tempSocketDir: tempSocketDir}
 	go func() { _ = cmd.Wait(); close(s.exited) }()
 
 	if err := s.waitReady(ctx, socketURL(socketDir, port, "postgres"), filepath.Join(dir, "postgres.log")); err != nil {
@@ -236,7 +237,7 @@ func (s *Server) waitReady(ctx context.Context, url, logPath string) error {
 		cancel()
 		if err == nil {
 			conn.Close(ctx)
-			if postmasterPID(s.pgdata()) == s.cmd.Process.Pid {
+			if postmasterPID(s.pgdata) == s.cmd.Process.Pid {
 				return nil
 			}
 			err = errors.New("another server answers on its socket")
@@ -253,15 +254,6 @@ func (s *Server) waitReady(ctx context.Context, url, logPath string) error {
 			return fmt.Errorf("postgres did not answer within 60s: %w", err)
 		}
 	}
-}
-
-// pgdata is the server's data directory.
-func (s *Server) pgdata() string {
-	args := s.cmd.Args
-	if i := slices.Index(args, "-D"); i >= 0 && i+1 < len(args) {
-		return args[i+1]
-	}
-	return ""
 }
 
 // lockDir takes the data directory's lock (dir/gateway.lock, flock), which
