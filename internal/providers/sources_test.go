@@ -1,7 +1,9 @@
 package providers_test
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"maps"
 	"net/http"
 	"slices"
@@ -345,9 +347,10 @@ func TestEveryKindHasAPublishedVector(t *testing.T) {
 	}
 }
 
-// For every kind: what its sender signs is verified, with either secret
-// (rotation); a changed body, a missing signature, a missing id and stale or
-// future timestamps are refused with the contract's errors.
+// For every kind: what its sender signs (a request providers.NewRequest
+// builds) is verified, with either secret (rotation); another secret, a
+// changed body, a missing signature, a missing id and stale or future
+// timestamps are refused with the contract's errors.
 func TestEveryKindVerifiesAsItsSenderSigns(t *testing.T) {
 	now := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
 	for kind, c := range kindConfigs() {
@@ -355,16 +358,37 @@ func TestEveryKindVerifiesAsItsSenderSigns(t *testing.T) {
 			k := providers.Kinds[kind]
 			p := source(t, c)
 			sign := func(c providers.SourceConfig, body []byte, at time.Time) http.Header {
-				h := http.Header{}
-				if err := k.Sign(c, h, body, "id-1", "thing.created", at); err != nil {
+				req, err := providers.NewRequest(t.Context(), c, "https://gateway.example/webhooks/"+c.Name, body, "id-1", "thing.created", at)
+				if err != nil {
 					t.Fatal(err)
 				}
-				return h
+				return req.Header
 			}
-			body := k.Sample(c, "id-1", "thing.created", now)
-			d, err := providers.Parse(p, sign(c, body, now), body, now)
+			// Without a body, the request carries the kind's sample.
+			req, err := providers.NewRequest(t.Context(), c, "https://gateway.example/webhooks/"+c.Name, nil, "id-1", "thing.created", now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(req.Body)
+			if err != nil || req.Method != http.MethodPost || req.URL.String() != "https://gateway.example/webhooks/"+c.Name ||
+				req.ContentLength != int64(len(body)) || !bytes.Equal(body, k.Sample(c, "id-1", "thing.created", now)) {
+				t.Fatalf("NewRequest: %s %s of %d bytes, %q, %v; want a POST of the kind's sample", req.Method, req.URL, req.ContentLength, body, err)
+			}
+			d, err := providers.Parse(p, req.Header, body, now)
 			if err != nil || d.Provider != c.Name || d.DeliveryID == "" || d.Event == "" || d.SecretIndex != 0 || string(d.Body) != string(body) {
 				t.Fatalf("signed as the sender signs: %+v, %v", d, err)
+			}
+			// Given a body, the request carries it, signed.
+			given := append(slices.Clip(body), ' ')
+			req, err = providers.NewRequest(t.Context(), c, "https://gateway.example/webhooks/"+c.Name, given, "id-1", "thing.created", now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sent, _ := io.ReadAll(req.Body); !bytes.Equal(sent, given) {
+				t.Fatalf("NewRequest sent %q, given %q", sent, given)
+			}
+			if d, err := providers.Parse(p, req.Header, given, now); err != nil || !bytes.Equal(d.Body, given) {
+				t.Fatalf("a given body, signed as the sender signs: %+v, %v", d, err)
 			}
 			for name := range d.Headers {
 				if strings.Contains(strings.ToLower(name), "signature") || strings.Contains(strings.ToLower(name), "token") || strings.Contains(strings.ToLower(name), "hmac") {
@@ -426,6 +450,24 @@ func TestEveryKindVerifiesAsItsSenderSigns(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// NewRequest signs only for a kind it knows, with a secret.
+func TestNewRequestRefusesWhatCannotBeSigned(t *testing.T) {
+	for _, c := range []providers.SourceConfig{
+		{Name: "acme", Kind: "bitbucket", Secrets: verify.Secrets{"x"}},
+		{Name: "acme", Secrets: verify.Secrets{"x"}},
+		{Name: "acme", Kind: "gitlab"},
+		{Name: "github", Kind: "github", Secrets: verify.Secrets{}},
+	} {
+		if req, err := providers.NewRequest(t.Context(), c, "http://gateway/webhooks/acme", []byte(`{}`), "id-1", "push", time.Now()); err == nil {
+			t.Errorf("%+v: signed %v", c, req.Header)
+		}
+	}
+	c := kindConfigs()["github"]
+	if _, err := providers.NewRequest(t.Context(), c, "http://gateway/%zz", []byte(`{}`), "id-1", "push", time.Now()); err == nil {
+		t.Error("a URL that does not parse: no error")
 	}
 }
 
