@@ -1,0 +1,68 @@
+package receipts_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hookgate/hookgate/internal/dbtest"
+	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/receipts"
+)
+
+// BenchmarkInsertManyTx times one transaction storing a batch of receipts,
+// as the ingester commits them: a batch of one, a full batch (64, the
+// ingester's MaxBatch) of new deliveries, and a full batch half of whose keys
+// are already stored (their hashes are read back and compared).
+//
+//	go test -run '^$' -bench InsertManyTx -benchmem ./internal/receipts/
+func BenchmarkInsertManyTx(b *testing.B) {
+	for _, c := range []struct {
+		name         string
+		size, stored int
+	}{
+		{"new_1", 1, 0},
+		{"new_64", 64, 0},
+		{"half_stored_64", 64, 32},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			ctx := context.Background()
+			pool := dbtest.NewPool(b)
+			s := &receipts.Store{Retention: 72 * time.Hour}
+			body := []byte(`{"ref":"refs/heads/main","pad":"` + strings.Repeat("x", 2048) + `"}`)
+			batch := func(n int) []providers.Delivery {
+				ds := make([]providers.Delivery, c.size)
+				for i := range ds {
+					id := n*c.size + i
+					if i < c.stored && n > 0 {
+						id = (n-1)*c.size + c.size - c.stored + i // new in the previous batch
+					}
+					ds[i] = providers.Delivery{
+						Provider: "github", Scope: "7", DeliveryID: fmt.Sprintf("d-%d", id), Event: "push",
+						Entity: "github:repo:1", EventTime: time.Now(), ContentType: "application/json",
+						Headers: map[string]string{"X-GitHub-Event": "push", "X-GitHub-Hook-ID": "7"}, Body: body,
+					}
+				}
+				return ds
+			}
+			b.ResetTimer()
+			for n := 0; n < b.N; n++ {
+				b.StopTimer()
+				ds := batch(n)
+				b.StartTimer()
+				tx, err := pool.Begin(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.InsertManyTx(ctx, tx, ds); err != nil {
+					b.Fatal(err)
+				}
+				if err := tx.Commit(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
