@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -52,26 +51,18 @@ func send(ctx context.Context, env Env, args []string) error {
 			return &ExitError{Code: ExitUsage, Err: fmt.Errorf("send: %w", err)}
 		}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), nil)
-	if err != nil {
-		return usageErr("send: %v", err)
-	}
-	// Signed as the provider's kind's sender signs, with its first secret.
-	src, kind, ok := env.Providers.Source(provider)
+	// Signed as the provider's kind's sender signs, with its first secret;
+	// without --file, the kind's sample.
+	src, _, ok := env.Providers.Source(provider)
 	if !ok {
 		// A known name that is not configured is a built-in one whose
 		// variable is unset.
 		return usageErr("send: %s is not set", providers.Kinds[provider].Env)
 	}
-	id := uuid()
-	if body == nil {
-		body = kind.Sample(src, id, *event, now)
-	}
-	if err := kind.Sign(src, req.Header, body, id, *event, now); err != nil {
+	req, err := providers.NewRequest(ctx, src, u.String(), body, uuid(), *event, now)
+	if err != nil {
 		return usageErr("send: %v", err)
 	}
-	req.Body = io.NopCloser(bytes.NewReader(body))
-	req.ContentLength = int64(len(body))
 
 	client := &http.Client{Timeout: 30 * time.Second}
 	res, err := client.Do(req)
