@@ -1,6 +1,7 @@
 package providers_test
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/url"
@@ -17,14 +18,27 @@ const (
 	stripeSecret = "whsec_stripe"
 )
 
+// signedHeader is the headers of the request providers.NewRequest builds for
+// c: what c's sender sends with body. It panics when c cannot sign, which is
+// the test's own mistake.
+func signedHeader(c providers.SourceConfig, body []byte, id, event string, at time.Time) http.Header {
+	req, err := providers.NewRequest(context.Background(), c, "http://gateway/webhooks/"+c.Name, body, id, event, at)
+	if err != nil {
+		panic(err)
+	}
+	return req.Header
+}
+
+// githubHeader is what GitHub's hook 42 sends with body for event, its legacy
+// SHA-1 signature too, changed by mod.
 func githubHeader(body []byte, event string, mod func(http.Header)) http.Header {
-	h := http.Header{}
-	h.Set("Content-Type", "application/json")
-	h.Set("X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
-	h.Set("X-GitHub-Event", event)
+	return githubSignedWith(ghSecret, body, event, mod)
+}
+
+// githubSignedWith is githubHeader, signed with secret.
+func githubSignedWith(secret string, body []byte, event string, mod func(http.Header)) http.Header {
+	h := signedHeader(providers.GitHub{Secrets: verify.Secrets{secret}}.Source(), body, "72d3162e-cc78-11e3-81ab-4c9367dc0958", event, time.Now())
 	h.Set("X-GitHub-Hook-ID", "42")
-	h.Set("User-Agent", "GitHub-Hookshot/abc")
-	h.Set("X-Hub-Signature-256", verify.SignGitHub(ghSecret, body))
 	h.Set("X-Hub-Signature", "sha1=ignored")
 	if mod != nil {
 		mod(h)
@@ -90,14 +104,12 @@ func TestGitHubParse(t *testing.T) {
 		}), providers.ErrMissingHeader, "", "", ""},
 		{"only the SHA-1 signature", prBody, githubHeader(prBody, "pull_request", func(h http.Header) { h.Del("X-Hub-Signature-256") }), verify.ErrMissingSignature, "", "", ""},
 		{"signature without prefix", prBody, githubHeader(prBody, "pull_request", func(h http.Header) {
-			h.Set("X-Hub-Signature-256", verify.SignGitHub(ghSecret, prBody)[len("sha256="):])
+			h.Set("X-Hub-Signature-256", strings.TrimPrefix(h.Get("X-Hub-Signature-256"), "sha256="))
 		}), verify.ErrMissingSignature, "", "", ""},
 		{"a signature that is not 64 hex digits", prBody, githubHeader(prBody, "pull_request", func(h http.Header) {
 			h.Set("X-Hub-Signature-256", "sha256=abcd")
 		}), verify.ErrSignatureMismatch, "", "", ""},
-		{"wrong secret", prBody, githubHeader(prBody, "pull_request", func(h http.Header) {
-			h.Set("X-Hub-Signature-256", verify.SignGitHub("nope", prBody))
-		}), verify.ErrSignatureMismatch, "", "", ""},
+		{"wrong secret", prBody, githubSignedWith("nope", prBody, "pull_request", nil), verify.ErrSignatureMismatch, "", "", ""},
 		{"signature of another body", prBody, githubHeader([]byte(`{}`), "pull_request", nil), verify.ErrSignatureMismatch, "", "", ""},
 		{"an action holding a bidirectional override", []byte(`{"action":"a\u202eb"}`), nil, providers.ErrBadPayload, "", "", ""},
 		{"a delivery id holding a zero-width space", prBody, githubHeader(prBody, "pull_request", func(h http.Header) {
@@ -177,9 +189,7 @@ func TestStripeParse(t *testing.T) {
 	st := providers.Stripe{Secrets: verify.Secrets{stripeSecret}, Tolerance: 5 * time.Minute}
 	body := []byte(`{"id":"evt_1","type":"customer.subscription.updated","created":1767323045,"data":{"object":{"id":"sub_123","status":"active"}}}`)
 	header := func(body []byte, mod func(http.Header)) http.Header {
-		h := http.Header{}
-		h.Set("Content-Type", "application/json; charset=utf-8")
-		h.Set("Stripe-Signature", verify.SignTimestamped(stripeSecret, now, body))
+		h := signedHeader(st.Source(), body, "", "", now)
 		if mod != nil {
 			mod(h)
 		}
@@ -215,9 +225,7 @@ func TestStripeParse(t *testing.T) {
 		{"too old, whatever the signature", body, header(body, func(h http.Header) {
 			h.Set("Stripe-Signature", "t=1,v1=00")
 		}), verify.ErrTimestampOutOfTolerance},
-		{"too old", body, header(body, func(h http.Header) {
-			h.Set("Stripe-Signature", verify.SignTimestamped(stripeSecret, now.Add(-time.Hour), body))
-		}), verify.ErrTimestampOutOfTolerance},
+		{"too old", body, signedHeader(st.Source(), body, "", "", now.Add(-time.Hour)), verify.ErrTimestampOutOfTolerance},
 	}
 	for _, c := range []string{`{"type":"x"}`, `{"id":"evt_2"}`, `{"id":5,"type":"x"}`, `"evt"`, `{"id":"evt_3","type":"x"`, `{"id":"evt_\u0000","type":"x"}`} {
 		b, h := signed(c)
