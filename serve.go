@@ -17,6 +17,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/database"
 	"github.com/hookgate/hookgate/internal/dispatch"
+	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/filter"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/ingest"
@@ -43,7 +44,7 @@ func (g *Gateway) open(ctx context.Context) (*pgxpool.Pool, func(), error) {
 	// writes. Ingest's committers, the outcome recorder, River and the
 	// routes' guard need more.
 	builtins := 0
-	for _, r := range g.cfg.routes {
+	for _, r := range g.cfg.env.Routes {
 		if _, ok := r.Builtin(); ok {
 			builtins += cmp.Or(r.Concurrency, env.Workers)
 		}
@@ -83,66 +84,36 @@ type process struct {
 	started  func(addr string) // says the gateway serves on addr
 }
 
+// parts are what ingest, dispatch and the operator API share on one pool.
+type parts struct {
+	pool     *pgxpool.Pool
+	table    fanout.Table
+	m        *metrics.Metrics
+	store    *receipts.Store
+	guard    *routes.Guard
+	enqueuer *dispatch.Enqueuer
+	ingester *ingest.Ingester
+	rec      *recovery.Recoverer
+}
+
 // build makes every part of the gateway on pool: the route table synced to
 // the database, ingest, dispatch, recovery, River, and the HTTP server.
 func (g *Gateway) build(ctx context.Context, pool *pgxpool.Pool) (*process, error) {
-	env, table, logger := g.cfg.env, g.cfg.routes, g.opts.logger
-	if err := routes.Sync(ctx, pool, table); err != nil {
-		return nil, err
-	}
-	if err := dispatch.QueueByRoute(ctx, pool, table); err != nil {
-		return nil, err
-	}
-	m := metrics.New(pool)
-	store := &receipts.Store{Retention: env.Retention}
-	guard := &routes.Guard{Pool: pool, Table: table, Logger: logger}
-	if err := guard.Refresh(ctx); err != nil {
-		return nil, err
-	}
-	m.Routes(guard.Gauges)
-	enqueuer := &dispatch.Enqueuer{Routes: table, MaxAttempts: env.MaxAttempts,
-		Filters: &filter.Reporter{Count: m.FilterFailed, Logger: logger}}
-	ingester := &ingest.Ingester{Pool: pool, Receipts: store, Enqueuer: enqueuer}
-	rec := g.recoverer
-	rec.Pool, rec.Ingester, rec.Metrics = pool, ingester, m
-	client, err := dispatch.NewClient(pool, dispatch.ClientConfig{
-		Dispatch: &dispatch.Worker{
-			Pool: pool, Routes: table, Handlers: g.handlers, Receipts: store, Logger: logger, Metrics: m, Guard: guard,
-			Forwarder: forward.New(env.ForwardSecret.Value(), env.ForwardTimeout, env.Workers),
-		},
-		Reconcile:      &dispatch.ReconcileWorker{Pool: pool, Routes: table},
-		Workers:        env.Workers,
-		ForwardTimeout: env.ForwardTimeout,
-		Logger:         logger,
-		Extra: func(w *river.Workers) error {
-			if err := river.AddWorkerSafely(w, &replay.BatchWorker{Pool: pool, Enqueuer: enqueuer}); err != nil {
-				return fmt.Errorf("register replay worker: %w", err)
-			}
-			if err := river.AddWorkerSafely(w, &retention.Worker{Pool: pool, Retention: env.Retention, Logger: logger}); err != nil {
-				return fmt.Errorf("register retention worker: %w", err)
-			}
-			if err := river.AddWorkerSafely(w, &recovery.Worker{Recoverer: rec}); err != nil {
-				return err
-			}
-			for _, add := range g.opts.workers {
-				if err := add(w); err != nil {
-					return fmt.Errorf("the service's workers: %w", err)
-				}
-			}
-			return nil
-		},
-		Queues:   g.opts.queues,
-		Periodic: append(append([]*river.PeriodicJob{retention.PeriodicJob()}, rec.PeriodicJobs(env.RecoveryInterval)...), g.opts.periodic...),
-	})
+	env, logger := g.cfg.env, g.opts.logger
+	pt, err := g.parts(ctx, pool)
 	if err != nil {
 		return nil, err
 	}
-	enqueuer.Client = client
-	guard.Queues = client
+	client, err := g.riverClient(pt)
+	if err != nil {
+		return nil, err
+	}
+	pt.enqueuer.Client = client
+	pt.guard.Queues = client
 
-	p := &process{logger: logger, addr: env.Addr, metrics: env.MetricsAddr, m: m, client: client, guard: guard,
+	p := &process{logger: logger, addr: env.Addr, metrics: env.MetricsAddr, m: pt.m, client: client, guard: pt.guard,
 		recorder: &rejections.Recorder{Pool: pool, Logger: logger},
-		summary:  []any{"routes", len(table), "operator_endpoints", env.AdminToken != "", "recovery", rec.Providers()},
+		summary:  []any{"routes", len(pt.table), "operator_endpoints", env.AdminToken != "", "recovery", pt.rec.Providers()},
 		started: func(addr string) {
 			g.mu.Lock()
 			g.pool, g.client, g.addr = pool, client, addr
@@ -159,28 +130,11 @@ func (g *Gateway) build(ctx context.Context, pool *pgxpool.Pool) (*process, erro
 			return nil, fmt.Errorf("river ui: %w", err)
 		}
 	}
-	var riverUI http.Handler
-	if p.riverUI != nil {
-		riverUI = p.riverUI
-	}
-	if len(g.cfg.providers.Providers()) == 0 {
+	if len(env.Providers.Providers()) == 0 {
 		logger.WarnContext(ctx, "no provider configured: set GITHUB_WEBHOOK_SECRET or STRIPE_WEBHOOK_SECRET, or sources in GATEWAY_CONFIG_FILE")
 	}
-	handler := server.New(server.Config{
-		Logger:           logger,
-		Providers:        g.cfg.providers,
-		Ingester:         ingester,
-		Ready:            database.Readiness(pool),
-		MaxBodyBytes:     env.MaxBodyBytes,
-		MaxInflightBytes: env.MaxInflightBytes,
-		Metrics:          m,
-		MetricsElsewhere: env.MetricsAddr != "",
-		Rejections:       p.recorder,
-		Admin: server.AdminConfig{Token: env.AdminToken.Value(), Pool: pool, Enqueuer: enqueuer, RiverUI: riverUI, Routes: table,
-			NoConsole: env.Console == "off", PublicURL: env.PublicURL},
-	})
 	p.srv = &http.Server{
-		Handler:           g.mux(handler),
+		Handler:           g.mux(g.handler(pt, p)),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
 		WriteTimeout:      60 * time.Second,
@@ -189,6 +143,90 @@ func (g *Gateway) build(ctx context.Context, pool *pgxpool.Pool) (*process, erro
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	return p, nil
+}
+
+// parts syncs the route table to the database and makes what ingest and
+// dispatch share: metrics, receipts, the routes' guard, the enqueuer (its
+// River client set once there is one), ingest and recovery.
+func (g *Gateway) parts(ctx context.Context, pool *pgxpool.Pool) (parts, error) {
+	env, table, logger := g.cfg.env, g.cfg.env.Routes, g.opts.logger
+	if err := routes.Sync(ctx, pool, table); err != nil {
+		return parts{}, err
+	}
+	if err := dispatch.QueueByRoute(ctx, pool, table); err != nil {
+		return parts{}, err
+	}
+	pt := parts{pool: pool, table: table, m: metrics.New(pool), store: &receipts.Store{Retention: env.Retention},
+		guard: &routes.Guard{Pool: pool, Table: table, Logger: logger}}
+	if err := pt.guard.Refresh(ctx); err != nil {
+		return parts{}, err
+	}
+	pt.m.Routes(pt.guard.Gauges)
+	pt.enqueuer = &dispatch.Enqueuer{Routes: table, MaxAttempts: env.MaxAttempts,
+		Filters: &filter.Reporter{Count: pt.m.FilterFailed, Logger: logger}}
+	pt.ingester = &ingest.Ingester{Pool: pool, Receipts: pt.store, Enqueuer: pt.enqueuer}
+	pt.rec = g.recoverer
+	pt.rec.Pool, pt.rec.Ingester, pt.rec.Metrics = pool, pt.ingester, pt.m
+	return pt, nil
+}
+
+// riverClient is the one River client: the dispatch and reconcile workers,
+// replay, retention and recovery, and the service's own workers, queues and
+// periodic jobs (WithRiverWorkers, WithRiverQueues, WithPeriodicJobs).
+func (g *Gateway) riverClient(pt parts) (*river.Client[pgx.Tx], error) {
+	env, logger, pool := g.cfg.env, g.opts.logger, pt.pool
+	return dispatch.NewClient(pool, dispatch.ClientConfig{
+		Dispatch: &dispatch.Worker{
+			Pool: pool, Routes: pt.table, Handlers: g.handlers, Receipts: pt.store, Logger: logger, Metrics: pt.m, Guard: pt.guard,
+			Forwarder: forward.New(env.ForwardSecret.Value(), env.ForwardTimeout, env.Workers),
+		},
+		Reconcile:      &dispatch.ReconcileWorker{Pool: pool, Routes: pt.table},
+		Workers:        env.Workers,
+		ForwardTimeout: env.ForwardTimeout,
+		Logger:         logger,
+		Extra: func(w *river.Workers) error {
+			if err := river.AddWorkerSafely(w, &replay.BatchWorker{Pool: pool, Enqueuer: pt.enqueuer}); err != nil {
+				return fmt.Errorf("register replay worker: %w", err)
+			}
+			if err := river.AddWorkerSafely(w, &retention.Worker{Pool: pool, Retention: env.Retention, Logger: logger}); err != nil {
+				return fmt.Errorf("register retention worker: %w", err)
+			}
+			if err := river.AddWorkerSafely(w, &recovery.Worker{Recoverer: pt.rec}); err != nil {
+				return err
+			}
+			for _, add := range g.opts.workers {
+				if err := add(w); err != nil {
+					return fmt.Errorf("the service's workers: %w", err)
+				}
+			}
+			return nil
+		},
+		Queues:   g.opts.queues,
+		Periodic: append(append([]*river.PeriodicJob{retention.PeriodicJob()}, pt.rec.PeriodicJobs(env.RecoveryInterval)...), g.opts.periodic...),
+	})
+}
+
+// handler is the gateway's HTTP handler: webhooks, health, metrics and,
+// with GATEWAY_ADMIN_TOKEN, the operator API, console and River UI.
+func (g *Gateway) handler(pt parts, p *process) http.Handler {
+	env := g.cfg.env
+	var riverUI http.Handler
+	if p.riverUI != nil {
+		riverUI = p.riverUI
+	}
+	return server.New(server.Config{
+		Logger:           g.opts.logger,
+		Providers:        env.Providers,
+		Ingester:         pt.ingester,
+		Ready:            database.Readiness(pt.pool),
+		MaxBodyBytes:     env.MaxBodyBytes,
+		MaxInflightBytes: env.MaxInflightBytes,
+		Metrics:          pt.m,
+		MetricsElsewhere: env.MetricsAddr != "",
+		Rejections:       p.recorder,
+		Admin: server.AdminConfig{Token: env.AdminToken.Value(), Pool: pt.pool, Enqueuer: pt.enqueuer, RiverUI: riverUI, Routes: pt.table,
+			NoConsole: env.Console == "off", PublicURL: env.PublicURL},
+	})
 }
 
 // run serves until ctx ends, then stops accepting, finishes requests in
