@@ -51,15 +51,18 @@ func send(ctx context.Context, env Env, args []string) error {
 			return &ExitError{Code: ExitUsage, Err: fmt.Errorf("send: %w", err)}
 		}
 	}
-	// Signed as the provider's kind's sender signs, with its first secret;
-	// without --file, the kind's sample.
-	src, _, ok := env.Providers.Source(provider)
+	// Signed as the provider's kind's sender signs, with its first secret.
+	src, kind, ok := env.Providers.Source(provider)
 	if !ok {
 		// A known name that is not configured is a built-in one whose
 		// variable is unset.
 		return usageErr("send: %s is not set", providers.Kinds[provider].Env)
 	}
-	req, err := providers.NewRequest(ctx, src, u.String(), body, uuid(), *event, now)
+	id := uuid()
+	if body == nil {
+		body = kind.Sample(src, id, *event, now)
+	}
+	req, err := providers.NewRequest(ctx, src, u.String(), body, id, *event, now)
 	if err != nil {
 		return usageErr("send: %v", err)
 	}

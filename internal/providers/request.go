@@ -14,10 +14,10 @@ import (
 // signed delivery is built, for gateway send, the bench and the tests; a
 // test of a refusal changes the request it returns (a header, the body).
 //
-// id and event are what the sender would say they are, where its kind sends
-// them in headers; a kind that reads them from the payload ignores them. A nil
-// body is the kind's Sample of id and event, as gateway send sends without
-// --file. An unknown kind, or a source without a secret, is an error.
+// id and event are what the sender says they are, where its kind sends them
+// in headers; a kind that reads them from the payload ignores them (the
+// kind's Sample is a payload that carries them). An unknown kind, or a source
+// without a secret, is an error.
 func NewRequest(ctx context.Context, c SourceConfig, url string, body []byte, id, event string, now time.Time) (*http.Request, error) {
 	k, ok := Kinds[c.Kind]
 	if !ok {
@@ -25,9 +25,6 @@ func NewRequest(ctx context.Context, c SourceConfig, url string, body []byte, id
 	}
 	if len(c.Secrets) == 0 {
 		return nil, fmt.Errorf("source %s: no secret to sign with", c.Name)
-	}
-	if body == nil {
-		body = k.Sample(c, id, event, now)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {

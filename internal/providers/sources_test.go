@@ -357,31 +357,19 @@ func TestEveryKindVerifiesAsItsSenderSigns(t *testing.T) {
 				}
 				return req.Header
 			}
-			// Without a body, the request carries the kind's sample.
-			req, err := providers.NewRequest(t.Context(), c, "https://gateway.example/webhooks/"+c.Name, nil, "id-1", "thing.created", now)
+			body := k.Sample(c, "id-1", "thing.created", now)
+			req, err := providers.NewRequest(t.Context(), c, "https://gateway.example/webhooks/"+c.Name, body, "id-1", "thing.created", now)
 			if err != nil {
 				t.Fatal(err)
 			}
-			body, err := io.ReadAll(req.Body)
+			sent, err := io.ReadAll(req.Body)
 			if err != nil || req.Method != http.MethodPost || req.URL.String() != "https://gateway.example/webhooks/"+c.Name ||
-				req.ContentLength != int64(len(body)) || !bytes.Equal(body, k.Sample(c, "id-1", "thing.created", now)) {
-				t.Fatalf("NewRequest: %s %s of %d bytes, %q, %v; want a POST of the kind's sample", req.Method, req.URL, req.ContentLength, body, err)
+				req.ContentLength != int64(len(body)) || !bytes.Equal(sent, body) {
+				t.Fatalf("NewRequest: %s %s of %d bytes, %q, %v; want a POST of %q", req.Method, req.URL, req.ContentLength, sent, err, body)
 			}
-			d, err := providers.Parse(p, req.Header, body, now)
+			d, err := providers.Parse(p, req.Header, sent, now)
 			if err != nil || d.Provider != c.Name || d.DeliveryID == "" || d.Event == "" || d.SecretIndex != 0 || string(d.Body) != string(body) {
 				t.Fatalf("signed as the sender signs: %+v, %v", d, err)
-			}
-			// Given a body, the request carries it, signed.
-			given := append(slices.Clip(body), ' ')
-			req, err = providers.NewRequest(t.Context(), c, "https://gateway.example/webhooks/"+c.Name, given, "id-1", "thing.created", now)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if sent, _ := io.ReadAll(req.Body); !bytes.Equal(sent, given) {
-				t.Fatalf("NewRequest sent %q, given %q", sent, given)
-			}
-			if d, err := providers.Parse(p, req.Header, given, now); err != nil || !bytes.Equal(d.Body, given) {
-				t.Fatalf("a given body, signed as the sender signs: %+v, %v", d, err)
 			}
 			for name := range d.Headers {
 				if strings.Contains(strings.ToLower(name), "signature") || strings.Contains(strings.ToLower(name), "token") || strings.Contains(strings.ToLower(name), "hmac") {
