@@ -77,6 +77,9 @@ func (s *Store) InsertTx(ctx context.Context, tx pgx.Tx, d providers.Delivery) (
 // key is a receipt's primary key.
 type key struct{ provider, scope, deliveryID string }
 
+// keyOf is d's receipt key.
+func keyOf(d providers.Delivery) key { return key{d.Provider, d.Scope, d.DeliveryID} }
+
 // InsertManyTx stores the receipts of ds in one statement, each unless its key
 // is taken, and returns each delivery's outcome: New, Duplicate (its key is
 // taken by the same body, stored before or earlier in ds) or Conflict (by
@@ -84,111 +87,37 @@ type key struct{ provider, scope, deliveryID string }
 // copies in other transactions resolve the same way.
 func (s *Store) InsertManyTx(ctx context.Context, tx pgx.Tx, ds []providers.Delivery) ([]Outcome, error) {
 	sums := make([][]byte, len(ds))
-	first := make(map[key]int, len(ds)) // each key's first delivery in ds
-	var (
-		provider, scope, id, event, contentType, headers []string
-		entity                                           []*string
-		eventTime                                        []*time.Time
-		bodies, hashes                                   [][]byte
-	)
 	for i, d := range ds {
 		sum := sha256.Sum256(d.Body)
 		sums[i] = sum[:]
 	}
-	// Rows go in in key order, so that concurrent batches holding the same
-	// keys wait for one another in one order and never deadlock.
-	for _, i := range keyOrder(ds) {
-		d := ds[i]
-		k := key{d.Provider, d.Scope, d.DeliveryID}
-		if _, seen := first[k]; seen {
-			continue
-		}
-		first[k] = i
-		h := d.Headers
-		if h == nil {
-			h = map[string]string{}
-		}
-		hj, err := json.Marshal(h)
-		if err != nil {
-			return nil, fmt.Errorf("encode headers: %w", err)
-		}
-		var e *string
-		if d.Entity != "" {
-			e = &ds[i].Entity
-		}
-		var t *time.Time
-		if !d.EventTime.IsZero() {
-			t = &ds[i].EventTime
-		}
-		provider, scope, id, event, contentType = append(provider, d.Provider), append(scope, d.Scope), append(id, d.DeliveryID),
-			append(event, d.Event), append(contentType, d.ContentType)
-		headers, entity, eventTime, bodies, hashes = append(headers, string(hj)), append(entity, e), append(eventTime, t),
-			append(bodies, d.Body), append(hashes, sums[i])
-	}
-	rows, err := tx.Query(ctx, `
-		INSERT INTO hookgate_receipts
-			(provider, scope, delivery_id, event, entity, event_time, content_type, headers, body, body_sha256, received_at, expires_at)
-		SELECT provider, scope, delivery_id, event, entity, event_time, content_type, headers::jsonb, body, body_sha256,
-			now(), now() + make_interval(secs => $11)
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::text[], $8::text[], $9::bytea[], $10::bytea[])
-			AS t(provider, scope, delivery_id, event, entity, event_time, content_type, headers, body, body_sha256)
-		ON CONFLICT (provider, scope, delivery_id) DO NOTHING
-		RETURNING provider, scope, delivery_id`,
-		provider, scope, id, event, entity, eventTime, contentType, headers, bodies, hashes, s.Retention.Seconds())
+	// The maps are made here, and filled by the steps, so that a small
+	// batch's stay on the stack.
+	first := make(map[key]int, len(ds)) // each key's first delivery in ds
+	rs, err := newRows(ds, sums, first)
 	if err != nil {
-		return nil, fmt.Errorf("insert receipts: %w", err)
+		return nil, err
 	}
-	inserted := make(map[key]bool, len(first))
-	for rows.Next() {
-		var k key
-		if err := rows.Scan(&k.provider, &k.scope, &k.deliveryID); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("insert receipts: %w", err)
-		}
-		inserted[k] = true
+	inserted := make(map[key]bool, len(rs))
+	if err := s.insertRows(ctx, tx, rs, inserted); err != nil {
+		return nil, err
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("insert receipts: %w", err)
-	}
-
-	// Keys taken by committed rows: ON CONFLICT waited for any concurrent
-	// insert to finish, and this new statement sees its result.
-	stored := make(map[key][]byte)
-	var tp, ts, ti []string
-	for k := range first {
-		if !inserted[k] {
-			tp, ts, ti = append(tp, k.provider), append(ts, k.scope), append(ti, k.deliveryID)
+	var taken []key
+	for _, r := range rs {
+		if !inserted[r.key] {
+			taken = append(taken, r.key)
 		}
 	}
-	if len(tp) > 0 {
-		rows, err := tx.Query(ctx, `
-			SELECT r.provider, r.scope, r.delivery_id, r.body_sha256 FROM hookgate_receipts r
-			JOIN unnest($1::text[], $2::text[], $3::text[]) AS t(provider, scope, delivery_id) USING (provider, scope, delivery_id)`,
-			tp, ts, ti)
-		if err != nil {
-			return nil, fmt.Errorf("read conflicting receipts: %w", err)
-		}
-		for rows.Next() {
-			var k key
-			var sum []byte
-			if err := rows.Scan(&k.provider, &k.scope, &k.deliveryID, &sum); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("read conflicting receipts: %w", err)
-			}
-			stored[k] = sum
-		}
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("read conflicting receipts: %w", err)
-		}
-		if len(stored) != len(tp) {
-			// Deleted in between (retention): the sender's retry inserts it anew.
-			return nil, fmt.Errorf("read conflicting receipts: %d of %d gone", len(tp)-len(stored), len(tp))
-		}
+	stored := make(map[key][]byte, len(taken))
+	if err := readSums(ctx, tx, taken, stored); err != nil {
+		return nil, err
 	}
 
+	// A key inserted now is New for its first delivery in ds, and the others
+	// compare with that one; a key taken before compares with its receipt.
 	out := make([]Outcome, len(ds))
 	for i, d := range ds {
-		k := key{d.Provider, d.Scope, d.DeliveryID}
+		k := keyOf(d)
 		want := stored[k]
 		if inserted[k] {
 			if first[k] == i {
@@ -204,6 +133,134 @@ func (s *Store) InsertManyTx(ctx context.Context, tx pgx.Tx, ds []providers.Deli
 		}
 	}
 	return out, nil
+}
+
+// row is one receipt as InsertManyTx sends it.
+type row struct {
+	key
+	event, contentType string
+	entity             *string    // NULL when the delivery names none
+	eventTime          *time.Time // NULL when the delivery tells none
+	headers            string     // a JSON object
+	body, bodySHA256   []byte
+}
+
+// newRows returns the rows to insert for ds, one for each key's first
+// delivery in ds, and puts that delivery's index in first. Rows come in key
+// order, so that concurrent batches holding the same keys wait for one
+// another in one order and never deadlock.
+func newRows(ds []providers.Delivery, sums [][]byte, first map[key]int) ([]row, error) {
+	rs := make([]row, 0, len(ds))
+	for _, i := range keyOrder(ds) {
+		d := &ds[i]
+		k := keyOf(*d)
+		if _, seen := first[k]; seen {
+			continue
+		}
+		first[k] = i
+		h := d.Headers
+		if h == nil {
+			h = map[string]string{}
+		}
+		hj, err := json.Marshal(h)
+		if err != nil {
+			return nil, fmt.Errorf("encode headers: %w", err)
+		}
+		r := row{key: k, event: d.Event, contentType: d.ContentType, headers: string(hj), body: d.Body, bodySHA256: sums[i]}
+		if d.Entity != "" {
+			r.entity = &d.Entity
+		}
+		if !d.EventTime.IsZero() {
+			r.eventTime = &d.EventTime
+		}
+		rs = append(rs, r)
+	}
+	return rs, nil
+}
+
+// insertRows inserts rs in one statement, each unless its key is taken, and
+// marks in inserted the keys it inserted.
+func (s *Store) insertRows(ctx context.Context, tx pgx.Tx, rs []row, inserted map[key]bool) error {
+	rows, err := tx.Query(ctx, `
+		INSERT INTO hookgate_receipts
+			(provider, scope, delivery_id, event, entity, event_time, content_type, headers, body, body_sha256, received_at, expires_at)
+		SELECT provider, scope, delivery_id, event, entity, event_time, content_type, headers::jsonb, body, body_sha256,
+			now(), now() + make_interval(secs => $11)
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::text[], $8::text[], $9::bytea[], $10::bytea[])
+			AS t(provider, scope, delivery_id, event, entity, event_time, content_type, headers, body, body_sha256)
+		ON CONFLICT (provider, scope, delivery_id) DO NOTHING
+		RETURNING provider, scope, delivery_id`,
+		column(rs, func(r *row) string { return r.provider }),
+		column(rs, func(r *row) string { return r.scope }),
+		column(rs, func(r *row) string { return r.deliveryID }),
+		column(rs, func(r *row) string { return r.event }),
+		column(rs, func(r *row) *string { return r.entity }),
+		column(rs, func(r *row) *time.Time { return r.eventTime }),
+		column(rs, func(r *row) string { return r.contentType }),
+		column(rs, func(r *row) string { return r.headers }),
+		column(rs, func(r *row) []byte { return r.body }),
+		column(rs, func(r *row) []byte { return r.bodySHA256 }),
+		s.Retention.Seconds())
+	if err != nil {
+		return fmt.Errorf("insert receipts: %w", err)
+	}
+	for rows.Next() {
+		var k key
+		if err := rows.Scan(&k.provider, &k.scope, &k.deliveryID); err != nil {
+			rows.Close()
+			return fmt.Errorf("insert receipts: %w", err)
+		}
+		inserted[k] = true
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("insert receipts: %w", err)
+	}
+	return nil
+}
+
+// column is one field of each of rs, as an array for unnest: a multi-row
+// statement takes its rows as one array per column.
+func column[R, T any](rs []R, field func(*R) T) []T {
+	out := make([]T, len(rs))
+	for i := range rs {
+		out[i] = field(&rs[i])
+	}
+	return out
+}
+
+// readSums puts in stored the body hash of each receipt of keys, all of
+// which are taken. An insert's ON CONFLICT waited for any concurrent insert
+// of the same key to finish, and this new statement sees its result.
+func readSums(ctx context.Context, tx pgx.Tx, keys []key, stored map[key][]byte) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	rows, err := tx.Query(ctx, `
+		SELECT r.provider, r.scope, r.delivery_id, r.body_sha256 FROM hookgate_receipts r
+		JOIN unnest($1::text[], $2::text[], $3::text[]) AS t(provider, scope, delivery_id) USING (provider, scope, delivery_id)`,
+		column(keys, func(k *key) string { return k.provider }),
+		column(keys, func(k *key) string { return k.scope }),
+		column(keys, func(k *key) string { return k.deliveryID }))
+	if err != nil {
+		return fmt.Errorf("read conflicting receipts: %w", err)
+	}
+	for rows.Next() {
+		var k key
+		var sum []byte
+		if err := rows.Scan(&k.provider, &k.scope, &k.deliveryID, &sum); err != nil {
+			rows.Close()
+			return fmt.Errorf("read conflicting receipts: %w", err)
+		}
+		stored[k] = sum
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read conflicting receipts: %w", err)
+	}
+	if len(stored) != len(keys) {
+		// Deleted in between (retention): the sender's retry inserts it anew.
+		return fmt.Errorf("read conflicting receipts: %d of %d gone", len(keys)-len(stored), len(keys))
+	}
+	return nil
 }
 
 // keyOrder returns the indexes of ds sorted by receipt key, and by index
