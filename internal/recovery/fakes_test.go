@@ -2,12 +2,11 @@ package recovery_test
 
 import (
 	"bytes"
+	"context"
 	"crypto"
-	"crypto/hmac"
 	"crypto/rsa"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -20,6 +19,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/verify"
 )
 
 // fakeGitHub is GitHub's webhook deliveries API as its documentation
@@ -272,13 +274,12 @@ func (f *fakeGitHub) redeliver(w http.ResponseWriter, key string, id int64) {
 
 // send posts a delivery to the target as GitHub does.
 func (f *fakeGitHub) send(d *fakeDelivery) int {
-	req, _ := http.NewRequest(http.MethodPost, f.target, bytes.NewReader(d.body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "GitHub-Hookshot/fake")
-	req.Header.Set("X-GitHub-Delivery", d.GUID)
-	req.Header.Set("X-GitHub-Event", d.Event)
+	req, err := providers.NewRequest(context.Background(), providers.GitHub{Secrets: verify.Secrets{f.secret}}.Source(), f.target, d.body, d.GUID, d.Event, time.Now())
+	if err != nil {
+		f.t.Error(err)
+		return 0
+	}
 	req.Header.Set("X-GitHub-Hook-ID", strconv.FormatInt(d.hookID, 10))
-	req.Header.Set("X-Hub-Signature-256", "sha256="+hmacHex(f.secret, d.body))
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0
@@ -313,12 +314,6 @@ func (f *fakeGitHub) validJWT(tok string) bool {
 	}
 	_ = json.Unmarshal(payload, &claims)
 	return strings.Trim(string(claims.Iss), `"`) == strconv.FormatInt(f.appID, 10)
-}
-
-func hmacHex(secret string, body []byte) string {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write(body)
-	return hex.EncodeToString(m.Sum(nil))
 }
 
 // fakeStripe is Stripe's GET /v1/events as its API reference describes it:

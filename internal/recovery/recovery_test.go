@@ -90,7 +90,7 @@ func startGateway(t *testing.T) *gateway {
 	g.job = &recovery.Recoverer{Pool: g.pool, MinAge: time.Millisecond}
 	g.client, err = dispatch.NewClient(g.pool, dispatch.ClientConfig{
 		Dispatch: &dispatch.Worker{Pool: g.pool, Routes: table, Handlers: handlers, Receipts: store, Logger: logger,
-			Guard: guard, Forwarder: forward.New("", 5*time.Second, 8)},
+			Guard: guard, Forwarder: forward.New(nil, 5*time.Second, 8)},
 		Workers: 8, Logger: logger,
 		Extra: func(w *river.Workers) error { return river.AddWorkerSafely(w, &recovery.Worker{Recoverer: g.job}) },
 	})
@@ -559,10 +559,11 @@ func TestStripeRecoverySkipsWhatItCannotStore(t *testing.T) {
 
 func postStripe(t *testing.T, g *gateway, body []byte) (int, map[string]any) {
 	t.Helper()
-	ts := strconv.FormatInt(time.Now().Unix(), 10)
-	req, _ := http.NewRequest(http.MethodPost, g.srv.URL+"/webhooks/stripe", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json; charset=utf-8")
-	req.Header.Set("Stripe-Signature", "t="+ts+",v1="+hmacHex(stripeSecret, append([]byte(ts+"."), body...)))
+	stripe := providers.Stripe{Secrets: verify.Secrets{stripeSecret}}.Source()
+	req, err := providers.NewRequest(t.Context(), stripe, g.srv.URL+"/webhooks/stripe", body, "", "", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
