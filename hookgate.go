@@ -117,7 +117,11 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	}
 	recoverer := &recovery.Recoverer{Lookback: cfg.env.RecoveryLookback, Retention: cfg.env.Retention, Logger: o.logger}
 	var err error
-	if recoverer.GitHub, recoverer.Stripe, err = recovery.FromConfig(cfg.env); err != nil {
+	if recoverer.GitHub, recoverer.Stripe, err = recovery.Clients(recovery.Settings{
+		GitHubHooks: cfg.env.GitHubRecoveryHooks, GitHubToken: cfg.env.GitHubToken.Value(), GitHubAppID: cfg.env.GitHubAppID,
+		GitHubAppKeyFile: cfg.env.GitHubAppKeyFile, GitHubAPIURL: cfg.env.GitHubAPIURL,
+		StripeAPIKey: cfg.env.StripeAPIKey.Value(), StripeAPIURL: cfg.env.StripeAPIURL, MaxBodyBytes: cfg.env.MaxBodyBytes,
+	}); err != nil {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}
 	return &Gateway{cfg: cfg, opts: o, handlers: builtins, recoverer: recoverer, started: make(chan struct{})}, nil

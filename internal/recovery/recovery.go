@@ -29,7 +29,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/audit"
-	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/metrics"
@@ -270,27 +269,54 @@ func (r *Recoverer) Prune(ctx context.Context) error {
 	return nil
 }
 
-// FromConfig returns the API clients the configuration asks for (nil for a
-// provider without credentials), or what is wrong with it. It makes no
-// request.
-func FromConfig(c config.Config) (*GitHub, *Stripe, error) {
+// Settings are recovery's part of the gateway's configuration. The errors
+// of Clients name each setting by its environment variable.
+type Settings struct {
+	// GitHubHooks are the GitHub hooks whose deliveries recovery lists
+	// (GITHUB_RECOVERY_HOOKS, as ParseHooks reads it). Defaults to none: no
+	// GitHub recovery.
+	GitHubHooks string
+	// GitHubToken (GITHUB_TOKEN) authenticates the GitHub API requests; or a
+	// GitHub App does: GitHubAppID (GITHUB_APP_ID) and GitHubAppKeyFile
+	// (GITHUB_APP_PRIVATE_KEY_FILE, the App's private key, PEM). All three
+	// default to empty, and are for GitHubHooks only.
+	GitHubToken      string
+	GitHubAppID      int64
+	GitHubAppKeyFile string
+	// GitHubAPIURL is GitHub's REST API (GITHUB_API_URL). Defaults to
+	// https://api.github.com.
+	GitHubAPIURL string
+	// StripeAPIKey is a key that can read Stripe's events (STRIPE_API_KEY).
+	// Defaults to empty: no Stripe recovery.
+	StripeAPIKey string
+	// StripeAPIURL is Stripe's API (STRIPE_API_URL). Defaults to
+	// https://api.stripe.com.
+	StripeAPIURL string
+	// MaxBodyBytes is the largest Stripe event stored
+	// (GATEWAY_MAX_BODY_BYTES). Defaults to DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+}
+
+// Clients returns the API clients s asks for (nil for a provider without
+// credentials), or what is wrong with s. It makes no request.
+func Clients(s Settings) (*GitHub, *Stripe, error) {
 	var gh *GitHub
 	var st *Stripe
-	hooks, err := ParseHooks(c.GitHubRecoveryHooks)
+	hooks, err := ParseHooks(s.GitHubHooks)
 	if err != nil {
 		return nil, nil, fmt.Errorf("GITHUB_RECOVERY_HOOKS: %w", err)
 	}
 	if len(hooks) > 0 {
-		gh, err = NewGitHub(GitHubConfig{Hooks: hooks, Token: c.GitHubToken.Value(), AppID: c.GitHubAppID,
-			AppKeyFile: c.GitHubAppKeyFile, APIURL: c.GitHubAPIURL})
+		gh, err = NewGitHub(GitHubConfig{Hooks: hooks, Token: s.GitHubToken, AppID: s.GitHubAppID,
+			AppKeyFile: s.GitHubAppKeyFile, APIURL: s.GitHubAPIURL})
 		if err != nil {
 			return nil, nil, err
 		}
-	} else if c.GitHubAppID != 0 || c.GitHubAppKeyFile != "" {
+	} else if s.GitHubAppID != 0 || s.GitHubAppKeyFile != "" {
 		return nil, nil, errors.New("GITHUB_APP_ID and GITHUB_APP_PRIVATE_KEY_FILE are for recovery: set GITHUB_RECOVERY_HOOKS too")
 	}
-	if c.StripeAPIKey != "" {
-		if st, err = NewStripe(StripeConfig{APIKey: c.StripeAPIKey.Value(), APIURL: c.StripeAPIURL, MaxBodyBytes: c.MaxBodyBytes}); err != nil {
+	if s.StripeAPIKey != "" {
+		if st, err = NewStripe(StripeConfig{APIKey: s.StripeAPIKey, APIURL: s.StripeAPIURL, MaxBodyBytes: s.MaxBodyBytes}); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/recovery"
 )
@@ -321,8 +320,8 @@ func TestStripeRecoverySkipsAnEventPastTheMaxBodyBytes(t *testing.T) {
 		big,
 		stripeEvent("evt_small2", "invoice.paid", "in_s2", at.Add(2*time.Minute)),
 	}
-	// Through FromConfig, as the gateway and the CLI build it.
-	_, client, err := recovery.FromConfig(config.Config{StripeAPIKey: stripeKey, StripeAPIURL: st.srv.URL, MaxBodyBytes: 4 << 10})
+	// Through Clients, as the gateway builds it.
+	_, client, err := recovery.Clients(recovery.Settings{StripeAPIKey: stripeKey, StripeAPIURL: st.srv.URL, MaxBodyBytes: 4 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
