@@ -27,6 +27,7 @@ import (
 	"github.com/hookgate/hookgate/internal/cli"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/database"
+	"github.com/hookgate/hookgate/internal/healthcheck"
 	"github.com/hookgate/hookgate/internal/schema"
 )
 
@@ -74,7 +75,7 @@ const usage = `usage: gateway [command]
 
   serve     run the gateway (the default)
   migrate   apply pending migrations (River's and hookgate's) and exit
-` + cli.Usage + bench.Usage + `
+` + cli.Usage + bench.Usage + healthcheck.Usage + `
 Configuration is read from the environment; see README.md.
 `
 
@@ -87,6 +88,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	switch command {
 	case "serve", "migrate", "deliveries", "replay", "send", "routes", "bench", "recover":
+	case "healthcheck":
+		// The container's HEALTHCHECK: it needs GATEWAY_ADDR alone, not the
+		// whole configuration.
+		return healthcheck.Run(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
