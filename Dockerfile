@@ -11,5 +11,8 @@ FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/gateway /gateway
 USER nonroot:nonroot
 EXPOSE 8080
+# The image has no curl: the binary asks its own /readyz (GATEWAY_ADDR's port,
+# from the container's environment). The start period covers migrations at start.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 CMD ["/gateway", "healthcheck"]
 ENTRYPOINT ["/gateway"]
 CMD ["serve"]
