@@ -107,37 +107,54 @@ const testSecret = "hookgatetest"
 
 // GitHub returns the Delivery a handler is given for a GitHub delivery of
 // event (the X-GitHub-Event header: "push", "pull_request") whose body is
-// the JSON payload, read as the gateway reads it: the event with the
-// payload's action, the entity and time of Order. Its delivery id is
-// "hookgatetest-<n>", a new one each call; GitHubWith takes the request's
-// own.
+// the JSON payload, sent as GitHub sends it (the headers gateway send sends)
+// and read as the gateway reads it: the event with the payload's action, the
+// entity and time of Order. Its delivery id is "hookgatetest-<n>", a new one
+// each call; GitHubWith takes the request's own headers.
 func GitHub(event string, body []byte) (hookgate.Delivery, error) {
-	h := http.Header{}
-	h.Set("X-GitHub-Delivery", nextID())
-	h.Set("X-GitHub-Event", event)
-	return GitHubWith(h, body)
+	h, err := sign(providers.GitHub{Secrets: verify.Secrets{testSecret}}.Source(), body, nextID(), event)
+	if err != nil {
+		return hookgate.Delivery{}, err
+	}
+	return SignedGitHub(testSecret, h, body)
 }
 
 // GitHubWith is GitHub with the request's own headers (X-GitHub-Event and
 // X-GitHub-Delivery required; a missing Content-Type is JSON); any signature
-// they carry is replaced.
+// they carry is replaced by GitHub's of body.
 func GitHubWith(h http.Header, body []byte) (hookgate.Delivery, error) {
+	sent, err := sign(providers.GitHub{Secrets: verify.Secrets{testSecret}}.Source(), body, h.Get("X-GitHub-Delivery"), h.Get("X-GitHub-Event"))
+	if err != nil {
+		return hookgate.Delivery{}, err
+	}
 	h = h.Clone()
 	if h.Get("Content-Type") == "" {
-		h.Set("Content-Type", "application/json")
+		h.Set("Content-Type", sent.Get("Content-Type"))
 	}
-	h.Set("X-Hub-Signature-256", verify.SignGitHub(testSecret, body))
+	h.Set("X-Hub-Signature-256", sent.Get("X-Hub-Signature-256"))
 	return SignedGitHub(testSecret, h, body)
 }
 
 // Stripe returns the Delivery a handler is given for a Stripe event (the
-// JSON body Stripe sends: id, type, created, data.object), read as the
-// gateway reads it.
+// JSON body Stripe sends: id, type, created, data.object), sent as Stripe
+// sends it and read as the gateway reads it.
 func Stripe(body []byte) (hookgate.Delivery, error) {
-	h := http.Header{}
-	h.Set("Content-Type", "application/json")
-	h.Set("Stripe-Signature", verify.SignTimestamped(testSecret, time.Now(), body))
+	h, err := sign(providers.Stripe{Secrets: verify.Secrets{testSecret}}.Source(), body, "", "")
+	if err != nil {
+		return hookgate.Delivery{}, err
+	}
 	return SignedStripe(testSecret, h, body)
+}
+
+// sign returns the headers c's sender sends with body, now: those of the
+// request providers.NewRequest builds, as gateway send's and the gateway's
+// own tests' are.
+func sign(c providers.SourceConfig, body []byte, id, event string) (http.Header, error) {
+	req, err := providers.NewRequest(context.Background(), c, "http://hookgatetest/webhooks/"+c.Name, body, id, event, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("hookgatetest: %w", err)
+	}
+	return req.Header, nil
 }
 
 // SignedGitHub verifies a request GitHub signed (its headers and raw body,

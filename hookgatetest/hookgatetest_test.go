@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -13,6 +14,7 @@ import (
 	"github.com/hookgate/hookgate"
 	"github.com/hookgate/hookgate/hookgatetest"
 	"github.com/hookgate/hookgate/internal/dbtest"
+	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/verify"
 )
 
@@ -121,9 +123,15 @@ func TestDeliveriesAreReadAsTheGatewayReadsThem(t *testing.T) {
 		t.Errorf("two deliveries share the id %s", d.DeliveryID)
 	}
 
+	// A form-encoded delivery, as GitHub signs it with its secret.
 	form := "payload=" + url.QueryEscape(pr)
-	h := map[string][]string{"Content-Type": {"application/x-www-form-urlencoded"}, "X-Github-Event": {"pull_request"},
-		"X-Github-Delivery": {"d-1"}, "X-Hub-Signature-256": {verify.SignGitHub("s3cret", []byte(form))}}
+	req, err := providers.NewRequest(t.Context(), providers.GitHub{Secrets: verify.Secrets{"s3cret"}}.Source(), "http://gateway/webhooks/github",
+		[]byte(form), "d-1", "pull_request", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := req.Header
+	h.Set("Content-Type", "application/x-www-form-urlencoded")
 	signed, err := hookgatetest.SignedGitHub("s3cret", h, []byte(form))
 	if err != nil {
 		t.Fatal(err)
