@@ -305,15 +305,27 @@ func (g *GitHub) client(ctx context.Context, h Hook) (*github.Client, error) {
 	return c, nil
 }
 
-// list reads one page of a hook's deliveries, newest first.
+// list reads one page of a hook's deliveries, newest first, waiting out
+// rate limits, and checks that it is one (wellFormed).
 func (g *GitHub) list(ctx context.Context, c *github.Client, h Hook, opts *github.ListCursorOptions) ([]*github.HookDelivery, *github.Response, error) {
-	switch h.Kind {
-	case "repo":
-		return c.Repositories.ListHookDeliveries(ctx, h.Owner, h.Repo, h.ID, opts)
-	case "org":
-		return c.Organizations.ListHookDeliveries(ctx, h.Owner, h.ID, opts)
+	var page []*github.HookDelivery
+	resp, err := g.call(ctx, func(ctx context.Context) (*github.Response, error) {
+		var resp *github.Response
+		var err error
+		switch h.Kind {
+		case "repo":
+			page, resp, err = c.Repositories.ListHookDeliveries(ctx, h.Owner, h.Repo, h.ID, opts)
+		case "org":
+			page, resp, err = c.Organizations.ListHookDeliveries(ctx, h.Owner, h.ID, opts)
+		default:
+			page, resp, err = c.Apps.ListHookDeliveries(ctx, opts)
+		}
+		return resp, err
+	})
+	if err == nil {
+		err = wellFormed(page, resp)
 	}
-	return c.Apps.ListHookDeliveries(ctx, opts)
+	return page, resp, err
 }
 
 // redeliver asks GitHub to send a delivery again, a MutationGap after the
@@ -472,19 +484,60 @@ func (r *Recoverer) recoverGitHub(ctx context.Context, opts Options) (Report, er
 // recoverHook lists one hook's deliveries since its checkpoint and asks for
 // those without a receipt.
 func (r *Recoverer) recoverHook(ctx context.Context, h Hook, opts Options, rep *Report) error {
-	g := r.GitHub
 	start := time.Now()
 	source := "github:" + h.String()
 	since, mayMove, err := r.window(ctx, source, start, opts)
 	if err != nil {
 		return err
 	}
-	c, err := g.client(ctx, h)
+	c, err := r.GitHub.client(ctx, h)
 	if err != nil {
 		return err
 	}
+	deliveries, err := r.listHook(ctx, c, h, since, rep)
+	if err != nil {
+		return err
+	}
+	missing, err := r.missingGitHub(ctx, h, deliveries, start.Add(-r.minAge()))
+	if err != nil {
+		return err
+	}
+	var guids []string
+	for _, l := range missing {
+		guids = append(guids, l.guid)
+	}
+	rep.Found = append(rep.Found, guids...)
+	r.Metrics.Recovery("github", "found", len(missing))
+	if opts.DryRun {
+		return r.explain(ctx, h, guids, rep)
+	}
 
-	// The log is newest first; a GUID appears once per attempt.
+	checkpoint := start.Add(-overlap)
+	var refused error
+	for _, l := range missing {
+		held, refusal, err := r.requestRedelivery(ctx, c, h, l, opts.Actor, rep)
+		if err != nil {
+			return err
+		}
+		if held {
+			checkpoint = earlier(checkpoint, l.at)
+		}
+		if refusal != nil {
+			refused = errors.Join(refused, refusal)
+		}
+	}
+	if mayMove {
+		if err := r.saveCheckpoint(ctx, source, checkpoint); err != nil {
+			return err
+		}
+	}
+	return refused
+}
+
+// listHook reads a hook's delivery log back to since and returns each GUID
+// in it once, newest first. The log is newest first, and a GUID appears in
+// it once per attempt. A GUID no delivery could have is reported skipped.
+func (r *Recoverer) listHook(ctx context.Context, c *github.Client, h Hook, since time.Time, rep *Report) ([]*listed, error) {
 	byGUID := map[string]*listed{}
 	var order []*listed
 	listOpts := &github.ListCursorOptions{PerPage: 100}
@@ -492,18 +545,9 @@ func (r *Recoverer) recoverHook(ctx context.Context, h Hook, opts Options, rep *
 	skipped := map[string]bool{}
 	attempts := 0
 	for {
-		var page []*github.HookDelivery
-		resp, err := g.call(ctx, func(ctx context.Context) (*github.Response, error) {
-			var resp *github.Response
-			var err error
-			page, resp, err = g.list(ctx, c, h, listOpts)
-			return resp, err
-		})
-		if err == nil {
-			err = wellFormed(page, resp)
-		}
+		page, resp, err := r.GitHub.list(ctx, c, h, listOpts)
 		if err != nil {
-			return fmt.Errorf("list deliveries: %w", err)
+			return nil, fmt.Errorf("list deliveries: %w", err)
 		}
 		older := false
 		for _, d := range page {
@@ -534,107 +578,32 @@ func (r *Recoverer) recoverHook(ctx context.Context, h Hook, opts Options, rep *
 			}
 		}
 		if older || resp == nil || resp.Cursor == "" {
-			break
+			return order, nil
 		}
 		if attempts += len(page); attempts >= maxListed || seenCursors[resp.Cursor] {
-			return fmt.Errorf("list deliveries: GitHub's listing did not end (%d attempts listed); the next run starts again", attempts)
+			return nil, fmt.Errorf("list deliveries: GitHub's listing did not end (%d attempts listed); the next run starts again", attempts)
 		}
 		seenCursors[resp.Cursor] = true
 		listOpts.Cursor = resp.Cursor
 	}
+}
 
+// missingGitHub returns, in their order, the listed GUIDs to ask for: never
+// answered 2xx, first sent before young (a younger one is still on its
+// ordinary path), and with no receipt of the hook (of any hook, for the
+// App's).
+func (r *Recoverer) missingGitHub(ctx context.Context, h Hook, deliveries []*listed, young time.Time) ([]*listed, error) {
 	// A GUID GitHub saw answered 2xx was stored: the gateway answers 2xx only
 	// after its commit. No receipt then means retention removed it, and
 	// asking again would repeat its side effects.
+	var candidates []*listed
 	var guids []string
-	young := start.Add(-r.minAge())
-	for _, l := range order {
+	for _, l := range deliveries {
 		if !l.ok && l.at.Before(young) {
+			candidates = append(candidates, l)
 			guids = append(guids, l.guid)
 		}
 	}
-	missing, err := r.missingGitHub(ctx, h, guids)
-	if err != nil {
-		return err
-	}
-	rep.Found = append(rep.Found, missing...)
-	r.Metrics.Recovery("github", "found", len(missing))
-	if opts.DryRun {
-		return r.explain(ctx, h, missing, rep)
-	}
-
-	checkpoint := start.Add(-overlap)
-	var failed error
-	for _, guid := range missing {
-		l := byGUID[guid]
-		attempt, err := r.claim(ctx, h, l, opts.Actor)
-		if err != nil {
-			return err
-		}
-		if attempt == 0 { // asked lately, or MaxAttempts times already
-			n, lately, gaveUp, err := r.settle(ctx, h, guid, opts.Actor)
-			if err != nil {
-				return err
-			}
-			if lately || n < MaxAttempts {
-				checkpoint = earlier(checkpoint, l.at)
-			}
-			reason := fmt.Sprintf("asked for %d of %d times, the last less than %s ago; waiting for it to arrive", n, MaxAttempts, askAgainAfter)
-			if !lately {
-				reason = fmt.Sprintf("asked for %d times and it never arrived; not asked for again", n)
-			}
-			rep.Skipped = append(rep.Skipped, Skip{DeliveryID: guid, Reason: reason})
-			if gaveUp {
-				r.Metrics.Recovery("github", "given_up", 1)
-				r.logger().WarnContext(ctx, "recovery: GitHub was asked for a delivery 3 times and it never arrived",
-					"hook", h.String(), "delivery_id", guid)
-			}
-			continue
-		}
-		// Held until it arrives or is given up on, the last ask too: the run
-		// that finds it never arrived must still list it.
-		checkpoint = earlier(checkpoint, l.at)
-		if err := g.redeliver(ctx, c, h, l.id); err != nil {
-			r.Metrics.Recovery("github", "failed", 1)
-			if errors.Is(err, ErrRateLimited) || ctx.Err() != nil {
-				return err
-			}
-			var exchange *ghinstallation.HTTPError
-			if errors.Is(err, ErrRedirectRefused) || errors.As(err, &exchange) {
-				// Not GitHub's answer about this delivery (a redirect away
-				// from the API, an installation token GitHub would not give):
-				// no ask, and the run stops where it is, its checkpoint
-				// unchanged.
-				if uerr := r.unclaim(ctx, h, guid, opts.Actor, err); uerr != nil {
-					return errors.Join(err, uerr)
-				}
-				return fmt.Errorf("redeliver %s: %w", guid, err)
-			}
-			// GitHub refused this one (too old, gone, a token that may not
-			// write): the others may pass. A refusal is no ask: it is not
-			// counted against the GUID's 3.
-			r.logger().WarnContext(ctx, "recovery: GitHub refused a redelivery", "hook", h.String(), "delivery_id", guid, "error", err)
-			if uerr := r.unclaim(ctx, h, guid, opts.Actor, err); uerr != nil {
-				return errors.Join(err, uerr)
-			}
-			rep.Skipped = append(rep.Skipped, Skip{DeliveryID: guid, Reason: "GitHub refused the redelivery request (not counted as an ask): " + err.Error()})
-			failed = errors.Join(failed, fmt.Errorf("redeliver %s: %w", guid, err))
-			continue
-		}
-		rep.Requested = append(rep.Requested, guid)
-		r.Metrics.Recovery("github", "requested", 1)
-	}
-	if mayMove {
-		if err := r.saveCheckpoint(ctx, source, checkpoint); err != nil {
-			return err
-		}
-	}
-	return failed
-}
-
-// missingGitHub returns the GUIDs, in their order, with no receipt of the
-// hook (of any hook, for the App's).
-func (r *Recoverer) missingGitHub(ctx context.Context, h Hook, guids []string) ([]string, error) {
 	if len(guids) == 0 {
 		return nil, nil
 	}
@@ -651,13 +620,90 @@ func (r *Recoverer) missingGitHub(ctx context.Context, h Hook, guids []string) (
 	for _, id := range stored {
 		have[id] = true
 	}
-	var missing []string
-	for _, g := range guids {
-		if !have[g] {
-			missing = append(missing, g)
+	var missing []*listed
+	for _, l := range candidates {
+		if !have[l.guid] {
+			missing = append(missing, l)
 		}
 	}
 	return missing, nil
+}
+
+// requestRedelivery asks GitHub to redeliver one missing delivery, unless it
+// was asked for lately or MaxAttempts times already, and reports what it did.
+// held says the run's checkpoint must stay at or before the delivery: it may
+// still arrive, or be asked for again. refused is GitHub's refusal of this
+// delivery, which leaves the others to ask for; err stops the run.
+func (r *Recoverer) requestRedelivery(ctx context.Context, c *github.Client, h Hook, l *listed, actor string, rep *Report) (held bool, refused, err error) {
+	attempt, err := r.claim(ctx, h, l, actor)
+	if err != nil {
+		return false, nil, err
+	}
+	if attempt == 0 { // asked lately, or MaxAttempts times already
+		held, err := r.waitOrGiveUp(ctx, h, l.guid, actor, rep)
+		return held, nil, err
+	}
+	// Held from here until it arrives or is given up on, the last ask too:
+	// the run that finds it never arrived must still list it.
+	if err := r.GitHub.redeliver(ctx, c, h, l.id); err != nil {
+		r.Metrics.Recovery("github", "failed", 1)
+		refused, err := r.redeliveryFailed(ctx, h, l.guid, actor, err, rep)
+		return true, refused, err
+	}
+	rep.Requested = append(rep.Requested, l.guid)
+	r.Metrics.Recovery("github", "requested", 1)
+	return true, nil, nil
+}
+
+// waitOrGiveUp reports a missing GUID claim did not ask for: one asked for
+// lately is waited for; one asked for MaxAttempts times, the last long
+// enough ago, is given up on (logged and counted once). held says the run's
+// checkpoint must stay at or before it: it was asked for lately, or may be
+// asked for again.
+func (r *Recoverer) waitOrGiveUp(ctx context.Context, h Hook, guid, actor string, rep *Report) (held bool, err error) {
+	n, lately, gaveUp, err := r.settle(ctx, h, guid, actor)
+	if err != nil {
+		return false, err
+	}
+	reason := fmt.Sprintf("asked for %d of %d times, the last less than %s ago; waiting for it to arrive", n, MaxAttempts, askAgainAfter)
+	if !lately {
+		reason = fmt.Sprintf("asked for %d times and it never arrived; not asked for again", n)
+	}
+	rep.Skipped = append(rep.Skipped, Skip{DeliveryID: guid, Reason: reason})
+	if gaveUp {
+		r.Metrics.Recovery("github", "given_up", 1)
+		r.logger().WarnContext(ctx, "recovery: GitHub was asked for a delivery 3 times and it never arrived",
+			"hook", h.String(), "delivery_id", guid)
+	}
+	return lately || n < MaxAttempts, nil
+}
+
+// redeliveryFailed says what a failed redelivery request (reqErr) means. A
+// rate limit or the run's end stops the run, the ask counted. A failure that
+// is not GitHub's answer about this delivery (a redirect away from the API,
+// an installation token GitHub would not give) is no ask: it is taken back,
+// and the run stops where it is, its checkpoint unchanged. GitHub's refusal
+// of this one (too old, gone, a token that may not write) is no ask either:
+// it is taken back, reported skipped and returned as refused, and the others
+// may pass.
+func (r *Recoverer) redeliveryFailed(ctx context.Context, h Hook, guid, actor string, reqErr error, rep *Report) (refused, err error) {
+	if errors.Is(reqErr, ErrRateLimited) || ctx.Err() != nil {
+		return nil, reqErr
+	}
+	var exchange *ghinstallation.HTTPError
+	if errors.Is(reqErr, ErrRedirectRefused) || errors.As(reqErr, &exchange) {
+		if uerr := r.unclaim(ctx, h, guid, actor, reqErr); uerr != nil {
+			return nil, errors.Join(reqErr, uerr)
+		}
+		return nil, fmt.Errorf("redeliver %s: %w", guid, reqErr)
+	}
+	// A refusal is no ask: it is not counted against the GUID's 3.
+	r.logger().WarnContext(ctx, "recovery: GitHub refused a redelivery", "hook", h.String(), "delivery_id", guid, "error", reqErr)
+	if uerr := r.unclaim(ctx, h, guid, actor, reqErr); uerr != nil {
+		return nil, errors.Join(reqErr, uerr)
+	}
+	rep.Skipped = append(rep.Skipped, Skip{DeliveryID: guid, Reason: "GitHub refused the redelivery request (not counted as an ask): " + reqErr.Error()})
+	return fmt.Errorf("redeliver %s: %w", guid, reqErr), nil
 }
 
 // requestScope is the hook's key among the stored requests.
