@@ -679,7 +679,7 @@ func TestRetentionDeletesExactlyExpired(t *testing.T) {
 func TestRejectionsRecordedAndBounded(t *testing.T) {
 	t.Parallel()
 	b := setupAdmin(t, adminToken)
-	bad := githubRequest(ghReq{id: "r-1", signature: ptr(verify.SignGitHub("wrong", githubRequestBody()))})
+	bad := githubRequest(ghReq{id: "r-1", signature: ptr(githubSignature("wrong", githubRequestBody()))})
 	bad.Header.Set("X-Secret-Looking", "hunter2")
 	rec := httptest.NewRecorder()
 	b.handler.ServeHTTP(rec, bad)

@@ -169,12 +169,37 @@ func (b *testBundle) stored(t *testing.T) [3]int {
 	}
 }
 
+// ghSource and stripeSource are the gateway's GitHub and Stripe, whose
+// senders the tests sign as.
+var (
+	ghSource     = providers.GitHub{Secrets: verify.Secrets{ghSecret}}.Source()
+	stripeSource = providers.Stripe{Secrets: verify.Secrets{stripeSecret}}.Source()
+)
+
+// signedRequest is the request providers.NewRequest builds, c's sender's
+// delivery of body signed at at, as the gateway's handler receives it at
+// /webhooks/<c.Name> (from httptest.NewRequest's remote address). It panics
+// when c cannot sign, which is the test's own mistake.
+func signedRequest(c providers.SourceConfig, body []byte, id, event string, at time.Time) *http.Request {
+	sent, err := providers.NewRequest(context.Background(), c, "http://example.com/webhooks/"+c.Name, body, id, event, at)
+	if err != nil {
+		panic(err)
+	}
+	req := httptest.NewRequest(sent.Method, sent.URL.RequestURI(), sent.Body)
+	req.Header, req.ContentLength = sent.Header, sent.ContentLength
+	return req
+}
+
+// ghReq is a GitHub delivery, changed from what GitHub sends where a test
+// says: "-" leaves the id or event header out.
 type ghReq struct {
 	id, hook, event, contentType string
 	body                         []byte
-	signature                    *string // nil: signed correctly
+	signature                    *string // nil: signed correctly; "": no X-Hub-Signature-256
 }
 
+// githubRequest is r as GitHub sends it (signedRequest), from hook r.hook
+// (no X-GitHub-Hook-ID when empty), with the changes r asks for.
 func githubRequest(r ghReq) *http.Request {
 	if r.id == "" {
 		r.id = "d-1"
@@ -185,35 +210,42 @@ func githubRequest(r ghReq) *http.Request {
 	if r.body == nil {
 		r.body = []byte(`{"ref":"refs/heads/main","repository":{"id":5678,"pushed_at":1767323045}}`)
 	}
-	if r.contentType == "" {
-		r.contentType = "application/json"
+	req := signedRequest(ghSource, r.body, r.id, r.event, now)
+	if r.contentType != "" {
+		req.Header.Set("Content-Type", r.contentType)
 	}
-	req := httptest.NewRequest(http.MethodPost, "/webhooks/github", bytes.NewReader(r.body))
-	req.Header.Set("Content-Type", r.contentType)
-	if r.id != "-" {
-		req.Header.Set("X-GitHub-Delivery", r.id)
+	if r.id == "-" {
+		req.Header.Del("X-GitHub-Delivery")
 	}
-	if r.event != "-" {
-		req.Header.Set("X-GitHub-Event", r.event)
+	if r.event == "-" {
+		req.Header.Del("X-GitHub-Event")
 	}
+	req.Header.Del("X-GitHub-Hook-ID")
 	if r.hook != "" {
 		req.Header.Set("X-GitHub-Hook-ID", r.hook)
 	}
-	sig := verify.SignGitHub(ghSecret, r.body)
 	if r.signature != nil {
-		sig = *r.signature
-	}
-	if sig != "" {
-		req.Header.Set("X-Hub-Signature-256", sig)
+		req.Header.Del("X-Hub-Signature-256")
+		if *r.signature != "" {
+			req.Header.Set("X-Hub-Signature-256", *r.signature)
+		}
 	}
 	return req
 }
 
+// stripeRequest is body as Stripe sends it, signed at signedAt with secret.
 func stripeRequest(body string, signedAt time.Time, secret string) *http.Request {
-	req := httptest.NewRequest(http.MethodPost, "/webhooks/stripe", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json; charset=utf-8")
-	req.Header.Set("Stripe-Signature", verify.SignTimestamped(secret, signedAt, []byte(body)))
-	return req
+	c := stripeSource
+	c.Secrets = verify.Secrets{secret}
+	return signedRequest(c, []byte(body), "", "", signedAt)
+}
+
+// githubSignature is the X-Hub-Signature-256 that GitHub would send with body
+// if its secret were secret: a signature the gateway's secret does not match.
+func githubSignature(secret string, body []byte) string {
+	c := ghSource
+	c.Secrets = verify.Secrets{secret}
+	return signedRequest(c, body, "d-1", "push", now).Header.Get("X-Hub-Signature-256")
 }
 
 func ptr(s string) *string { return &s }
@@ -322,7 +354,7 @@ func TestIngestResponses(t *testing.T) {
 			return r
 		}, 401, "invalid_signature", setupOpts{}},
 		{"wrong signature", func() *http.Request {
-			return githubRequest(ghReq{signature: ptr(verify.SignGitHub("guess", githubRequestBody()))})
+			return githubRequest(ghReq{signature: ptr(githubSignature("guess", githubRequestBody()))})
 		}, 401, "invalid_signature", setupOpts{}},
 		{"no Stripe secret matches", func() *http.Request { return stripeRequest(`{"id":"evt_1","type":"x"}`, now, "whsec_guess") }, 401, "invalid_signature", setupOpts{}},
 		{"unparseable Stripe-Signature", func() *http.Request {
@@ -365,7 +397,7 @@ func TestIngestResponses(t *testing.T) {
 		{"content type before headers", func() *http.Request { return githubRequest(ghReq{contentType: "text/plain", event: "-"}) }, 415, "unsupported_media_type", setupOpts{}},
 		{"headers before signature", func() *http.Request { return githubRequest(ghReq{event: "-", signature: ptr("sha256=00")}) }, 400, "bad_request", setupOpts{}},
 		{"signature before payload", func() *http.Request {
-			return githubRequest(ghReq{body: []byte("hello"), signature: ptr(verify.SignGitHub("guess", []byte("hello")))})
+			return githubRequest(ghReq{body: []byte("hello"), signature: ptr(githubSignature("guess", []byte("hello")))})
 		}, 401, "invalid_signature", setupOpts{}},
 		{"provider before size", func() *http.Request {
 			return httptest.NewRequest(http.MethodPost, "/webhooks/stripe", bytes.NewReader(bytes.Repeat([]byte("a"), maxBody+1)))

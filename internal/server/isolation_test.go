@@ -20,7 +20,6 @@ import (
 	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/server"
-	"github.com/hookgate/hookgate/internal/verify"
 )
 
 // One delivery whose Content-Type carries a parameter that is not UTF-8 (it
@@ -71,7 +70,9 @@ func (t *tripwire) Read([]byte) (int, error) {
 func TestHeadersAreCheckedBeforeTheBody(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
-	stale := verify.SignTimestamped(stripeSecret, now.Add(-time.Hour), []byte(`{}`))
+	// Stripe-Signature headers, as Stripe signs them now and an hour ago.
+	fresh := stripeRequest(`{}`, now, stripeSecret).Header.Get("Stripe-Signature")
+	stale := stripeRequest(`{}`, now.Add(-time.Hour), stripeSecret).Header.Get("Stripe-Signature")
 	tests := []struct {
 		name, path   string
 		header       map[string]string
@@ -98,7 +99,7 @@ func TestHeadersAreCheckedBeforeTheBody(t *testing.T) {
 			req.ContentLength = tt.length
 			for name, value := range map[string]string{
 				"Content-Type": "application/json", "X-GitHub-Delivery": "d-1", "X-GitHub-Event": "push",
-				"X-Hub-Signature-256": "sha256=" + strings.Repeat("ab", 32), "Stripe-Signature": verify.SignTimestamped(stripeSecret, now, []byte(`{}`)),
+				"X-Hub-Signature-256": "sha256=" + strings.Repeat("ab", 32), "Stripe-Signature": fresh,
 			} {
 				req.Header.Set(name, value)
 			}

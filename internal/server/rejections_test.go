@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/hookgate/hookgate/internal/rejections"
-	"github.com/hookgate/hookgate/internal/verify"
 )
 
 // serve answers req with the bundle's handler.
@@ -30,12 +29,7 @@ func TestRejectionsOfRequestsHoldingInvalidUTF8(t *testing.T) {
 	if rec := b.serve(unknown); rec.Code != http.StatusNotFound {
 		t.Fatalf("POST /webhooks/%%FF = %d %s", rec.Code, rec.Body)
 	}
-	body := []byte(`{"ref":"refs/heads/main","repository":{"id":5678}}`)
-	github := httptest.NewRequest(http.MethodPost, "/webhooks/github", strings.NewReader(string(body)))
-	github.Header.Set("Content-Type", "application/json")
-	github.Header.Set("X-GitHub-Event", "push")
-	github.Header.Set("X-GitHub-Delivery", "d-\xff")
-	github.Header.Set("X-Hub-Signature-256", verify.SignGitHub(ghSecret, body))
+	github := githubRequest(ghReq{id: "d-\xff", event: "push", body: []byte(`{"ref":"refs/heads/main","repository":{"id":5678}}`)})
 	refused := b.serve(github)
 	if refused.Code < 400 || refused.Code >= 500 {
 		t.Fatalf("GitHub delivery id holding 0xFF = %d %s, want a 4xx", refused.Code, refused.Body)
