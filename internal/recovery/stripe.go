@@ -308,70 +308,13 @@ func (r *Recoverer) recoverStripe(ctx context.Context, opts Options) (Report, er
 	if err != nil {
 		return rep, err
 	}
-	young := start.Add(-r.minAge())
-	var batch, held []event
-	heldBytes := 0
-	skip := func(id, reason string) { r.skip(ctx, &rep, "stripe", id, reason) }
-	store := func() error {
-		slices.Reverse(held) // oldest first
-		err := r.storeStripe(ctx, held, opts.Actor, &rep)
-		held, heldBytes = nil, 0
-		return err
-	}
-	compare := func() error {
-		missing, err := r.missingStripe(ctx, batch)
-		batch = nil
-		if err != nil {
-			return err
-		}
-		for _, e := range missing {
-			rep.Found = append(rep.Found, e.id)
-			r.Metrics.Recovery("stripe", "found", 1)
-			if e.tooLarge() {
-				// No later run does better: the gateway refuses such a body
-				// from Stripe too.
-				skip(e.id, fmt.Sprintf("the %s event is %d bytes, more than GATEWAY_MAX_BODY_BYTES (%d): not stored", cmp.Or(e.typ, "untyped"), e.size, r.Stripe.cfg.MaxBodyBytes))
-				continue
-			}
-			if !opts.DryRun {
-				held = append(held, e)
-				heldBytes += len(e.raw)
-			}
-		}
-		if heldBytes > maxHeld {
-			return store()
-		}
-		return nil
-	}
-	err = r.Stripe.list(ctx, since, func(e event) error {
-		if !e.created.Before(young) {
-			return nil // the next run sees it
-		}
-		if e.tooLarge() {
-			// Compared with the receipts, and reported if missing.
-			if batch = append(batch, e); len(batch) >= compared {
-				return compare()
-			}
-			return nil
-		}
-		d, err := providers.StripeEvent(e.raw)
-		if err != nil {
-			// Not storable as an event; no later run would do better.
-			skip(e.id, err.Error())
-			return nil
-		}
-		d.Scope, d.ContentType, d.Headers = RecoveredScope, "application/json", map[string]string{}
-		e.d = d
-		if batch = append(batch, e); len(batch) >= compared {
-			return compare()
-		}
-		return nil
-	}, skip)
+	run := &stripeRun{r: r, opts: opts, rep: &rep, young: start.Add(-r.minAge())}
+	err = r.Stripe.list(ctx, since, func(e event) error { return run.add(ctx, e) }, func(id, reason string) { run.skip(ctx, id, reason) })
 	// What was found missing is stored even when the listing failed part way.
 	if ctx.Err() == nil {
-		if cerr := compare(); cerr != nil {
+		if cerr := run.compare(ctx); cerr != nil {
 			err = errors.Join(err, cerr)
-		} else if serr := store(); serr != nil {
+		} else if serr := run.store(ctx); serr != nil {
 			err = errors.Join(err, serr)
 		}
 	}
@@ -385,6 +328,84 @@ func (r *Recoverer) recoverStripe(ctx context.Context, opts Options) (Report, er
 		}
 	}
 	return rep, nil
+}
+
+// stripeRun is one run's events on their way from the listing to the
+// receipts: listed and not yet compared with the receipts (batch), then
+// found missing and not yet stored (held).
+type stripeRun struct {
+	r     *Recoverer
+	opts  Options
+	rep   *Report
+	young time.Time // an event created since is left to the next run
+
+	batch     []event
+	held      []event
+	heldBytes int
+}
+
+// skip reports a listed event the gateway cannot store.
+func (s *stripeRun) skip(ctx context.Context, id, reason string) {
+	s.r.skip(ctx, s.rep, "stripe", id, reason)
+}
+
+// add takes one listed event, and compares the batch with the receipts once
+// it is full. An event too young is left to the next run; one that is not
+// storable as an event is skipped (no later run would do better); one past
+// MaxBodyBytes is compared with the receipts too, and reported if missing.
+func (s *stripeRun) add(ctx context.Context, e event) error {
+	if !e.created.Before(s.young) {
+		return nil // the next run sees it
+	}
+	if !e.tooLarge() {
+		d, err := providers.StripeEvent(e.raw)
+		if err != nil {
+			s.skip(ctx, e.id, err.Error())
+			return nil
+		}
+		d.Scope, d.ContentType, d.Headers = RecoveredScope, "application/json", map[string]string{}
+		e.d = d
+	}
+	if s.batch = append(s.batch, e); len(s.batch) >= compared {
+		return s.compare(ctx)
+	}
+	return nil
+}
+
+// compare reports the batch's events with no receipt found, and holds them
+// to be stored (unless the run is dry), storing what is held once past
+// maxHeld bytes. One past MaxBodyBytes is skipped: no later run does better,
+// as the gateway refuses such a body from Stripe too.
+func (s *stripeRun) compare(ctx context.Context) error {
+	missing, err := s.r.missingStripe(ctx, s.batch)
+	s.batch = nil
+	if err != nil {
+		return err
+	}
+	for _, e := range missing {
+		s.rep.Found = append(s.rep.Found, e.id)
+		s.r.Metrics.Recovery("stripe", "found", 1)
+		if e.tooLarge() {
+			s.skip(ctx, e.id, fmt.Sprintf("the %s event is %d bytes, more than GATEWAY_MAX_BODY_BYTES (%d): not stored", cmp.Or(e.typ, "untyped"), e.size, s.r.Stripe.cfg.MaxBodyBytes))
+			continue
+		}
+		if !s.opts.DryRun {
+			s.held = append(s.held, e)
+			s.heldBytes += len(e.raw)
+		}
+	}
+	if s.heldBytes > maxHeld {
+		return s.store(ctx)
+	}
+	return nil
+}
+
+// store stores the held events oldest first: they were listed newest first.
+func (s *stripeRun) store(ctx context.Context) error {
+	slices.Reverse(s.held)
+	err := s.r.storeStripe(ctx, s.held, s.opts.Actor, s.rep)
+	s.held, s.heldBytes = nil, 0
+	return err
 }
 
 // missingStripe returns the events with no receipt of any scope.
