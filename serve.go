@@ -178,7 +178,7 @@ func (g *Gateway) riverClient(pt parts) (*river.Client[pgx.Tx], error) {
 	return dispatch.NewClient(pool, dispatch.ClientConfig{
 		Dispatch: &dispatch.Worker{
 			Pool: pool, Routes: pt.table, Handlers: g.handlers, Receipts: pt.store, Logger: logger, Metrics: pt.m, Guard: pt.guard,
-			Forwarder: forward.New(env.ForwardSecret.Value(), env.ForwardTimeout, env.Workers),
+			Forwarder: forward.New(env.ForwardSecrets, env.ForwardTimeout, env.Workers),
 		},
 		Reconcile:      &dispatch.ReconcileWorker{Pool: pool, Routes: pt.table},
 		Workers:        env.Workers,

@@ -55,8 +55,12 @@ type Config struct {
 	// Routes is the fan-out table (see fanout.Parse). Empty: deliveries
 	// are stored and nothing is dispatched.
 	Routes string `envconfig:"GATEWAY_ROUTES"`
-	// ForwardSecret signs what the forwarder sends. Empty: not signed.
-	ForwardSecret Secret `envconfig:"GATEWAY_FORWARD_SECRET"`
+	// ForwardSecrets sign what the forwarder sends, comma-separated: each
+	// forward carries one signature per secret, so a target holding any one
+	// of them verifies it (rotation: add the new secret after the old, then
+	// remove the old). A whsec_<base64> secret is keyed, for the Standard
+	// Webhooks webhook-signature, by its decoded bytes. Empty: not signed.
+	ForwardSecrets SecretList `envconfig:"GATEWAY_FORWARD_SECRET"`
 	// ForwardTimeout is one forward attempt's time limit. Defaults to 10s.
 	ForwardTimeout time.Duration `envconfig:"GATEWAY_FORWARD_TIMEOUT" default:"10s"`
 	// MaxAttempts is the attempts per dispatch before it is discarded.

@@ -32,7 +32,7 @@ type dispatchBundle struct {
 }
 
 type dispatchOpts struct {
-	forwardSecret  string
+	forwardSecrets []string
 	forwardTimeout time.Duration
 	workers        int
 	pool           *pgxpool.Pool // share another bundle's database
@@ -73,7 +73,7 @@ func setupDispatch(t testing.TB, spec string, handlers handlers.Registry, opts .
 	}
 	store := &receipts.Store{Retention: 72 * time.Hour}
 	w := &dispatch.Worker{Pool: pool, Routes: rs, Handlers: handlers, Receipts: store, Logger: logger, Guard: guard,
-		Forwarder: forward.New(o.forwardSecret, o.forwardTimeout, o.workers)}
+		Forwarder: forward.New(o.forwardSecrets, o.forwardTimeout, o.workers)}
 	client, err := dispatch.NewClient(pool, dispatch.ClientConfig{Dispatch: w, Workers: o.workers, ForwardTimeout: o.forwardTimeout, Logger: logger})
 	if err != nil {
 		t.Fatal(err)

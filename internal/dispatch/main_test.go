@@ -45,7 +45,7 @@ func runWorkerProcess(url, routes string) error {
 		return err
 	}
 	w := &dispatch.Worker{Pool: pool, Routes: rs, Handlers: handlers, Receipts: &receipts.Store{Retention: 72 * time.Hour},
-		Logger: discard(), Forwarder: forward.New("", 10*time.Second, 4)}
+		Logger: discard(), Forwarder: forward.New(nil, 10*time.Second, 4)}
 	client, err := dispatch.NewClient(pool, dispatch.ClientConfig{Dispatch: w, Workers: 4, ForwardTimeout: 10 * time.Second, Logger: discard()})
 	if err != nil {
 		return err

@@ -54,7 +54,7 @@ func TestRetryAfterIsKeptOnlyForAJobRiverWillRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	w := &Worker{Pool: pool, Routes: routes, Receipts: store, Logger: logger, Forwarder: forward.New("", 2*time.Second, 1)}
+	w := &Worker{Pool: pool, Routes: routes, Receipts: store, Logger: logger, Forwarder: forward.New(nil, 2*time.Second, 1)}
 	kept := func() int {
 		n := 0
 		w.retryAt.Range(func(any, any) bool { n++; return true })

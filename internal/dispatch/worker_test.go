@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/deliveries"
@@ -101,12 +102,13 @@ func pushDelivery(id string) providers.Delivery {
 	}
 }
 
-// What the target receives: the stored bytes, the contract's headers, and a
-// signature it can verify.
+// What the target receives: the stored bytes, the contract's headers, and
+// signatures it can verify: X-Hookgate-Signature with Stripe's scheme and the
+// Standard Webhooks headers with the Standard Webhooks library.
 func TestForwardSendsBodyAndHeaders(t *testing.T) {
 	t.Parallel()
 	tg := newTarget(t, nil)
-	b := setupDispatch(t, "ci=github:push>"+tg.URL+"/hook", nil, dispatchOpts{forwardSecret: "fwd-secret"})
+	b := setupDispatch(t, "ci=github:push>"+tg.URL+"/hook", nil, dispatchOpts{forwardSecrets: []string{"fwd-secret"}})
 	d := pushDelivery("g-1")
 	d.ContentType = "application/x-www-form-urlencoded"
 	d.Body = []byte("payload=%7B%22zen%22%3A1%7D")
@@ -140,11 +142,22 @@ func TestForwardSendsBodyAndHeaders(t *testing.T) {
 	if _, err := verify.Stripe(verify.Secrets{"fwd-secret"}, r.header.Get("X-Hookgate-Signature"), r.body, time.Now(), time.Minute); err != nil {
 		t.Fatalf("X-Hookgate-Signature %q does not verify: %v", r.header.Get("X-Hookgate-Signature"), err)
 	}
+	if id := r.header.Get("webhook-id"); id != "github:g-1:ci" {
+		t.Errorf("webhook-id = %q, want the Idempotency-Key", id)
+	}
+	wh, err := standardwebhooks.NewWebhookRaw([]byte("fwd-secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wh.Verify(r.body, r.header); err != nil {
+		t.Fatalf("webhook-signature %q does not verify: %v", r.header.Get("webhook-signature"), err)
+	}
 	if row := b.row(t, "g-1", "ci"); row.attempts != 1 || row.lastError != "" {
 		t.Fatalf("dispatch row %+v", row)
 	}
 }
 
+// Without a forward secret a forward carries no signature of either scheme.
 func TestForwardWithoutSecretIsUnsigned(t *testing.T) {
 	t.Parallel()
 	tg := newTarget(t, nil)
@@ -152,8 +165,10 @@ func TestForwardWithoutSecretIsUnsigned(t *testing.T) {
 	b.accept(t, pushDelivery("g-1"))
 	b.start(t)
 	dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: "g-1", Route: "ci"}, dispatch.Succeeded)
-	if sig := tg.requests()[0].header.Get("X-Hookgate-Signature"); sig != "" {
-		t.Fatalf("unsigned forward carries %q", sig)
+	for _, name := range []string{"X-Hookgate-Signature", "webhook-id", "webhook-timestamp", "webhook-signature"} {
+		if v := tg.requests()[0].header.Get(name); v != "" {
+			t.Errorf("unsigned forward carries %s: %q", name, v)
+		}
 	}
 }
 

@@ -1,14 +1,16 @@
 // Package forward POSTs a delivery to an http(s) target: the request and its
-// headers (Idempotency-Key, X-Hookgate-*), its signature, redirects kept to
-// the target's host, and what a failed attempt means for a retry (Error). It
-// knows no River and no database: package dispatch decides when to forward and
-// records the outcome.
+// headers (Idempotency-Key, X-Hookgate-*), its signatures (X-Hookgate-Signature
+// and the Standard Webhooks headers, https://www.standardwebhooks.com/),
+// redirects kept to the target's host, and what a failed attempt means for a
+// retry (Error). It knows no River and no database: package dispatch decides
+// when to forward and records the outcome.
 package forward
 
 import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -59,15 +61,18 @@ type Client struct {
 	// follows a redirect only when it keeps the method, the body and the host
 	// (307, 308 to the same scheme and host).
 	HTTP *http.Client
-	// Secret signs each attempt as X-Hookgate-Signature; empty: unsigned.
-	Secret string
+	// Secrets sign each attempt, each one alone (rotation: a target holding
+	// any one of them verifies): one v1= in X-Hookgate-Signature and one v1,
+	// in webhook-signature per secret. Empty secrets are skipped; none:
+	// unsigned, without either header.
+	Secrets []string
 	// Timeout bounds one attempt. Defaults to 10s.
 	Timeout time.Duration
 }
 
-// New returns a Client whose transport keeps up to maxIdlePerHost
-// connections to each target.
-func New(secret string, timeout time.Duration, maxIdlePerHost int) *Client {
+// New returns a Client that signs with secrets (none: unsigned) and whose
+// transport keeps up to maxIdlePerHost connections to each target.
+func New(secrets []string, timeout time.Duration, maxIdlePerHost int) *Client {
 	transport := &http.Transport{
 		Proxy:                 nil, // targets are internal services
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -90,7 +95,7 @@ func New(secret string, timeout time.Duration, maxIdlePerHost int) *Client {
 			return nil
 		},
 	}
-	return &Client{HTTP: client, Secret: secret, Timeout: timeout}
+	return &Client{HTTP: client, Secrets: secrets, Timeout: timeout}
 }
 
 // Forward sends one attempt of d to target within the Client's Timeout.
@@ -113,15 +118,17 @@ func (f *Client) ForwardWithin(ctx context.Context, target string, timeout time.
 	h := req.Header
 	h.Set("Content-Type", d.ContentType)
 	h.Set("User-Agent", "hookgate")
-	h.Set("Idempotency-Key", IdempotencyKey(d.Provider, d.DeliveryID, d.Route))
+	key := IdempotencyKey(d.Provider, d.DeliveryID, d.Route)
+	h.Set("Idempotency-Key", key)
 	h.Set("X-Hookgate-Provider", d.Provider)
 	h.Set("X-Hookgate-Delivery", d.DeliveryID)
 	h.Set("X-Hookgate-Event", d.Event)
 	h.Set("X-Hookgate-Route", d.Route)
 	h.Set("X-Hookgate-Attempt", strconv.Itoa(d.Attempt))
 	h.Set("X-Hookgate-Generation", strconv.Itoa(d.Generation))
-	if f.Secret != "" {
-		h.Set("X-Hookgate-Signature", verify.SignTimestamped(f.Secret, time.Now(), d.Body))
+	if err := f.sign(h, key, time.Now(), d.Body); err != nil {
+		// Sent unsigned it would be refused; retried it would fail alike.
+		return &Error{Permanent: true, Detail: err.Error()}
 	}
 
 	res, err := f.HTTP.Do(req)
@@ -154,6 +161,51 @@ func (f *Client) ForwardWithin(ctx context.Context, target string, timeout time.
 		fe.Permanent = true
 	}
 	return fe
+}
+
+// sign sets an attempt's signature headers, all of one time now, when the
+// Client has secrets: X-Hookgate-Signature, "t=<unix>" then one ",v1=<hex>"
+// per secret (Stripe's scheme, keyed by the secret's bytes), and the Standard
+// Webhooks headers: webhook-id (id, the Idempotency-Key), webhook-timestamp
+// and webhook-signature, one "v1,<base64>" per secret, space-separated.
+func (f *Client) sign(h http.Header, id string, now time.Time, body []byte) error {
+	ts := strconv.FormatInt(now.Unix(), 10)
+	var hookgate, standard []string
+	for _, secret := range f.Secrets {
+		if secret == "" {
+			continue
+		}
+		// "t=<ts>,v1=<hex>": the t is the same for every secret.
+		_, v1, _ := strings.Cut(verify.SignTimestamped(secret, now, body), ",")
+		hookgate = append(hookgate, v1)
+		sig, err := verify.SignStandard(standardSecret(secret), id, now, body)
+		if err != nil {
+			return fmt.Errorf("sign webhook-signature: %w", err)
+		}
+		standard = append(standard, sig)
+	}
+	if len(hookgate) == 0 {
+		return nil
+	}
+	h.Set("X-Hookgate-Signature", "t="+ts+","+strings.Join(hookgate, ","))
+	h.Set("webhook-id", id)
+	h.Set("webhook-timestamp", ts)
+	h.Set("webhook-signature", strings.Join(standard, " "))
+	return nil
+}
+
+// standardSecret returns secret in the form verify.SignStandard reads,
+// "whsec_<base64 of the key>", so that a Standard Webhooks secret
+// (whsec_<base64>) is keyed by its decoded bytes, as the Standard Webhooks
+// libraries key it, and any other secret by its own bytes, as their raw
+// constructors (Go's NewWebhookRaw) key it.
+func standardSecret(secret string) string {
+	if strings.HasPrefix(secret, "whsec_") {
+		if _, err := verify.StandardKey(secret); err == nil {
+			return secret
+		}
+	}
+	return "whsec_" + base64.StdEncoding.EncodeToString([]byte(secret))
 }
 
 // Outcome names a forward attempt's outcome for metrics: succeeded,

@@ -93,7 +93,7 @@ func setupAdminOn(t *testing.T, pool *pgxpool.Pool, token string, opts ...func(*
 	enq := &dispatch.Enqueuer{Routes: table, MaxAttempts: 1}
 	b.client, err = dispatch.NewClient(b.pool, dispatch.ClientConfig{
 		Dispatch: &dispatch.Worker{Pool: b.pool, Routes: table, Handlers: handlers, Receipts: store, Logger: logger,
-			Metrics: m, Guard: b.guard, Forwarder: forward.New("", 5*time.Second, 8)},
+			Metrics: m, Guard: b.guard, Forwarder: forward.New(nil, 5*time.Second, 8)},
 		Extra: func(w *river.Workers) error {
 			return river.AddWorkerSafely(w, &replay.BatchWorker{Pool: b.pool, Enqueuer: enq})
 		},
