@@ -54,6 +54,8 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		{"STRIPE_WEBHOOK_SECRET", "sk_live_oops", "STRIPE_WEBHOOK_SECRET: each secret must be a whsec_"},
 		{"GITHUB_WEBHOOK_SECRET", "topsecret,,other", "GITHUB_WEBHOOK_SECRET: an empty secret"},
 		{"GITHUB_WEBHOOK_SECRET", "  ", "GITHUB_WEBHOOK_SECRET: white space only"},
+		{"GATEWAY_FORWARD_SECRET", "topsecret,,other", "GATEWAY_FORWARD_SECRET: an empty secret"},
+		{"GATEWAY_FORWARD_SECRET", "topsecret,", "GATEWAY_FORWARD_SECRET: an empty secret"},
 		{"GATEWAY_CONSOLE", "maybe", "GATEWAY_CONSOLE: must be on or off"},
 		{"GATEWAY_RECOVERY_INTERVAL", "10s", "GATEWAY_RECOVERY_INTERVAL: must be at least 1m"},
 		{"GATEWAY_RECOVERY_LOOKBACK", "2000h", "GATEWAY_RECOVERY_LOOKBACK: must be 1h to 720h"},
@@ -90,6 +92,24 @@ func TestLoadPublicURL(t *testing.T) {
 		t.Setenv("GATEWAY_PUBLIC_URL", v)
 		if c, err := config.Load(); err != nil || c.PublicURL != v {
 			t.Fatalf("GATEWAY_PUBLIC_URL=%s: %v, %q", v, err, c.PublicURL)
+		}
+	}
+}
+
+// GATEWAY_FORWARD_SECRET takes comma-separated secrets, the old and the new
+// one during a rotation, and never prints them.
+func TestLoadForwardSecrets(t *testing.T) {
+	t.Setenv("GATEWAY_FORWARD_SECRET", "whsec_b2xkLWZvcndhcmQta2V5, new-forward-key")
+	c, err := config.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.ForwardSecrets) != 2 || c.ForwardSecrets[0] != "whsec_b2xkLWZvcndhcmQta2V5" || c.ForwardSecrets[1] != "new-forward-key" {
+		t.Fatalf("ForwardSecrets = %q, want the two secrets in order", []string(c.ForwardSecrets))
+	}
+	for _, format := range []string{"%v", "%+v", "%#v", "%s"} {
+		if out := fmt.Sprintf(format, c); strings.Contains(out, "b2xkLWZvcndhcmQta2V5") || strings.Contains(out, "new-forward-key") {
+			t.Fatalf("%s shows a forward secret: %s", format, out)
 		}
 	}
 }
