@@ -4,8 +4,6 @@ import (
 	"fmt"
 
 	"github.com/hookgate/hookgate/internal/config"
-	"github.com/hookgate/hookgate/internal/fanout"
-	"github.com/hookgate/hookgate/internal/providers"
 )
 
 // Config is the gateway's configuration: exactly what `gateway serve` reads,
@@ -14,9 +12,7 @@ import (
 // GATEWAY_CONFIG_FILE names (routes with their limits and filters, sources).
 // Get one from ConfigFromEnv; the zero Config is not usable.
 type Config struct {
-	env       config.Config
-	routes    fanout.Table
-	providers *providers.Registry
+	env config.Config
 }
 
 // ConfigFromEnv reads and checks the configuration as `gateway serve` does.
@@ -28,15 +24,7 @@ func ConfigFromEnv() (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("configuration: %w", err)
 	}
-	table, sources, err := env.LoadRoutesAndSources(nil)
-	if err != nil {
-		return Config{}, fmt.Errorf("configuration: %w", err)
-	}
-	registry, err := env.Providers(sources)
-	if err != nil {
-		return Config{}, fmt.Errorf("configuration: %w", err)
-	}
-	return Config{env: env, routes: table, providers: registry}, nil
+	return Config{env: env}, nil
 }
 
 // Addr is the address the gateway listens on (GATEWAY_ADDR).
@@ -44,8 +32,8 @@ func (c Config) Addr() string { return c.env.Addr }
 
 // Routes are the names of the configured routes, in their order.
 func (c Config) Routes() []string {
-	names := make([]string, len(c.routes))
-	for i, r := range c.routes {
+	names := make([]string, len(c.env.Routes))
+	for i, r := range c.env.Routes {
 		names[i] = r.Name
 	}
 	return names

@@ -100,9 +100,9 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		}
 		builtins[name] = builtinHandler(h)
 	}
-	if err := cfg.routes.CheckBuiltins(builtins.Names()); err != nil {
+	if err := cfg.env.Routes.CheckBuiltins(builtins.Names()); err != nil {
 		where := "GATEWAY_ROUTES"
-		if cfg.env.Routes == "" {
+		if cfg.env.RouteSpec == "" {
 			where = "configuration file " + cfg.env.ConfigFile
 		}
 		return nil, fmt.Errorf("configuration: %s: %w", where, err)

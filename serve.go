@@ -167,6 +167,15 @@ func (g *Gateway) parts(ctx context.Context, pool *pgxpool.Pool) (parts, error) 
 	pt.ingester = &ingest.Ingester{Pool: pool, Receipts: pt.store, Enqueuer: pt.enqueuer}
 	pt.rec = g.recoverer
 	pt.rec.Pool, pt.rec.Ingester, pt.rec.Metrics = pool, pt.ingester, pt.m
+	// The series alerts and dashboards read are there, at zero, from the start.
+	known := metrics.Known{Recovery: pt.rec.Providers()}
+	for _, p := range env.Providers.Providers() {
+		known.Providers = append(known.Providers, p.Name())
+	}
+	for _, r := range table {
+		known.Routes = append(known.Routes, r.Name)
+	}
+	pt.m.Declare(known)
 	return pt, nil
 }
 
@@ -225,7 +234,7 @@ func (g *Gateway) handler(pt parts, p *process) http.Handler {
 		MetricsElsewhere: env.MetricsAddr != "",
 		Rejections:       p.recorder,
 		Admin: server.AdminConfig{Token: env.AdminToken.Value(), Pool: pt.pool, Enqueuer: pt.enqueuer, RiverUI: riverUI, Routes: pt.table,
-			NoConsole: env.Console == "off", PublicURL: env.PublicURL},
+			NoConsole: env.Console == "off", PublicURL: env.PublicURL, Recoverer: pt.rec},
 	})
 }
 

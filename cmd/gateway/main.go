@@ -4,7 +4,11 @@
 //
 //	gateway [serve]   run the gateway (the default)
 //	gateway migrate   apply pending migrations and exit
-//	gateway deliveries list|show, replay, send, routes, recover: the operator's commands
+//	gateway healthcheck   exit 0 when the gateway on GATEWAY_ADDR is ready
+//	gateway deliveries list|show|body, replay, routes, audit, recover:
+//	                  the operator's commands, clients of a running gateway's API
+//	gateway send      sign a sample delivery locally and post it
+//	gateway bench     the load tool
 //
 // Configuration is read from the environment; see the README.
 package main
@@ -87,7 +91,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		command = args[0]
 	}
 	switch command {
-	case "serve", "migrate", "deliveries", "replay", "send", "routes", "bench", "recover":
+	case "serve", "migrate", "bench", "send":
+	case "deliveries", "replay", "routes", "audit", "recover":
+		// Clients of a running gateway's operator API: no configuration, no
+		// database.
+		return cli.Run(ctx, cli.Env{Stdout: stdout, Stderr: stderr}, args)
 	case "healthcheck":
 		// The container's HEALTHCHECK: it needs GATEWAY_ADDR alone, not the
 		// whole configuration.
@@ -138,27 +146,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 
-	// The providers: GitHub and Stripe from their variables, and the
-	// configuration file's sources; routes, filters and the CLI name them.
-	_, sources, fileErr := cfg.LoadRoutesAndSources(nil)
-	if fileErr != nil {
-		fmt.Fprintf(stderr, "warning: configuration: %v\n", fileErr)
+	if command == "send" {
+		// A local signer: the provider's secret is the gateway's configuration.
+		return cli.Run(ctx, cli.Env{Providers: cfg.Providers, Addr: cfg.Addr, Stdout: stdout, Stderr: stderr}, args)
 	}
-	registry, err := cfg.Providers(sources)
-	if err != nil {
-		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("configuration: %w", err)}
-	}
+	// The load tool measures a running gateway: it uses that gateway's
+	// database and never starts one beside it.
 	quiet := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	open := func(mode database.Mode) func(ctx context.Context) (*pgxpool.Pool, func(), error) {
-		return func(ctx context.Context) (*pgxpool.Pool, func(), error) {
-			return database.Open(ctx, database.Options{URL: cfg.DatabaseURL.Value(), DataDir: cfg.DataDir,
-				Mode: mode, Conns: 8, Logger: quiet})
-		}
+	open := func(ctx context.Context) (*pgxpool.Pool, func(), error) {
+		return database.Open(ctx, database.Options{URL: cfg.DatabaseURL.Value(), DataDir: cfg.DataDir,
+			Mode: database.ShareOnly, Conns: 8, Logger: quiet})
 	}
-	if command == "bench" {
-		// The load tool measures a running gateway: it uses that gateway's
-		// database and never starts one beside it.
-		return bench.Run(ctx, bench.Env{Config: cfg, Providers: registry, Open: open(database.ShareOnly), Stdout: stdout}, args[1:])
-	}
-	return cli.Run(ctx, cli.Env{Config: cfg, Providers: registry, Open: open(database.ShareOrStart), Stdout: stdout, Stderr: stderr}, args)
+	return bench.Run(ctx, bench.Env{Config: cfg, Providers: cfg.Providers, Open: open, Stdout: stdout}, args[1:])
 }

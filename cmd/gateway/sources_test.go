@@ -190,12 +190,11 @@ func fileSources() (map[string]providers.SourceConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, sources, err := cfg.LoadRoutesAndSources([]string{"log"})
 	byName := map[string]providers.SourceConfig{}
-	for _, p := range sources {
+	for _, p := range cfg.Providers.Providers() {
 		if c, ok := p.(providers.Configured); ok {
 			byName[p.Name()] = c.Source()
 		}
 	}
-	return byName, err
+	return byName, nil
 }

@@ -99,7 +99,7 @@ func Run(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if o.ceiling && strings.TrimSpace(env.Config.Routes) == "" {
+	if o.ceiling && len(env.Config.Routes) == 0 {
 		// Without routes the ceiling would store receipts alone, no dispatch
 		// rows or River jobs, and come out several times too high.
 		return fmt.Errorf("bench: --ceiling does the gateway's database work: set GATEWAY_ROUTES as the gateway has it")
@@ -396,8 +396,8 @@ func runCeiling(ctx context.Context, env Env, o options, gen *generator) (float6
 		return 0, err
 	}
 	defer closeDB()
-	routes, err := env.Config.LoadRoutes(handlers.Default(nil).Names())
-	if err != nil {
+	routes := env.Config.Routes
+	if err := routes.CheckBuiltins(handlers.Default(nil).Names()); err != nil {
 		return 0, err
 	}
 	client, err := dispatch.NewInsertClient(pool, nil)

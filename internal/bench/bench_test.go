@@ -20,6 +20,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/verify"
 )
 
 // The load tool sends what a gateway accepts: every generated delivery
@@ -124,11 +125,23 @@ func TestBenchFailsWhenMostRequestsFail(t *testing.T) {
 // benchEnv is the environment of a gateway with GitHub and Stripe
 // configured, and no database.
 func benchEnv(t *testing.T) Env {
-	cfg := config.Config{GitHubSecrets: config.SecretList{"gh"}, StripeSecrets: config.SecretList{"whsec_s"}, StripeTolerance: time.Minute}
-	registry, err := cfg.Providers(nil)
+	var configured []providers.Provider
+	for _, src := range []providers.SourceConfig{
+		{Name: "github", Kind: "github", Secrets: verify.Secrets{"gh"}},
+		{Name: "stripe", Kind: "stripe", Secrets: verify.Secrets{"whsec_s"}, Tolerance: time.Minute},
+	} {
+		p, err := providers.New(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		configured = append(configured, p)
+	}
+	registry, err := providers.NewRegistry(configured...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg := config.Config{GitHubSecrets: config.SecretList{"gh"}, StripeSecrets: config.SecretList{"whsec_s"}, StripeTolerance: time.Minute,
+		Providers: registry}
 	return Env{
 		Config:    cfg,
 		Providers: registry,

@@ -2,28 +2,32 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
-	"slices"
+	"net/http"
 	"strconv"
-	"strings"
 	"time"
 	"unicode"
 
 	"github.com/hookgate/hookgate/internal/deliveries"
-	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/providers"
-	"github.com/hookgate/hookgate/internal/receipts"
 	"github.com/hookgate/hookgate/internal/recovery"
 )
 
-// recoverCmd runs recovery once: gateway recover github|stripe [--since T]
-// [--dry-run] [--json].
+// recoverTimeout bounds a recovery on demand: the gateway's own bound for a
+// run (rate-limit waits take minutes), and a minute more for the answer.
+const recoverTimeout = 16 * time.Minute
+
+// recoverCmd runs recovery once, in the gateway, with its configuration:
+// gateway recover github|stripe [--since T] [--dry-run] [--json].
 func recoverCmd(ctx context.Context, env Env, args []string) error {
 	fs := flag.NewFlagSet("recover", flag.ContinueOnError)
+	conn := addConnFlags(fs)
 	since := fs.String("since", "", "list from this time (RFC 3339, or a duration ago such as 6h) instead of the checkpoint")
 	dryRun := fs.Bool("dry-run", false, "list and compare; ask for and store nothing")
-	asJSON := fs.Bool("json", false, "JSON output")
+	asJSON := fs.Bool("json", false, "print the API's JSON")
 	rest, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -31,13 +35,9 @@ func recoverCmd(ctx context.Context, env Env, args []string) error {
 	if len(rest) != 1 || (rest[0] != "github" && rest[0] != "stripe") {
 		return usageErr("usage: recover github|stripe [--since T] [--dry-run] [--json]")
 	}
-	opts := recovery.Options{DryRun: *dryRun, Actor: actor()}
-	gh, st, err := recovery.FromConfig(env.Config)
-	if err != nil {
-		return usageErr("recover %s: %v", rest[0], err)
-	}
-	r := &recovery.Recoverer{GitHub: gh, Stripe: st, Lookback: env.Config.RecoveryLookback, Retention: env.Config.Retention}
 	if *since != "" {
+		// Checked here too, so that a typo is a usage error before the
+		// gateway is asked; the gateway checks it again.
 		now := env.Now()
 		t, err := deliveries.ParseTime(*since, now)
 		if err != nil {
@@ -46,30 +46,44 @@ func recoverCmd(ctx context.Context, env Env, args []string) error {
 		if t.After(now) {
 			return usageErr("--since: %s is in the future", t.Format(time.RFC3339))
 		}
-		if floor := r.Floor(now); t.Before(floor) {
-			fmt.Fprintf(env.Stderr, "recover: --since reaches further back than GATEWAY_RECOVERY_LOOKBACK or GATEWAY_RETENTION allow; listing from %s\n",
-				floor.UTC().Format(time.RFC3339))
-		}
-		opts.Since = &t
 	}
-	if !slices.Contains(r.Providers(), rest[0]) {
-		_, err := r.Run(ctx, rest[0], opts)
-		return usageErr("recover %s: %v", rest[0], err)
-	}
-	pool, enq, closeDB, err := openEnqueuer(ctx, env)
+	c, err := conn.client(env)
 	if err != nil {
 		return err
 	}
-	defer closeDB()
-	r.Pool = pool
-	r.Ingester = &ingest.Ingester{Pool: pool, Receipts: &receipts.Store{Retention: env.Config.Retention}, Enqueuer: enq}
-	rep, err := r.Run(ctx, rest[0], opts)
+	long := *c.http
+	long.Timeout = recoverTimeout
+	c.http = &long
+	raw, err := c.send(ctx, http.MethodPost, escape("admin", "recover", rest[0]), nil, map[string]any{"since": *since, "dry_run": *dryRun})
+	var ae *answerError
+	if errors.As(err, &ae) && ae.Code == "recovery_failed" {
+		// The provider's API failed the run: the gateway answers 502 with
+		// what the run did before it failed, in "report".
+		var failed struct {
+			Report json.RawMessage `json:"report"`
+		}
+		if json.Unmarshal(ae.Body, &failed) == nil && failed.Report != nil {
+			raw = failed.Report
+		}
+	} else if err != nil {
+		return err
+	}
 	if *asJSON {
-		if werr := writeJSON(env.Stdout, rep); werr != nil {
-			return werr
+		if perr := printJSON(env.Stdout, raw); perr != nil {
+			return perr
 		}
 		return err
 	}
+	var report recovery.Report
+	if jerr := json.Unmarshal(raw, &report); jerr != nil {
+		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("the gateway's recovery report is not the JSON expected: %w", jerr)}
+	}
+	printReport(env, report)
+	return err
+}
+
+// printReport prints what a run found, asked for, stored and skipped.
+func printReport(env Env, rep recovery.Report) {
 	mode := ""
 	if rep.DryRun {
 		mode = " (dry run: nothing asked for or stored)"
@@ -85,9 +99,8 @@ func recoverCmd(ctx context.Context, env Env, args []string) error {
 		}
 	}
 	for _, sk := range rep.Skipped {
-		fmt.Fprintf(env.Stdout, "  %-9s  %s  (%s)\n", "skipped", shown(sk.DeliveryID), strings.Map(visible, sk.Reason))
+		fmt.Fprintf(env.Stdout, "  %-9s  %s  (%s)\n", "skipped", shown(sk.DeliveryID), printable(sk.Reason))
 	}
-	return err
 }
 
 // shown is an id from a provider's API as a terminal may print it: quoted

@@ -2,25 +2,26 @@ package cli
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"net/http"
+	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/hookgate/hookgate/internal/dispatch"
-	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/routes"
 )
 
-// routesCmd runs routes list|pause|resume, on the gateway's configured routes.
+// routesCmd runs routes list|pause|resume on the gateway's routes.
 func routesCmd(ctx context.Context, env Env, args []string) error {
 	if len(args) == 0 {
 		return usageErr("routes: list, pause or resume?")
 	}
 	fs := flag.NewFlagSet("routes "+args[0], flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print JSON")
+	conn := addConnFlags(fs)
+	asJSON := fs.Bool("json", false, "print the API's JSON")
 	var reason *string
 	if args[0] == "pause" || args[0] == "resume" {
 		reason = fs.String("reason", "", "why, for the audit log")
@@ -42,44 +43,41 @@ func routesCmd(ctx context.Context, env Env, args []string) error {
 	case args[0] != "list":
 		return usageErr("routes: unknown command %q", args[0])
 	}
-	table, err := env.Config.LoadRoutes(handlers.Default(nil).Names())
+	c, err := conn.client(env)
 	if err != nil {
 		return err
 	}
-	pool, closeDB, err := env.Open(ctx)
+	var raw json.RawMessage
+	if args[0] == "list" {
+		err = c.do(ctx, http.MethodGet, "/admin/routes", nil, nil, &raw)
+	} else {
+		err = c.do(ctx, http.MethodPost, escape("admin", "routes", rest[0], args[0]), nil, map[string]string{"reason": *reason}, &raw)
+		if statusOf(err) == http.StatusNotFound {
+			if names, nerr := c.routeNames(ctx); nerr == nil {
+				return &ExitError{Code: ExitFailed, Err: fmt.Errorf("the gateway has no route named %q (its routes: %s)", rest[0], strings.Join(names, ", "))}
+			}
+		}
+	}
 	if err != nil {
-		return err
-	}
-	defer closeDB()
-
-	var views []routes.View
-	switch args[0] {
-	case "list":
-		views, err = routes.List(ctx, pool, table)
-	default:
-		client, cerr := dispatch.NewInsertClient(pool, nil)
-		if cerr != nil {
-			return cerr
-		}
-		change := routes.Pause
-		if args[0] == "resume" {
-			change = routes.Resume
-		}
-		var v routes.View
-		v, err = change(ctx, pool, client, table, rest[0], routes.Change{Actor: actor(), Reason: *reason})
-		views = []routes.View{v}
-	}
-	switch {
-	case errors.Is(err, routes.ErrNotFound):
-		return &ExitError{Code: ExitNotFound, Err: fmt.Errorf("no route named %q is configured", rest[0])}
-	case err != nil:
 		return err
 	}
 	if *asJSON {
-		if args[0] == "list" {
-			return writeJSON(env.Stdout, map[string]any{"routes": views})
+		return printJSON(env.Stdout, raw)
+	}
+	var views []routes.View
+	if args[0] == "list" {
+		var answer struct {
+			Routes []routes.View `json:"routes"`
 		}
-		return writeJSON(env.Stdout, views[0])
+		err = json.Unmarshal(raw, &answer)
+		views = answer.Routes
+	} else {
+		var v routes.View
+		err = json.Unmarshal(raw, &v)
+		views = []routes.View{v}
+	}
+	if err != nil {
+		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("the gateway's routes are not the JSON expected: %w", err)}
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tSTATE\tCIRCUIT\tPENDING\tRUNNING\tRETRYING\tOK 5M\tFAILED 5M\tLAST SUCCESS\tTARGET")
@@ -89,7 +87,7 @@ func routesCmd(ctx context.Context, env Env, args []string) error {
 			last = v.LastSuccessAt.Local().Format(time.DateTime)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", v.Name, v.State, v.Circuit,
-			v.Backlog.Pending, v.Backlog.Running, v.Backlog.Retrying, v.Succeeded5m, v.Failed5m, last, v.Target)
+			v.Backlog.Pending, v.Backlog.Running, v.Backlog.Retrying, v.Succeeded5m, v.Failed5m, last, printable(v.Target))
 	}
 	return tw.Flush()
 }

@@ -18,12 +18,13 @@ import (
 )
 
 // send signs a delivery with the configured secret, as the provider would, and
-// posts it.
+// posts it: a local signer, the one command that reads the gateway's own
+// configuration (the provider's secret) instead of asking its API.
 func send(ctx context.Context, env Env, args []string) error {
 	fs := flag.NewFlagSet("send", flag.ContinueOnError)
 	event := fs.String("event", "", "event name: ping, push, pull_request.opened, invoice.paid, customer.subscription.updated, ...")
 	file := fs.String("file", "", "send this file's bytes as the payload instead of a sample")
-	target := fs.String("url", localURL(env.Config.Addr), "the gateway, or its full webhook URL (default: GATEWAY_ADDR on this machine)")
+	target := fs.String("url", "", "the gateway, or its full webhook URL (default: HOOKGATE_URL, else GATEWAY_ADDR on this machine)")
 	asJSON := fs.Bool("json", false, "print the gateway's JSON answer")
 	rest, err := parse(fs, args)
 	if err != nil {
@@ -35,6 +36,12 @@ func send(ctx context.Context, env Env, args []string) error {
 	provider := rest[0]
 	if *event == "" {
 		return usageErr("send: --event is required")
+	}
+	if *target == "" {
+		*target = env.getenv("HOOKGATE_URL")
+	}
+	if *target == "" {
+		*target = localURL(env.Addr)
 	}
 	u, err := url.Parse(*target)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -1,7 +1,11 @@
-// Package config reads hookgate's configuration from the environment into one
-// struct and validates it, naming the variable and what is wrong. Secrets are
-// redacted whenever the configuration is printed, and each secret may instead
-// be read from the file named by its _FILE variant (GITHUB_WEBHOOK_SECRET_FILE).
+// Package config is hookgate's one configuration loader: Load reads the
+// environment and the YAML configuration file GATEWAY_CONFIG_FILE names
+// (routes with their limits and filters, sources) into one Config, with the
+// fan-out table and the provider registry ready, and says what is wrong by
+// variable, file line and key, never by a value that may be a secret.
+// Secrets are redacted whenever the configuration is printed, and each secret
+// may instead be read from the file named by its _FILE variant
+// (GITHUB_WEBHOOK_SECRET_FILE).
 package config
 
 import (
@@ -52,9 +56,11 @@ type Config struct {
 	MetricsAddr string `envconfig:"GATEWAY_METRICS_ADDR"`
 	// Retention is how long receipts are kept; at least 72h. Defaults to 720h.
 	Retention time.Duration `envconfig:"GATEWAY_RETENTION" default:"720h"`
-	// Routes is the fan-out table (see fanout.Parse). Empty: deliveries
-	// are stored and nothing is dispatched.
-	Routes string `envconfig:"GATEWAY_ROUTES"`
+	// RouteSpec is GATEWAY_ROUTES, the fan-out table in one line (see
+	// fanout.Parse), unless the configuration file lists routes. Empty:
+	// deliveries are stored and nothing is dispatched. A Secret: a target may
+	// carry a credential.
+	RouteSpec Secret `envconfig:"GATEWAY_ROUTES"`
 	// ForwardSecrets sign what the forwarder sends, comma-separated: each
 	// forward carries one signature per secret, so a target holding any one
 	// of them verifies it (rotation: add the new secret after the old, then
@@ -100,6 +106,15 @@ type Config struct {
 	// back a run looks at most.
 	RecoveryInterval time.Duration `envconfig:"GATEWAY_RECOVERY_INTERVAL" default:"5m"`
 	RecoveryLookback time.Duration `envconfig:"GATEWAY_RECOVERY_LOOKBACK" default:"72h"`
+
+	// Routes is the fan-out table, from the configuration file or
+	// GATEWAY_ROUTES, each route's limits defaulting to RouteDefaults. A
+	// builtin target's handler is not checked: the handlers are known only
+	// to who runs them (fanout.Table.CheckBuiltins).
+	Routes fanout.Table `ignored:"true"`
+	// Providers are the senders configured: GitHub and Stripe from their
+	// variables, then the configuration file's sources.
+	Providers *providers.Registry `ignored:"true"`
 }
 
 // RouteDefaults are the limits of a route that sets none of its own.
@@ -107,29 +122,12 @@ func (c Config) RouteDefaults() fanout.Defaults {
 	return fanout.Defaults{Concurrency: c.Workers, Timeout: c.ForwardTimeout, MaxAttempts: c.MaxAttempts}
 }
 
-// LoadRoutes returns the fan-out table, from the configuration file or
-// GATEWAY_ROUTES; a builtin target must name one of builtins.
-func (c Config) LoadRoutes(builtins []string) (fanout.Table, error) {
-	t, _, err := c.LoadRoutesAndSources(builtins)
-	return t, err
-}
-
-// LoadRoutesAndSources is LoadRoutes that also returns the sources the
-// configuration file configures.
-func (c Config) LoadRoutesAndSources(builtins []string) (fanout.Table, []providers.Provider, error) {
-	t, sources, err := fanout.LoadWithSources(c.Routes, c.ConfigFile, builtins, c.RouteDefaults())
-	if errors.Is(err, fanout.ErrBadTable) {
-		return nil, nil, fmt.Errorf("GATEWAY_ROUTES: %w", err)
-	}
-	return t, sources, err
-}
-
-// Providers returns the gateway's provider registry: the built-in providers
+// registry returns the gateway's provider registry: the built-in providers
 // the environment configures, as sources like the configuration file's
 // (GITHUB_WEBHOOK_SECRET makes the source github, of kind github;
 // STRIPE_WEBHOOK_SECRET with STRIPE_TOLERANCE the source stripe, of kind
-// stripe), then sources, the configuration file's (LoadRoutesAndSources).
-func (c Config) Providers(sources []providers.Provider) (*providers.Registry, error) {
+// stripe), then sources, the configuration file's.
+func (c Config) registry(sources []providers.Provider) (*providers.Registry, error) {
 	var configured []providers.Provider
 	for _, src := range []providers.SourceConfig{
 		{Name: "github", Kind: "github", Secrets: verify.Secrets(c.GitHubSecrets)},
@@ -165,7 +163,9 @@ func expected(perr *envconfig.ParseError) string {
 // and Stripe retries for up to 3 days, and a receipt must outlive both.
 const MinRetention = 72 * time.Hour
 
-// Load reads the environment and validates the result.
+// Load reads the environment and the configuration file, checks them, and
+// returns the configuration with its routes and providers. Its error names
+// every variable, file line and key that is wrong.
 func Load() (Config, error) {
 	var c Config
 	restore, err := readSecretFiles()
@@ -181,7 +181,18 @@ func Load() (Config, error) {
 		}
 		return c, err
 	}
-	return c, c.Validate()
+	if err := c.Validate(); err != nil {
+		return c, err
+	}
+	routes, sources, err := routesAndSources(c.RouteSpec.Value(), c.ConfigFile, c.RouteDefaults())
+	if err != nil {
+		return c, err
+	}
+	if c.Providers, err = c.registry(sources); err != nil {
+		return c, err
+	}
+	c.Routes = routes
+	return c, nil
 }
 
 // Validate checks the values that parse but make no sense.

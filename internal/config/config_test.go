@@ -19,7 +19,7 @@ func TestLoadDefaults(t *testing.T) {
 		"STRIPE_TOLERANCE", "GATEWAY_ADMIN_TOKEN", "GATEWAY_MAX_BODY_BYTES", "GATEWAY_RETENTION", "GATEWAY_ROUTES",
 		"GATEWAY_FORWARD_SECRET", "GATEWAY_FORWARD_TIMEOUT", "GATEWAY_MAX_ATTEMPTS", "GATEWAY_WORKERS",
 		"GATEWAY_MAX_INFLIGHT_BYTES", "GATEWAY_METRICS_ADDR", "GATEWAY_CONSOLE", "GATEWAY_RECOVERY_INTERVAL", "GATEWAY_RECOVERY_LOOKBACK",
-		"GITHUB_API_URL", "STRIPE_API_URL", "GITHUB_RECOVERY_HOOKS", "GITHUB_TOKEN", "STRIPE_API_KEY"} {
+		"GITHUB_API_URL", "STRIPE_API_URL", "GITHUB_RECOVERY_HOOKS", "GITHUB_TOKEN", "STRIPE_API_KEY", "GATEWAY_CONFIG_FILE"} {
 		t.Setenv(name, "")
 		os.Unsetenv(name)
 	}
@@ -29,7 +29,7 @@ func TestLoadDefaults(t *testing.T) {
 	}
 	if c.DataDir != "./.data" || c.Addr != ":8080" || c.StripeTolerance != 5*time.Minute || c.MaxBodyBytes != 26214400 ||
 		c.Retention != 720*time.Hour || c.ForwardTimeout != 10*time.Second || c.MaxAttempts != 25 || c.Workers != 50 ||
-		c.DatabaseURL != "" || len(c.GitHubSecrets) != 0 || c.Routes != "" || c.MaxInflightBytes != 256<<20 || c.MetricsAddr != "" ||
+		c.DatabaseURL != "" || len(c.GitHubSecrets) != 0 || len(c.Routes) != 0 || len(c.Providers.Providers()) != 0 || c.MaxInflightBytes != 256<<20 || c.MetricsAddr != "" ||
 		c.Console != "on" || c.RecoveryInterval != 5*time.Minute || c.RecoveryLookback != 72*time.Hour ||
 		c.GitHubAPIURL != "https://api.github.com" || c.StripeAPIURL != "https://api.stripe.com" {
 		t.Fatalf("defaults = %+v", c)
@@ -118,6 +118,7 @@ func TestSecretsNeverPrint(t *testing.T) {
 	t.Setenv("GITHUB_WEBHOOK_SECRET", "gh-one, gh-two")
 	t.Setenv("GATEWAY_ADMIN_TOKEN", "admintoken")
 	t.Setenv("DATABASE_URL", "postgres://u:dbpassword@h/db")
+	t.Setenv("GATEWAY_ROUTES", "billing=github:push>https://u:targetpassword@billing.internal/hook?token=targettoken")
 	c, err := config.Load()
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +128,7 @@ func TestSecretsNeverPrint(t *testing.T) {
 	}
 	for _, format := range []string{"%v", "%+v", "%#v", "%s"} {
 		out := fmt.Sprintf(format, c)
-		for _, secret := range []string{"gh-one", "gh-two", "admintoken", "dbpassword"} {
+		for _, secret := range []string{"gh-one", "gh-two", "admintoken", "dbpassword", "targetpassword", "targettoken"} {
 			if strings.Contains(out, secret) {
 				t.Fatalf("%s shows %q: %s", format, secret, out)
 			}
@@ -210,10 +211,7 @@ func TestEveryBuiltinKindIsConfiguredByItsVariable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			registry, err := c.Providers(nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			registry := c.Providers
 			src, _, ok := registry.Source(k)
 			if !ok || src.Name != k || src.Kind != k || len(src.Secrets) != 2 || len(registry.Providers()) != 1 {
 				t.Fatalf("%s set: source %+v (%v), %d configured", providers.Kinds[k].Env, src, ok, len(registry.Providers()))

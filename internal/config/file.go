@@ -1,4 +1,4 @@
-package fanout
+package config
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/filter"
 	"github.com/hookgate/hookgate/internal/providers"
 )
@@ -24,16 +25,6 @@ import (
 // the key with its line; never the value of secret_env or target_env, nor
 // what the variable they name holds.
 var ErrBadFile = errors.New("configuration file")
-
-// Limits on what a route may ask for, so that a typo cannot exhaust a process
-// or the database.
-const (
-	MaxConcurrency = 10_000
-	MaxRate        = 100_000
-	MaxMaxAttempts = 1_000
-	MaxTimeout     = time.Hour
-	MaxCooldown    = 24 * time.Hour
-)
 
 // The keys each level of the file may hold; anything else is refused.
 var (
@@ -63,54 +54,59 @@ type fileRoute struct {
 	Filter *string `yaml:"filter"`
 }
 
-// Load returns the fan-out table: from the configuration file at path when it
-// lists routes, else from GATEWAY_ROUTES (spec). Both at once is an error.
-func Load(spec, path string, builtins []string, d Defaults) (Table, error) {
-	t, _, err := LoadWithSources(spec, path, builtins, d)
-	return t, err
-}
-
-// LoadWithSources is Load that also returns the sources the file configures,
-// which the routes (from the file or spec) may name.
-func LoadWithSources(spec, path string, builtins []string, d Defaults) (Table, []providers.Provider, error) {
+// routesAndSources returns the fan-out table and the configuration file's
+// sources: the routes from the file at path when it lists routes, else from
+// GATEWAY_ROUTES (spec), which may name the file's sources. Both at once is
+// an error. A builtin target's name is left to fanout.Table.CheckBuiltins,
+// once the handlers are known.
+func routesAndSources(spec, path string, d fanout.Defaults) (fanout.Table, []providers.Provider, error) {
 	if path == "" {
-		t, err := Parse(spec, builtins, d)
+		t, err := parseSpec(spec, d)
 		return t, nil, err
 	}
-	f, err := ReadFile(path, builtins, d)
+	f, err := readFile(path, d)
 	if err != nil {
 		return nil, nil, err
 	}
-	if !f.RoutesListed {
-		for _, src := range f.Sources {
+	if !f.routesListed {
+		for _, src := range f.sources {
 			d.Sources = append(d.Sources, src.Name())
 		}
-		t, err := Parse(spec, builtins, d)
-		return t, f.Sources, err
+		t, err := parseSpec(spec, d)
+		return t, f.sources, err
 	}
 	if strings.TrimSpace(spec) != "" {
 		return nil, nil, fmt.Errorf("%w %s: routes are given both here and in GATEWAY_ROUTES; keep one", ErrBadFile, path)
 	}
-	return f.Routes, f.Sources, nil
+	return f.routes, f.sources, nil
 }
 
-// File is what the configuration file holds.
-type File struct {
-	// Routes are the file's routes; RoutesListed says whether it has a
+// parseSpec parses GATEWAY_ROUTES, its errors named by the variable.
+func parseSpec(spec string, d fanout.Defaults) (fanout.Table, error) {
+	t, err := fanout.Parse(spec, nil, d)
+	if err != nil {
+		return nil, fmt.Errorf("GATEWAY_ROUTES: %w", err)
+	}
+	return t, nil
+}
+
+// file is what the configuration file holds.
+type file struct {
+	// routes are the file's routes; routesListed says whether it has a
 	// routes key at all.
-	Routes       Table
-	RoutesListed bool
-	// Sources are the senders besides GitHub and Stripe, checked and ready.
-	Sources []providers.Provider
+	routes       fanout.Table
+	routesListed bool
+	// sources are the senders besides GitHub and Stripe, checked and ready.
+	sources []providers.Provider
 }
 
-// ReadFile reads the YAML configuration file at path. Each route's limits
-// left out are d's, its circuit DefaultCircuit's. A target_env names the
+// readFile reads the YAML configuration file at path. Each route's limits
+// left out are d's, its circuit fanout.DefaultCircuit's. A target_env names the
 // variable holding the target's URL (or its _FILE variant, a file holding
 // it), so that a URL carrying a credential stays out of the file; a source's
 // secret_env names the variable holding its secrets, likewise.
-func ReadFile(path string, builtins []string, d Defaults) (File, error) {
-	var f File
+func readFile(path string, d fanout.Defaults) (file, error) {
+	var f file
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return f, fmt.Errorf("%w: %w", ErrBadFile, err)
@@ -154,7 +150,7 @@ func ReadFile(path string, builtins []string, d Defaults) (File, error) {
 				return f, bad("%s: %w", where, keyErrors(n)("name", "%s is used by another source", src.Name()))
 			}
 			seen[src.Name()] = true
-			f.Sources = append(f.Sources, src)
+			f.sources = append(f.sources, src)
 			d.Sources = append(d.Sources, src.Name())
 		}
 	}
@@ -162,14 +158,14 @@ func ReadFile(path string, builtins []string, d Defaults) (File, error) {
 	if list == nil {
 		return f, nil
 	}
-	f.RoutesListed = true
+	f.routesListed = true
 	if list.Kind != yaml.SequenceNode {
 		return f, bad("line %d: routes must be a list of routes", list.Line)
 	}
 	seen := map[string]bool{}
 	for i, n := range list.Content {
 		where := itemName("route", i, n)
-		r, err := readRoute(n, builtins, d)
+		r, err := readRoute(n, d)
 		if err != nil {
 			return f, bad("%s: %w", where, err)
 		}
@@ -177,7 +173,7 @@ func ReadFile(path string, builtins []string, d Defaults) (File, error) {
 			return f, bad("%s: %w", where, keyErrors(n)("name", "%s is used by another route", r.Name))
 		}
 		seen[r.Name] = true
-		f.Routes = append(f.Routes, r)
+		f.routes = append(f.routes, r)
 	}
 	return f, nil
 }
@@ -263,35 +259,35 @@ func readSource(n *yaml.Node) (providers.Provider, error) {
 }
 
 // readRoute reads and checks one route of the file.
-func readRoute(n *yaml.Node, builtins []string, d Defaults) (Route, error) {
+func readRoute(n *yaml.Node, d fanout.Defaults) (fanout.Route, error) {
 	if err := checkKeys(n, routeKeys); err != nil {
-		return Route{}, err
+		return fanout.Route{}, err
 	}
 	if c := value(n, "circuit"); c != nil {
 		if err := checkKeys(c, circuitKeys); err != nil {
-			return Route{}, fmt.Errorf("circuit: %w", err)
+			return fanout.Route{}, fmt.Errorf("circuit: %w", err)
 		}
 	}
 	bad := keyErrors(n)
 	for _, key := range []string{"concurrency", "max_attempts", "circuit.failures"} {
 		// The decoder would cut 8.5 down to 8.
 		if v := valueAt(n, key); v != nil && v.Kind == yaml.ScalarNode && v.ShortTag() == "!!float" {
-			return Route{}, bad(key, "must be a whole number, got %s", v.Value)
+			return fanout.Route{}, bad(key, "must be a whole number, got %s", v.Value)
 		}
 	}
 	var f fileRoute
 	if err := n.Decode(&f); err != nil {
-		return Route{}, errors.New(strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n  "))
+		return fanout.Route{}, errors.New(strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n  "))
 	}
-	r := Route{Name: f.Name, Concurrency: d.Concurrency, Timeout: d.Timeout, MaxAttempts: d.MaxAttempts, Circuit: DefaultCircuit}
-	if !routeNameRE.MatchString(f.Name) {
-		return r, bad("name", "must be 1-64 of a-z, 0-9, _ and -, starting with a letter or digit")
+	r := fanout.Route{Name: f.Name, Concurrency: d.Concurrency, Timeout: d.Timeout, MaxAttempts: d.MaxAttempts, Circuit: fanout.DefaultCircuit}
+	if err := fanout.CheckName(f.Name); err != nil {
+		return r, bad("name", "%w", err)
 	}
 	if len(f.Match) == 0 {
 		return r, bad("match", "list at least one provider:pattern")
 	}
 	for _, m := range f.Match {
-		match, err := parseMatch(m, d.Sources)
+		match, err := fanout.ParseMatch(m, d.Sources)
 		if err != nil {
 			return r, bad("match", "%w", err)
 		}
@@ -305,7 +301,7 @@ func readRoute(n *yaml.Node, builtins []string, d Defaults) (Route, error) {
 		if err != nil {
 			return r, bad("target_env", "%w", err)
 		}
-		if err := checkTarget(target, builtins); err != nil {
+		if err := fanout.CheckTarget(target); err != nil {
 			return r, bad("target_env", "the value of the variable it names (not shown): %w", err)
 		}
 		r.Target = target
@@ -314,7 +310,7 @@ func readRoute(n *yaml.Node, builtins []string, d Defaults) (Route, error) {
 			// Secrets never go in the file.
 			return r, bad("target", "a URL with a user or password is a credential; put it in a variable and name it with target_env")
 		}
-		if err := checkTarget(f.Target, builtins); err != nil {
+		if err := fanout.CheckTarget(f.Target); err != nil {
 			return r, bad("target", "%w", err)
 		}
 		r.Target = f.Target
@@ -322,13 +318,13 @@ func readRoute(n *yaml.Node, builtins []string, d Defaults) (Route, error) {
 		return r, bad("target", "give target or target_env")
 	}
 	if f.Concurrency != nil {
-		if *f.Concurrency < 1 || *f.Concurrency > MaxConcurrency {
-			return r, bad("concurrency", "must be 1 to %d, got %d", MaxConcurrency, *f.Concurrency)
+		if *f.Concurrency < 1 || *f.Concurrency > fanout.MaxConcurrency {
+			return r, bad("concurrency", "must be 1 to %d, got %d", fanout.MaxConcurrency, *f.Concurrency)
 		}
 		r.Concurrency = *f.Concurrency
 	}
 	if f.Rate != "" {
-		rate, err := ParseRate(f.Rate)
+		rate, err := parseRate(f.Rate)
 		if err != nil {
 			return r, bad("rate", "%w", err)
 		}
@@ -336,14 +332,14 @@ func readRoute(n *yaml.Node, builtins []string, d Defaults) (Route, error) {
 	}
 	if f.Timeout != "" {
 		timeout, err := time.ParseDuration(f.Timeout)
-		if err != nil || timeout <= 0 || timeout > MaxTimeout {
-			return r, bad("timeout", "must be a duration above 0 and at most %s, got %q", MaxTimeout, f.Timeout)
+		if err != nil || timeout <= 0 || timeout > fanout.MaxTimeout {
+			return r, bad("timeout", "must be a duration above 0 and at most %s, got %q", fanout.MaxTimeout, f.Timeout)
 		}
 		r.Timeout = timeout
 	}
 	if f.MaxAttempts != nil {
-		if *f.MaxAttempts < 1 || *f.MaxAttempts > MaxMaxAttempts {
-			return r, bad("max_attempts", "must be 1 to %d, got %d", MaxMaxAttempts, *f.MaxAttempts)
+		if *f.MaxAttempts < 1 || *f.MaxAttempts > fanout.MaxMaxAttempts {
+			return r, bad("max_attempts", "must be 1 to %d, got %d", fanout.MaxMaxAttempts, *f.MaxAttempts)
 		}
 		r.MaxAttempts = *f.MaxAttempts
 	}
@@ -363,8 +359,8 @@ func readRoute(n *yaml.Node, builtins []string, d Defaults) (Route, error) {
 		}
 		if c.Cooldown != "" {
 			cooldown, err := time.ParseDuration(c.Cooldown)
-			if err != nil || cooldown <= 0 || cooldown > MaxCooldown {
-				return r, bad("circuit.cooldown", "must be a duration above 0 and at most %s, got %q", MaxCooldown, c.Cooldown)
+			if err != nil || cooldown <= 0 || cooldown > fanout.MaxCooldown {
+				return r, bad("circuit.cooldown", "must be a duration above 0 and at most %s, got %q", fanout.MaxCooldown, c.Cooldown)
 			}
 			r.Circuit.Cooldown = cooldown
 		}
@@ -375,20 +371,20 @@ func readRoute(n *yaml.Node, builtins []string, d Defaults) (Route, error) {
 var rateRE = regexp.MustCompile(`^([0-9]{1,9})/([sm])$`)
 
 // ParseRate parses a rate: N/s (attempts in any second) or N/m (any minute).
-func ParseRate(s string) (Rate, error) {
+func parseRate(s string) (fanout.Rate, error) {
 	m := rateRE.FindStringSubmatch(strings.TrimSpace(s))
 	if m == nil {
-		return Rate{}, fmt.Errorf("must be N/s or N/m, got %q", s)
+		return fanout.Rate{}, fmt.Errorf("must be N/s or N/m, got %q", s)
 	}
 	n, _ := strconv.Atoi(m[1])
-	if n < 1 || n > MaxRate {
-		return Rate{}, fmt.Errorf("N must be 1 to %d, got %d", MaxRate, n)
+	if n < 1 || n > fanout.MaxRate {
+		return fanout.Rate{}, fmt.Errorf("N must be 1 to %d, got %d", fanout.MaxRate, n)
 	}
 	per := time.Second
 	if m[2] == "m" {
 		per = time.Minute
 	}
-	return Rate{N: n, Per: per}, nil
+	return fanout.Rate{N: n, Per: per}, nil
 }
 
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

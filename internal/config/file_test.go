@@ -1,4 +1,4 @@
-package fanout_test
+package config_test
 
 import (
 	"errors"
@@ -9,12 +9,33 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/filter"
 	"github.com/hookgate/hookgate/internal/providers"
 )
 
-var defaults = fanout.Defaults{Concurrency: 50, Timeout: 10 * time.Second, MaxAttempts: 25}
+// load is Load with GATEWAY_ROUTES spec and GATEWAY_CONFIG_FILE path, and no
+// built-in provider configured: each route's limits are the environment's
+// defaults (50 workers, 10s, 25 attempts).
+func load(t *testing.T, spec, path string) (config.Config, error) {
+	t.Helper()
+	t.Setenv("GATEWAY_ROUTES", spec)
+	t.Setenv("GATEWAY_CONFIG_FILE", path)
+	for _, k := range providers.Builtins() {
+		t.Setenv(providers.Kinds[k].Env, "")
+	}
+	return config.Load()
+}
+
+// sources are the configured providers' names, in order.
+func sources(c config.Config) []string {
+	var names []string
+	for _, p := range c.Providers.Providers() {
+		names = append(names, p.Name())
+	}
+	return names
+}
 
 func writeFile(t *testing.T, text string) string {
 	t.Helper()
@@ -49,18 +70,19 @@ routes:
     match: ["*:*"]
     target: builtin:log
 `)
-	table, err := fanout.Load("", path, []string{"log"}, defaults)
+	cfg, err := load(t, "", path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	table := cfg.Routes
 	want := fanout.Table{
-		{Name: "ci", Matches: []fanout.Match{{"github", "push"}, {"github", "pull_request.*"}}, Target: "http://127.0.0.1:9000/ci",
+		{Name: "ci", Matches: []fanout.Match{{Provider: "github", Pattern: "push"}, {Provider: "github", Pattern: "pull_request.*"}}, Target: "http://127.0.0.1:9000/ci",
 			Concurrency: 8, Rate: fanout.Rate{N: 20, Per: time.Second}, Timeout: 5 * time.Second, MaxAttempts: 10,
 			Circuit: fanout.Circuit{Failures: 5, Cooldown: time.Minute}},
-		{Name: "billing", Matches: []fanout.Match{{"stripe", "invoice.*"}}, Target: "https://user:pw@billing.internal/stripe?token=t",
+		{Name: "billing", Matches: []fanout.Match{{Provider: "stripe", Pattern: "invoice.*"}}, Target: "https://user:pw@billing.internal/stripe?token=t",
 			Concurrency: 50, Rate: fanout.Rate{N: 600, Per: time.Minute}, Timeout: 10 * time.Second, MaxAttempts: 25,
 			Circuit: fanout.Circuit{Failures: 0, Cooldown: 30 * time.Second}},
-		{Name: "audit", Matches: []fanout.Match{{"*", "*"}}, Target: "builtin:log",
+		{Name: "audit", Matches: []fanout.Match{{Provider: "*", Pattern: "*"}}, Target: "builtin:log",
 			Concurrency: 50, Timeout: 10 * time.Second, MaxAttempts: 25, Circuit: fanout.DefaultCircuit},
 	}
 	if len(table) != len(want) {
@@ -86,16 +108,16 @@ routes:
 // A file without routes leaves them to GATEWAY_ROUTES; routes in both places
 // stop the gateway, naming both.
 func TestLoadTakesRoutesFromOnePlace(t *testing.T) {
-	t.Parallel()
 	env := "ci=github:push>http://127.0.0.1:9000/ci"
 	empty := writeFile(t, "# routes come from GATEWAY_ROUTES\n{}\n")
-	table, err := fanout.Load(env, empty, nil, defaults)
+	cfg, err := load(t, env, empty)
+	table := cfg.Routes
 	if err != nil || len(table) != 1 || table[0].Name != "ci" || table[0].Concurrency != 50 || table[0].Circuit != fanout.DefaultCircuit {
 		t.Fatalf("Load = %+v, %v", table, err)
 	}
 	both := writeFile(t, "routes:\n  - {name: a, match: [\"github:push\"], target: \"http://x/\"}\n")
-	_, err = fanout.Load(env, both, nil, defaults)
-	if !errors.Is(err, fanout.ErrBadFile) || !strings.Contains(err.Error(), "GATEWAY_ROUTES") || !strings.Contains(err.Error(), both) {
+	_, err = load(t, env, both)
+	if !errors.Is(err, config.ErrBadFile) || !strings.Contains(err.Error(), "GATEWAY_ROUTES") || !strings.Contains(err.Error(), both) {
 		t.Fatalf("both: %v", err)
 	}
 }
@@ -129,7 +151,6 @@ func TestReadFileRefusesWhatIsWrong(t *testing.T) {
 		{"routes:\n  - name: ci\n    match: [\"github:push\"]\n    target: ftp://u:secretpw@x/\n", `key target`},
 		{"routes:\n  - name: ci\n    match: [\"github:push\"]\n    target: http://x/\n    target_env: X\n", `give one`},
 		{"routes:\n  - name: ci\n    match: [\"github:push\"]\n    target_env: EMPTY_TARGET\n", `route "ci" (line 2): line 4: key target_env: the variable it names is not set`},
-		{"routes:\n  - name: ci\n    match: [\"github:push\"]\n    target: builtin:nope\n", `no builtin handler`},
 		{"routes:\n  - name: ci\n    match: [\"github:push\"]\n    target: http://u:secretpw@x/\n", `key target: a URL with a user or password`},
 		{"routes: {name: ci}\n", `routes must be a list`},
 		{"routes:\n  - name: ci\n" + ok + "    concurrency: many\n", `route "ci" (line 2)`},
@@ -139,8 +160,8 @@ func TestReadFileRefusesWhatIsWrong(t *testing.T) {
 		{"routes:\n  - name: ci\n" + ok + "    filter: ''\n", `key filter: invalid filter: empty`},
 	} {
 		path := writeFile(t, tt.text)
-		_, err := fanout.Load("", path, []string{"log"}, defaults)
-		if !errors.Is(err, fanout.ErrBadFile) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), tt.want) {
+		_, err := load(t, "", path)
+		if !errors.Is(err, config.ErrBadFile) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q:\n got %v\nwant %s: ... %s", tt.text, err, path, tt.want)
 		}
 		if err != nil && strings.Contains(err.Error(), "secretpw") {
@@ -162,10 +183,11 @@ routes:
     match: ["github:pull_request"]
     target: http://127.0.0.1:9000/all
 `)
-	table, err := fanout.Load("", path, nil, defaults)
+	cfg, err := load(t, "", path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	table := cfg.Routes
 	if table[0].Filter == nil || table[1].Filter != nil {
 		t.Fatalf("filters: %v, %v", table[0].Filter, table[1].Filter)
 	}
@@ -220,14 +242,15 @@ routes:
     match: ["clerk:user.*", "gl:merge_request.open"]
     target: builtin:log
 `)
-	table, sources, err := fanout.LoadWithSources("", path, []string{"log"}, defaults)
+	cfg, err := load(t, "", path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(sources) != 2 || sources[0].Name() != "clerk" || sources[1].Name() != "gl" {
-		t.Fatalf("sources: %v", sources)
+	table := cfg.Routes
+	if got := sources(cfg); !slices.Equal(got, []string{"clerk", "gl"}) {
+		t.Fatalf("sources: %v", got)
 	}
-	gl := sources[1].(providers.Configured).Source()
+	gl, _, _ := cfg.Providers.Source("gl")
 	if !slices.Equal([]string(gl.Secrets), []string{"new-token", "old-token"}) {
 		t.Errorf("secrets from GITLAB_TOKEN_FILE: %q", gl.Secrets)
 	}
@@ -236,8 +259,8 @@ routes:
 	}
 	// Routes from GATEWAY_ROUTES may name the file's sources too.
 	onlySources := writeFile(t, "sources:\n  - {name: clerk, kind: standard-webhooks, secret_env: CLERK_SECRET}\n")
-	if table, _, err := fanout.LoadWithSources("u=clerk:user.*>builtin:log", onlySources, []string{"log"}, defaults); err != nil || len(table) != 1 {
-		t.Errorf("GATEWAY_ROUTES naming a source of the file: %v, %v", table, err)
+	if cfg, err := load(t, "u=clerk:user.*>builtin:log", onlySources); err != nil || len(cfg.Routes) != 1 {
+		t.Errorf("GATEWAY_ROUTES naming a source of the file: %v, %v", cfg.Routes, err)
 	}
 
 	t.Setenv("EMPTY_SECRET", "")
@@ -261,8 +284,8 @@ routes:
 		{"routes:\n  - {name: r, match: [\"clerk:user\"], target: builtin:log}\n", `key match`},
 	} {
 		path := writeFile(t, tt.text)
-		_, _, err := fanout.LoadWithSources("", path, []string{"log"}, defaults)
-		if !errors.Is(err, fanout.ErrBadFile) || !strings.Contains(err.Error(), tt.want) {
+		_, err := load(t, "", path)
+		if !errors.Is(err, config.ErrBadFile) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q:\n got %v\nwant ... %s", tt.text, err, tt.want)
 		}
 		if err != nil && strings.Contains(err.Error(), "whsec_") {
@@ -309,8 +332,8 @@ func TestReadFileErrorsNeverShowASecret(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			path := writeFile(t, tt.text)
-			_, _, err := fanout.LoadWithSources("", path, []string{"log"}, defaults)
-			if !errors.Is(err, fanout.ErrBadFile) || !strings.Contains(err.Error(), path+": "+tt.want) {
+			_, err := load(t, "", path)
+			if !errors.Is(err, config.ErrBadFile) || !strings.Contains(err.Error(), path+": "+tt.want) {
 				t.Errorf("got  %v\nwant %s: %s", err, path, tt.want)
 			}
 			if err != nil && (strings.Contains(err.Error(), hexSecret) || strings.Contains(err.Error(), whsecSecret) ||
@@ -318,24 +341,5 @@ func TestReadFileErrorsNeverShowASecret(t *testing.T) {
 				t.Errorf("the error shows a secret: %v", err)
 			}
 		})
-	}
-}
-
-// A route's queue is a name River accepts, one per route.
-func TestQueueNames(t *testing.T) {
-	t.Parallel()
-	seen := map[string]string{}
-	for _, name := range []string{"ci", "a-b", "a--b", "a_", "x-", strings.Repeat("a", 64), strings.Repeat("a", 59), "route_x"} {
-		q := fanout.Route{Name: name}.Queue()
-		if len(q) > 64 || strings.Contains(q, "--") || strings.HasSuffix(q, "-") || strings.HasSuffix(q, "_") {
-			t.Errorf("%q: queue %q is not a River queue name", name, q)
-		}
-		if other, dup := seen[q]; dup {
-			t.Errorf("%q and %q share the queue %q", name, other, q)
-		}
-		seen[q] = name
-	}
-	if q := (fanout.Route{Name: "ci"}).Queue(); q != "route_ci" {
-		t.Errorf("ci's queue is %q, want route_ci", q)
 	}
 }

@@ -688,9 +688,9 @@ func TestDeletedJobLeavesACancelledReplayableDispatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	created, err := replay.RedispatchTx(ctx, tx, b.enq, "github", "g-del", replay.Request{})
-	if err != nil || len(created) != 1 || created[0].Generation != 2 {
-		t.Fatalf("replay created %+v, %v; want generation 2", created, err)
+	res, err := replay.RedispatchTx(ctx, tx, b.enq, "github", "g-del", replay.Request{})
+	if err != nil || len(res.Created) != 1 || res.Created[0].Generation != 2 {
+		t.Fatalf("replay created %+v, %v; want generation 2", res.Created, err)
 	}
 }
 

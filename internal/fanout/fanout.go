@@ -23,6 +23,16 @@ import (
 	"github.com/hookgate/hookgate/internal/providers"
 )
 
+// Limits on what a route may ask for, so that a typo cannot exhaust a process
+// or the database.
+const (
+	MaxConcurrency = 10_000
+	MaxRate        = 100_000
+	MaxMaxAttempts = 1_000
+	MaxTimeout     = time.Hour
+	MaxCooldown    = 24 * time.Hour
+)
+
 // ErrBadTable means GATEWAY_ROUTES could not be parsed.
 var ErrBadTable = errors.New("bad route")
 
@@ -172,6 +182,19 @@ func glob(pattern, s string) bool {
 // Table is the fan-out table, its routes in the order they were configured.
 type Table []Route
 
+// String names the routes and nothing else: a target may carry a credential,
+// and a configuration printed with %v or %+v must not show it.
+func (rs Table) String() string {
+	names := make([]string, len(rs))
+	for i, r := range rs {
+		names[i] = r.Name
+	}
+	return "routes[" + strings.Join(names, " ") + "]"
+}
+
+// GoString is String, for %#v.
+func (rs Table) GoString() string { return rs.String() }
+
 // Matching returns the names of the routes that match a delivery: one of
 // their matches matches its provider and event, and their filter, if any, is
 // true for it. A filter that cannot be evaluated on the delivery is false,
@@ -274,7 +297,7 @@ func Parse(s string, builtins []string, d Defaults) (Table, error) {
 		}
 		r := Route{Name: name, Target: target, Concurrency: d.Concurrency, Timeout: d.Timeout, MaxAttempts: d.MaxAttempts, Circuit: DefaultCircuit}
 		for m := range strings.SplitSeq(matches, ",") {
-			match, err := parseMatch(m, d.Sources)
+			match, err := ParseMatch(m, d.Sources)
 			if err != nil {
 				return nil, fmt.Errorf("%w, %s: %w", ErrBadTable, where, err)
 			}
@@ -299,9 +322,9 @@ func (t Table) CheckBuiltins(names []string) error {
 	return nil
 }
 
-// parseMatch parses one provider:pattern; the provider is a built-in one
+// ParseMatch parses one provider:pattern; the provider is a built-in one
 // (providers.Builtins), one of sources, or *.
-func parseMatch(m string, sources []string) (Match, error) {
+func ParseMatch(m string, sources []string) (Match, error) {
 	provider, pattern, ok := strings.Cut(m, ":")
 	known := slices.Contains(providers.Builtins(), provider) || slices.Contains(sources, provider)
 	if !ok || (provider != "*" && !known) || !patternRE.MatchString(pattern) {
@@ -313,8 +336,23 @@ func parseMatch(m string, sources []string) (Match, error) {
 	return Match{Provider: provider, Pattern: pattern}, nil
 }
 
-// checkTarget checks a route's target. Its errors do not show the target:
-// even redacted, a URL may carry a credential in its path.
+// CheckName reports whether name can name a route: 1-64 of a-z, 0-9, _ and
+// -, starting with a letter or digit.
+func CheckName(name string) error {
+	if !routeNameRE.MatchString(name) {
+		return errors.New("must be 1-64 of a-z, 0-9, _ and -, starting with a letter or digit")
+	}
+	return nil
+}
+
+// CheckTarget checks a route's target: an http(s) URL or builtin:<name>,
+// the name checked against the handlers by Table.CheckBuiltins once they are
+// known. Its errors do not show the target: even redacted, a URL may carry a
+// credential in its path.
+func CheckTarget(target string) error { return checkTarget(target, nil) }
+
+// checkTarget is CheckTarget that also checks a builtin's name against
+// builtins, unless nil.
 func checkTarget(target string, builtins []string) error {
 	if name, ok := strings.CutPrefix(target, "builtin:"); ok {
 		if !handlerNameRE.MatchString(name) {

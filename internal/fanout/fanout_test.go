@@ -134,3 +134,22 @@ func TestParseErrorsRedactTheTarget(t *testing.T) {
 		}
 	}
 }
+
+// A route's queue is a name River accepts, one per route.
+func TestQueueNames(t *testing.T) {
+	t.Parallel()
+	seen := map[string]string{}
+	for _, name := range []string{"ci", "a-b", "a--b", "a_", "x-", strings.Repeat("a", 64), strings.Repeat("a", 59), "route_x"} {
+		q := fanout.Route{Name: name}.Queue()
+		if len(q) > 64 || strings.Contains(q, "--") || strings.HasSuffix(q, "-") || strings.HasSuffix(q, "_") {
+			t.Errorf("%q: queue %q is not a River queue name", name, q)
+		}
+		if other, dup := seen[q]; dup {
+			t.Errorf("%q and %q share the queue %q", name, other, q)
+		}
+		seen[q] = name
+	}
+	if q := (fanout.Route{Name: "ci"}).Queue(); q != "route_ci" {
+		t.Errorf("ci's queue is %q, want route_ci", q)
+	}
+}

@@ -3,6 +3,7 @@ package providers
 import (
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // Registry is one gateway's providers: the sources its configuration
@@ -80,3 +81,16 @@ func (r *Registry) Source(name string) (SourceConfig, Kind, bool) {
 	}
 	return SourceConfig{}, Kind{}, false
 }
+
+// String names the configured providers and nothing else: a Registry printed
+// with %v or %+v (inside a configuration) must not show their secrets.
+func (r *Registry) String() string {
+	var names []string
+	for _, p := range r.Providers() {
+		names = append(names, p.Name())
+	}
+	return "providers[" + strings.Join(names, " ") + "]"
+}
+
+// GoString is String, for %#v.
+func (r *Registry) GoString() string { return r.String() }

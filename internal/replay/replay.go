@@ -39,64 +39,113 @@ type Request struct {
 	Force bool
 }
 
+// Skip is a matching route a replay did not re-dispatch, and why.
+type Skip struct {
+	Route  string `json:"route"`
+	Reason string `json:"reason"`
+}
+
+// Result is what a replay of one delivery did: the dispatches it created,
+// and each matching route it left alone with the reason.
+type Result struct {
+	Created []dispatch.Created `json:"dispatches"`
+	Skipped []Skip             `json:"skipped"`
+}
+
 // RedispatchTx creates, with e, in tx, a new generation of the dispatch of each route
 // the request selects, with its River job. Routes are those that match the
-// event under the current route table.
-func RedispatchTx(ctx context.Context, tx pgx.Tx, e *dispatch.Enqueuer, provider, deliveryID string, req Request) ([]dispatch.Created, error) {
+// event under the current route table; a route whose pattern matches but
+// whose filter is now false is skipped, as is one whose latest dispatch is
+// still in progress or (without Force) did not end discarded or cancelled.
+func RedispatchTx(ctx context.Context, tx pgx.Tx, e *dispatch.Enqueuer, provider, deliveryID string, req Request) (Result, error) {
+	res := Result{Created: []dispatch.Created{}, Skipped: []Skip{}}
 	// The CLI passes ids as typed: one the database cannot hold names nothing.
 	if err := deliveries.CheckKey(provider, deliveryID); err != nil {
-		return nil, err
+		return res, err
 	}
 	ev := dispatch.Event{Provider: provider, DeliveryID: deliveryID}
 	err := tx.QueryRow(ctx, `SELECT event, headers, content_type, body FROM hookgate_receipts WHERE provider = $1 AND delivery_id = $2
 		ORDER BY received_at, scope LIMIT 1`, provider, deliveryID).Scan(&ev.Event, &ev.Headers, &ev.ContentType, &ev.Body)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, deliveries.ErrNotFound
+		return res, deliveries.ErrNotFound
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read delivery: %w", err)
+		return res, fmt.Errorf("read delivery: %w", err)
 	}
-	// The filters as they are now decide, as the route table does.
-	matching := e.Matching(ev)
-	routes := matching
-	if len(req.Routes) > 0 {
-		routes = nil
-		for _, r := range req.Routes {
-			if !slices.Contains(matching, r) {
-				if route, ok := e.Routes.ByName(r); ok && route.Filter != nil && route.MatchesEvent(provider, ev.Event) {
-					return nil, fmt.Errorf("%w: route %q's filter is false for %s:%s, or fails on it", ErrUnknownRoute, r, provider, ev.Event)
-				}
-				return nil, fmt.Errorf("%w: %q is not a configured route matching %s:%s", ErrUnknownRoute, r, provider, ev.Event)
-			}
-			if !slices.Contains(routes, r) {
-				routes = append(routes, r)
-			}
-		}
+	routes, filteredOut, err := selectRoutes(e, ev, req.Routes)
+	if err != nil {
+		return res, err
+	}
+	for _, r := range filteredOut {
+		res.Skipped = append(res.Skipped, Skip{Route: r, Reason: "its filter is now false for this event, or fails on it"})
 	}
 	if len(routes) == 0 {
-		return []dispatch.Created{}, nil
+		return res, nil
 	}
 
 	last, err := dispatch.LatestTx(ctx, tx, provider, deliveryID, routes)
 	if err != nil {
-		return nil, err
+		return res, err
 	}
-
 	var want []dispatch.Created
 	for _, r := range routes {
 		l, ok := last[r]
 		switch {
 		case ok && dispatch.IsInProgress(l.State): // a replay leaves it alone
+			res.Skipped = append(res.Skipped, Skip{Route: r, Reason: fmt.Sprintf("its latest dispatch is still %s", l.State)})
 		case ok && (l.State == dispatch.Discarded || l.State == dispatch.Cancelled), req.Force:
 			want = append(want, dispatch.Created{Provider: provider, DeliveryID: deliveryID, Route: r, Generation: l.Generation + 1})
+		case ok:
+			res.Skipped = append(res.Skipped, Skip{Route: r, Reason: fmt.Sprintf("its latest dispatch %s; force replays it", l.State)})
+		default:
+			res.Skipped = append(res.Skipped, Skip{Route: r, Reason: "it was never dispatched (a route added since); force dispatches it"})
 		}
 	}
 	if len(want) == 0 {
-		return []dispatch.Created{}, nil
+		return res, nil
 	}
 	// A concurrent replay that created the same generation first wins the
 	// primary key; this one then creates nothing for that route.
-	return e.CreateTx(ctx, tx, want)
+	created, err := e.CreateTx(ctx, tx, want)
+	if err != nil {
+		return res, err
+	}
+	res.Created = created
+	for _, w := range want {
+		if !slices.ContainsFunc(created, func(c dispatch.Created) bool { return c.Route == w.Route }) {
+			res.Skipped = append(res.Skipped, Skip{Route: w.Route, Reason: "another replay created this generation first"})
+		}
+	}
+	return res, nil
+}
+
+// selectRoutes returns the routes a replay of ev considers: those named (each
+// must match ev under the current table, its filter included), or else every
+// route that matches; and, when none were named, the routes whose pattern
+// matches ev but whose filter is now false.
+func selectRoutes(e *dispatch.Enqueuer, ev dispatch.Event, named []string) (routes, filteredOut []string, err error) {
+	// The filters as they are now decide, as the route table does.
+	matching := e.Matching(ev)
+	if len(named) == 0 {
+		for _, r := range e.Routes {
+			if r.MatchesEvent(ev.Provider, ev.Event) && !slices.Contains(matching, r.Name) {
+				filteredOut = append(filteredOut, r.Name)
+			}
+		}
+		return matching, filteredOut, nil
+	}
+	for _, r := range named {
+		if !slices.Contains(matching, r) {
+			if route, ok := e.Routes.ByName(r); ok && route.Filter != nil && route.MatchesEvent(ev.Provider, ev.Event) {
+				return nil, nil, fmt.Errorf("%w: route %q's filter is false for %s:%s, or fails on it", ErrUnknownRoute, r, ev.Provider, ev.Event)
+			}
+			return nil, nil, fmt.Errorf("%w: %q is not a configured route matching %s:%s", ErrUnknownRoute, r, ev.Provider, ev.Event)
+		}
+		if !slices.Contains(routes, r) {
+			routes = append(routes, r)
+		}
+	}
+	return routes, nil, nil
 }
 
 // Entry is one entry of the replay log.
@@ -127,11 +176,12 @@ func nullable(s string) *string {
 	return &s
 }
 
-// OneTx re-dispatches one delivery with e and logs the replay, in tx.
-func OneTx(ctx context.Context, tx pgx.Tx, e *dispatch.Enqueuer, actor, provider, deliveryID string, req Request, reason string) (string, []dispatch.Created, error) {
-	created, err := RedispatchTx(ctx, tx, e, provider, deliveryID, req)
+// OneTx re-dispatches one delivery with e and logs the replay, in tx. It
+// returns the replay's id and what it did.
+func OneTx(ctx context.Context, tx pgx.Tx, e *dispatch.Enqueuer, actor, provider, deliveryID string, req Request, reason string) (string, Result, error) {
+	res, err := RedispatchTx(ctx, tx, e, provider, deliveryID, req)
 	if err != nil {
-		return "", nil, err
+		return "", res, err
 	}
 	id := newReplayID()
 	routes := req.Routes
@@ -141,11 +191,11 @@ func OneTx(ctx context.Context, tx pgx.Tx, e *dispatch.Enqueuer, actor, provider
 	filter, _ := json.Marshal(map[string]any{"provider": provider, "delivery_id": deliveryID, "routes": routes})
 	_, err = tx.Exec(ctx, `
 		INSERT INTO hookgate_replays (replay_id, actor, filter, force, reason, deliveries, dispatches, state, done)
-		VALUES ($1, $2, $3, $4, $5, 1, $6, 'done', 1)`, id, actor, filter, req.Force, nullable(reason), len(created))
+		VALUES ($1, $2, $3, $4, $5, 1, $6, 'done', 1)`, id, actor, filter, req.Force, nullable(reason), len(res.Created))
 	if err != nil {
-		return "", nil, fmt.Errorf("log replay: %w", err)
+		return "", res, fmt.Errorf("log replay: %w", err)
 	}
-	return id, created, nil
+	return id, res, nil
 }
 
 // BatchArgs are a bulk replay's job: it re-dispatches the next batch of
@@ -246,14 +296,14 @@ func (w *BatchWorker) Work(ctx context.Context, job *river.Job[BatchArgs]) error
 	}
 	dispatched := 0
 	for _, it := range items {
-		created, err := RedispatchTx(ctx, tx, w.Enqueuer, it.Provider, it.DeliveryID, Request{Force: force})
+		res, err := RedispatchTx(ctx, tx, w.Enqueuer, it.Provider, it.DeliveryID, Request{Force: force})
 		if errors.Is(err, deliveries.ErrNotFound) {
 			continue // expired since the batch was read
 		}
 		if err != nil {
 			return err
 		}
-		dispatched += len(created)
+		dispatched += len(res.Created)
 	}
 	state = "running"
 	if next == nil {

@@ -53,6 +53,9 @@ type AdminConfig struct {
 	// Guesses compares bearer tokens and console sign-ins alike, and charges
 	// wrong ones. Nil: a guess.Guard with its defaults.
 	Guesses *guess.Guard
+	// Recoverer runs recovery on demand (POST /admin/recover/{provider});
+	// nil: every provider's recovery answers 409 not_configured.
+	Recoverer Recoverer
 }
 
 // Actor is how the replay log names whoever holds a token: a short digest,
@@ -86,6 +89,8 @@ func (s *server) adminRoutes(r chi.Router) {
 		r.Post("/routes/{name}/pause", s.handlePauseRoute)
 		r.Post("/routes/{name}/resume", s.handleResumeRoute)
 		r.Get("/audit", s.handleAudit)
+		r.Get("/providers", s.handleListProviders)
+		r.Post("/recover/{provider}", s.handleRecover)
 	})
 	if s.Admin.RiverUI != nil {
 		r.Group(func(r chi.Router) {
@@ -304,8 +309,8 @@ func (req *replayOneRequest) validate() error {
 }
 
 type replayOneResponse struct {
-	ReplayID   string             `json:"replay_id"`
-	Dispatches []dispatch.Created `json:"dispatches"`
+	ReplayID string `json:"replay_id"`
+	replay.Result
 }
 
 func (s *server) handleReplayOne(w http.ResponseWriter, r *http.Request) {
@@ -316,12 +321,12 @@ func (s *server) handleReplayOne(w http.ResponseWriter, r *http.Request) {
 	}
 	var req replayOneRequest
 	s.idempotent(w, r, "replay", &req, func(ctx context.Context, tx pgx.Tx) (any, error) {
-		replayID, created, err := replay.OneTx(ctx, tx, s.Admin.Enqueuer, Actor(s.Admin.Token), provider, id,
+		replayID, res, err := replay.OneTx(ctx, tx, s.Admin.Enqueuer, Actor(s.Admin.Token), provider, id,
 			replay.Request{Routes: req.Routes, Force: req.Force}, req.Reason)
 		if err != nil {
 			return nil, err
 		}
-		return replayOneResponse{ReplayID: replayID, Dispatches: created}, nil
+		return replayOneResponse{ReplayID: replayID, Result: res}, nil
 	})
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
+	"github.com/hookgate/hookgate/internal/recovery"
 	"github.com/hookgate/hookgate/internal/replay"
 	"github.com/hookgate/hookgate/internal/routes"
 	"github.com/hookgate/hookgate/internal/verify"
@@ -67,6 +68,7 @@ var errorCodes = []struct {
 	{idempotency.ErrBadKey, http.StatusBadRequest, "bad_request"},
 	{idempotency.ErrKeyReused, http.StatusUnprocessableEntity, "idempotency_key_reused"},
 	{idempotency.ErrInFlight, http.StatusConflict, "idempotency_key_in_flight"},
+	{recovery.ErrNotConfigured, http.StatusConflict, "not_configured"},
 }
 
 // retryAfterSeconds is sent with every 503.

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -19,16 +17,16 @@ import (
 	"github.com/hookgate/hookgate/internal/replay"
 )
 
-// filterRoutes reads a configuration file's routes, as the gateway does at
-// start.
-func filterRoutes(t *testing.T, yaml string) fanout.Table {
+// filterRoutes is the fan-out table with two routes: api-prs takes the pull
+// requests of repo opened or synchronized (a filter), all every GitHub event.
+func filterRoutes(t *testing.T, repo string) fanout.Table {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "hookgate.yaml")
-	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+	table, err := fanout.Parse("api-prs=github:pull_request>builtin:log all=github:*>builtin:log", []string{"log"},
+		fanout.Defaults{Concurrency: 4, Sources: testSourceNames()})
+	if err != nil {
 		t.Fatal(err)
 	}
-	table, err := fanout.Load("", path, []string{"log"}, fanout.Defaults{Concurrency: 4, Sources: testSourceNames()})
-	if err != nil {
+	if table[0].Filter, err = filter.Compile(fmt.Sprintf(`payload.repository.full_name == %q && payload.action in ["opened", "synchronize"]`, repo)); err != nil {
 		t.Fatal(err)
 	}
 	return table
@@ -40,21 +38,11 @@ func filterRoutes(t *testing.T, yaml string) fanout.Table {
 // they are at replay time.
 func TestRouteFiltersDecideAtIngestAndReplay(t *testing.T) {
 	t.Parallel()
-	const routes = `
-routes:
-  - name: api-prs
-    match: ["github:pull_request"]
-    filter: 'payload.repository.full_name == "%s" && payload.action in ["opened", "synchronize"]'
-    target: builtin:log
-  - name: all
-    match: ["github:*"]
-    target: builtin:log
-`
 	var mu sync.Mutex
 	var failed []string
 	reporter := &filter.Reporter{Count: func(route string) { mu.Lock(); failed = append(failed, route); mu.Unlock() },
 		Logger: slog.New(slog.DiscardHandler)}
-	b := setup(t, setupOpts{routes: filterRoutes(t, fmt.Sprintf(routes, "acme/api")), filters: reporter})
+	b := setup(t, setupOpts{routes: filterRoutes(t, "acme/api"), filters: reporter})
 
 	pr := func(id, repo, action string) *http.Request {
 		body := fmt.Sprintf(`{"action":%q,"number":1,"pull_request":{"id":7,"updated_at":"2026-11-30T11:00:00Z"},"repository":{"full_name":%q}}`, action, repo)
@@ -88,31 +76,37 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := &dispatch.Enqueuer{Client: client, Routes: filterRoutes(t, fmt.Sprintf(routes, "acme/web")), Filters: reporter}
-	redispatch := func(id string, req replay.Request) []dispatch.Created {
+	now := &dispatch.Enqueuer{Client: client, Routes: filterRoutes(t, "acme/web"), Filters: reporter}
+	redispatch := func(id string, req replay.Request) replay.Result {
 		t.Helper()
 		tx, err := b.pool.Begin(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer tx.Rollback(context.Background())
-		created, err := replay.RedispatchTx(context.Background(), tx, now, "github", id, req)
+		res, err := replay.RedispatchTx(context.Background(), tx, now, "github", id, req)
 		if err != nil {
 			t.Fatalf("replay %s: %v", id, err)
 		}
 		if err := tx.Commit(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		return created
+		return res
 	}
 	// (Route all's dispatch is still pending here: a replay leaves it be.)
-	created := redispatch("f-3", replay.Request{Force: true})
-	if len(created) != 1 || created[0].Route != "api-prs" {
-		t.Errorf("replay of f-3 under the new filter: %+v, want api-prs", created)
+	res := redispatch("f-3", replay.Request{Force: true})
+	if len(res.Created) != 1 || res.Created[0].Route != "api-prs" {
+		t.Errorf("replay of f-3 under the new filter: %+v, want api-prs", res.Created)
 	}
-	created = redispatch("f-1", replay.Request{Force: true})
-	if slices.ContainsFunc(created, func(c dispatch.Created) bool { return c.Route == "api-prs" }) {
-		t.Errorf("replay of f-1 under the new filter: %+v, want no api-prs", created)
+	res = redispatch("f-1", replay.Request{Force: true})
+	if slices.ContainsFunc(res.Created, func(c dispatch.Created) bool { return c.Route == "api-prs" }) {
+		t.Errorf("replay of f-1 under the new filter: %+v, want no api-prs", res.Created)
+	}
+	// The answer says why api-prs was left out.
+	if !slices.ContainsFunc(res.Skipped, func(s replay.Skip) bool {
+		return s.Route == "api-prs" && strings.Contains(s.Reason, "filter is now false")
+	}) {
+		t.Errorf("replay of f-1: skipped %+v, want api-prs and its filter", res.Skipped)
 	}
 	// Asking for the route by name says why it is refused.
 	tx, err := b.pool.Begin(context.Background())

@@ -116,6 +116,10 @@ func TestOpenAPIMatchesTheRoutes(t *testing.T) {
 		{"POST", "/admin/routes/fwd/resume", "/admin/routes/{name}/resume", "", "200"},
 		{"POST", "/admin/routes/fwd/pause", "/admin/routes/{name}/pause", `{"reason":"x"}`, "200"},
 		{"GET", "/admin/audit?limit=1", "/admin/audit", "", "200"},
+		{"GET", "/admin/providers", "/admin/providers", "", "200"},
+		{"POST", "/admin/recover/stripe", "/admin/recover/{provider}", `{"dry_run":true}`, "409"},
+		{"POST", "/admin/recover/stripe", "/admin/recover/{provider}", `{"since":"soon"}`, "400"},
+		{"POST", "/admin/recover/gitlab", "/admin/recover/{provider}", "", "404"},
 	} {
 		status, _, body := b.admin(t, adminReq{method: c.method, path: c.path, body: c.body})
 		if strconv.Itoa(status) != c.status {

@@ -12,6 +12,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"fmt"
 )
 
 // Errors returned by this package. Callers match them with errors.Is.
@@ -40,6 +41,13 @@ func hmacParts(secret []byte, parts ...[]byte) []byte {
 // be rotated: add the new one, move senders over, remove the old one. The first
 // is the primary.
 type Secrets []string
+
+// String shows how many secrets there are, never one: a configuration or a
+// provider printed with %v or %+v must not show them.
+func (s Secrets) String() string { return fmt.Sprintf("[%d redacted]", len(s)) }
+
+// GoString is String, for %#v.
+func (s Secrets) GoString() string { return s.String() }
 
 // Match reports the index of the first secret whose HMAC-SHA256 over msg equals
 // one of the candidate MACs, or ErrSignatureMismatch. With no candidates it

@@ -1,0 +1,199 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hookgate/hookgate/internal/deliveries"
+)
+
+// filterFlags are the flags that select deliveries, as the API's query
+// parameters name them.
+type filterFlags struct {
+	provider, event, state, since, until *string
+}
+
+func addFilterFlags(fs *flag.FlagSet) filterFlags {
+	return filterFlags{
+		provider: fs.String("provider", "", "a provider the gateway knows"),
+		event:    fs.String("event", "", "a route pattern"),
+		state:    fs.String("state", "", "a dispatch state, or stored"),
+		since:    fs.String("since", "", "RFC 3339 time or duration ago"),
+		until:    fs.String("until", "", "RFC 3339 time or duration ago"),
+	}
+}
+
+// set reports whether a filter flag is set.
+func (f filterFlags) set() bool {
+	return *f.provider != "" || *f.event != "" || *f.state != "" || *f.since != "" || *f.until != ""
+}
+
+// query is the filter as the API's query parameters.
+func (f filterFlags) query() url.Values {
+	q := url.Values{}
+	for name, v := range map[string]string{"provider": *f.provider, "event": *f.event, "state": *f.state, "since": *f.since, "until": *f.until} {
+		if v != "" {
+			q.Set(name, v)
+		}
+	}
+	return q
+}
+
+// check asks the gateway whether the filter's provider is one it knows, for
+// a usage error that lists them.
+func (f filterFlags) check(ctx context.Context, c *client) error {
+	if *f.provider == "" {
+		return nil
+	}
+	return c.knownProvider(ctx, *f.provider)
+}
+
+func list(ctx context.Context, env Env, args []string) error {
+	fs := flag.NewFlagSet("deliveries list", flag.ContinueOnError)
+	conn := addConnFlags(fs)
+	ff := addFilterFlags(fs)
+	limit := fs.Int("limit", 50, "at most this many, newest first (max 500)")
+	cursor := fs.String("cursor", "", "the next_cursor of the previous page")
+	asJSON := fs.Bool("json", false, "print the API's JSON")
+	if rest, err := parse(fs, args); err != nil {
+		return err
+	} else if len(rest) > 0 {
+		return usageErr("deliveries list takes no arguments, got %q", rest)
+	}
+	if *limit < 1 {
+		return usageErr("deliveries list: --limit must be a positive integer")
+	}
+	c, err := conn.client(env)
+	if err != nil {
+		return err
+	}
+	if err := ff.check(ctx, c); err != nil {
+		return err
+	}
+	q := ff.query()
+	q.Set("limit", strconv.Itoa(*limit))
+	if *cursor != "" {
+		q.Set("cursor", *cursor)
+	}
+	var raw json.RawMessage
+	if err := c.do(ctx, http.MethodGet, "/admin/deliveries", q, nil, &raw); err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(env.Stdout, raw)
+	}
+	var page struct {
+		Deliveries []deliveries.Item `json:"deliveries"`
+		NextCursor *string           `json:"next_cursor"`
+	}
+	if err := json.Unmarshal(raw, &page); err != nil {
+		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("the gateway's list is not the JSON expected: %w", err)}
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "RECEIVED_AT\tPROVIDER\tDELIVERY_ID\tEVENT\tSTATE\tRECEIPTS\tENTITY")
+	for _, it := range page.Deliveries {
+		entity := "-"
+		if it.Entity != nil {
+			entity = printable(*it.Entity)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", it.ReceivedAt.UTC().Format(time.RFC3339), it.Provider, shown(it.DeliveryID),
+			printable(it.Event), it.State, it.Receipts, entity)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if page.NextCursor != nil {
+		fmt.Fprintf(env.Stdout, "\nmore: --cursor %s\n", *page.NextCursor)
+	}
+	return nil
+}
+
+// oneDelivery reads PROVIDER ID from a command's arguments and returns the
+// client, after asking the gateway whether it knows the provider.
+func oneDelivery(ctx context.Context, env Env, conn connFlags, rest []string, usage string) (*client, string, string, error) {
+	if len(rest) != 2 {
+		return nil, "", "", usageErr("usage: %s", usage)
+	}
+	c, err := conn.client(env)
+	if err != nil {
+		return nil, "", "", err
+	}
+	if err := c.knownProvider(ctx, rest[0]); err != nil {
+		return nil, "", "", err
+	}
+	return c, rest[0], rest[1], nil
+}
+
+func show(ctx context.Context, env Env, args []string) error {
+	fs := flag.NewFlagSet("deliveries show", flag.ContinueOnError)
+	conn := addConnFlags(fs)
+	asJSON := fs.Bool("json", false, "print the API's JSON")
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	c, provider, id, err := oneDelivery(ctx, env, conn, rest, "deliveries show PROVIDER ID")
+	if err != nil {
+		return err
+	}
+	var raw json.RawMessage
+	if err := c.do(ctx, http.MethodGet, escape("admin", "deliveries", provider, id), nil, nil, &raw); err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(env.Stdout, raw)
+	}
+	var d deliveries.Detail
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("the gateway's delivery is not the JSON expected: %w", err)}
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)
+	entity := "-"
+	if d.Entity != nil {
+		entity = printable(*d.Entity)
+	}
+	fmt.Fprintf(tw, "delivery\t%s %s\nevent\t%s\nentity\t%s\n", d.Provider, shown(d.DeliveryID), printable(d.Event), entity)
+	if d.EventTime != nil {
+		fmt.Fprintf(tw, "event time\t%s\n", d.EventTime.UTC().Format(time.RFC3339))
+	}
+	fmt.Fprintln(tw, "\nRECEIVED_AT\tSCOPE\tCONTENT_TYPE\tBODY_SHA256")
+	for _, r := range d.Receipts {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.ReceivedAt.UTC().Format(time.RFC3339), dash(printable(r.Scope)), printable(r.ContentType), r.BodySHA256)
+	}
+	fmt.Fprintln(tw, "\nROUTE\tGENERATION\tSTATE\tATTEMPTS\tUPDATED_AT\tLAST_ERROR")
+	for _, x := range d.Dispatches {
+		lastError := "-"
+		if x.LastError != nil {
+			lastError = printable(*x.LastError)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", x.Route, x.Generation, x.State, x.Attempts, x.UpdatedAt.UTC().Format(time.RFC3339), lastError)
+	}
+	return tw.Flush()
+}
+
+// body prints a delivery's first stored body, byte for byte.
+func body(ctx context.Context, env Env, args []string) error {
+	fs := flag.NewFlagSet("deliveries body", flag.ContinueOnError)
+	conn := addConnFlags(fs)
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	c, provider, id, err := oneDelivery(ctx, env, conn, rest, "deliveries body PROVIDER ID")
+	if err != nil {
+		return err
+	}
+	raw, err := c.send(ctx, http.MethodGet, escape("admin", "deliveries", provider, id, "body"), nil, nil)
+	if err != nil {
+		return err
+	}
+	_, err = env.Stdout.Write(raw)
+	return err
+}

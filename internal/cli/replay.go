@@ -1,0 +1,122 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/replay"
+)
+
+// replayCmd replays one delivery (replay PROVIDER ID) or every delivery a
+// filter selects (replay --state discarded ...), through the gateway.
+func replayCmd(ctx context.Context, env Env, args []string) error {
+	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	conn := addConnFlags(fs)
+	ff := addFilterFlags(fs)
+	var routes multiFlag
+	fs.Var(&routes, "route", "replay only this route (repeatable)")
+	force := fs.Bool("force", false, "re-dispatch routes that succeeded too")
+	reason := fs.String("reason", "", "why, for the replay log")
+	asJSON := fs.Bool("json", false, "print the API's JSON")
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	single := len(rest) > 0
+	switch {
+	case single && len(rest) != 2:
+		return usageErr("usage: replay PROVIDER ID [--route R] [--force] [--reason TEXT]")
+	case single && ff.set():
+		return usageErr("replay PROVIDER ID takes no filter flags")
+	case !single && len(routes) > 0:
+		return usageErr("--route is for replay PROVIDER ID")
+	case !providers.Printable(*reason):
+		return usageErr("--reason must be printable text")
+	}
+	if single {
+		return replayOne(ctx, env, conn, rest, replayOneBody{Routes: routes, Force: *force, Reason: *reason}, *asJSON)
+	}
+	c, err := conn.client(env)
+	if err != nil {
+		return err
+	}
+	if err := ff.check(ctx, c); err != nil {
+		return err
+	}
+	req := map[string]any{"force": *force, "reason": *reason}
+	for name, v := range ff.query() {
+		req[name] = v[0]
+	}
+	var raw json.RawMessage
+	if err := c.do(ctx, http.MethodPost, "/admin/replays", nil, req, &raw); err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(env.Stdout, raw)
+	}
+	var answer struct {
+		ReplayID   string `json:"replay_id"`
+		Deliveries int    `json:"deliveries"`
+	}
+	if err := json.Unmarshal(raw, &answer); err != nil {
+		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("the gateway's replay answer is not the JSON expected: %w", err)}
+	}
+	fmt.Fprintf(env.Stdout, "replay %s: %d deliveries matched; the gateway replays them in the background (gateway audit, or GET /admin/replays/%s, shows its progress)\n",
+		answer.ReplayID, answer.Deliveries, answer.ReplayID)
+	return nil
+}
+
+// replayOneBody is the body of a replay of one delivery.
+type replayOneBody struct {
+	Routes []string `json:"routes,omitempty"`
+	Force  bool     `json:"force"`
+	Reason string   `json:"reason,omitempty"`
+}
+
+// replayOne replays PROVIDER ID and says what it created, or why it created
+// nothing.
+func replayOne(ctx context.Context, env Env, conn connFlags, rest []string, req replayOneBody, asJSON bool) error {
+	c, provider, id, err := oneDelivery(ctx, env, conn, rest, "replay PROVIDER ID [--route R] [--force] [--reason TEXT]")
+	if err != nil {
+		return err
+	}
+	var raw json.RawMessage
+	err = c.do(ctx, http.MethodPost, escape("admin", "deliveries", provider, id, "replay"), nil, req, &raw)
+	if statusOf(err) == http.StatusBadRequest && len(req.Routes) > 0 {
+		// A route the gateway has not, or one that does not match the event:
+		// name the routes it has.
+		if names, nerr := c.routeNames(ctx); nerr == nil {
+			return usageErr("%v (the gateway's routes: %s)", errors.Unwrap(err), strings.Join(names, ", "))
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(env.Stdout, raw)
+	}
+	var answer struct {
+		ReplayID string `json:"replay_id"`
+		replay.Result
+	}
+	if err := json.Unmarshal(raw, &answer); err != nil {
+		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("the gateway's replay answer is not the JSON expected: %w", err)}
+	}
+	fmt.Fprintf(env.Stdout, "replay %s: %d dispatch(es)\n", answer.ReplayID, len(answer.Created))
+	for _, d := range answer.Created {
+		fmt.Fprintf(env.Stdout, "  %s generation %d %s\n", d.Route, d.Generation, d.State)
+	}
+	for _, s := range answer.Skipped {
+		fmt.Fprintf(env.Stdout, "  %s skipped: %s\n", s.Route, printable(s.Reason))
+	}
+	if len(answer.Created) == 0 && len(answer.Skipped) == 0 {
+		fmt.Fprintln(env.Stdout, "  no route of the gateway matches this event: nothing to replay")
+	}
+	return nil
+}
