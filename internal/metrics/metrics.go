@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -33,6 +34,7 @@ type Metrics struct {
 	recovery   *prometheus.CounterVec
 	runs       *prometheus.CounterVec
 	filters    *prometheus.CounterVec
+	queue      *queueCollector // nil without a pool
 }
 
 // New returns metrics registered in a new registry; pool, when not nil, is
@@ -85,12 +87,72 @@ func New(pool *pgxpool.Pool) *Metrics {
 		c := &queueCollector{pool: pool,
 			desc: prometheus.NewDesc("hookgate_queue_depth", "River jobs waiting or running, by state.", []string{"state"}, nil),
 			oldest: prometheus.NewDesc("hookgate_dispatch_oldest_unfinished_seconds",
-				"Age of each route's oldest dispatch not yet finished (waiting, retrying or running); absent when it has none.",
+				"Age of each route's oldest dispatch not yet finished (waiting, retrying or running); 0 for a configured route that has none.",
 				[]string{"route"}, nil)}
 		c.q = throttle.Value[queue]{Every: queueEvery, Read: c.read}
 		m.registry.MustRegister(c)
+		m.queue = c
 	}
 	return m
+}
+
+// Known are the label values a gateway knows at start.
+type Known struct {
+	// Providers are the configured providers (ingest's provider label).
+	Providers []string
+	// Routes are the configured routes.
+	Routes []string
+	// Recovery are the providers recovery is configured for.
+	Recovery []string
+}
+
+// The label values Declare makes present: ingest's outcomes that a dashboard
+// or an alert reads (ingest.Accepted, ingest.Duplicate, and the 503s' error
+// codes), the final states of a dispatch that are counted (dispatch's),
+// forward.Outcome's outcomes, and the recovery outcomes every provider has.
+var (
+	declaredIngest   = []string{"accepted", "duplicate", "unavailable", "overloaded"}
+	declaredStates   = []string{"succeeded", "superseded", "discarded"}
+	declaredForward  = []string{"succeeded", "status_4xx", "status_5xx", "timeout", "connection"}
+	declaredRecovery = []string{"found", "failed"}
+)
+
+// Declare makes the series alerts and dashboards read present from the
+// start, at zero, for the label values the gateway knows: a counter that
+// first appears at 1 hides that first increase from rate() and increase(),
+// and an absent series cannot be told from one that is not exported. The
+// age of each known route's oldest unfinished dispatch is 0 when it has none.
+func (m *Metrics) Declare(k Known) {
+	if m == nil {
+		return
+	}
+	for _, p := range k.Providers {
+		for _, outcome := range declaredIngest {
+			m.ingest.WithLabelValues(p, outcome)
+		}
+		m.ack.WithLabelValues(p)
+	}
+	for _, r := range k.Routes {
+		for _, state := range declaredStates {
+			m.dispatches.WithLabelValues(r, state)
+		}
+		m.toSuccess.WithLabelValues(r)
+		for _, outcome := range declaredForward {
+			m.attempts.WithLabelValues(r, outcome)
+		}
+		m.filters.WithLabelValues(r)
+	}
+	for _, p := range k.Recovery {
+		for _, outcome := range declaredRecovery {
+			m.recovery.WithLabelValues(p, outcome)
+		}
+		m.runs.WithLabelValues(p, "ok")
+		m.runs.WithLabelValues(p, "failed")
+	}
+	if m.queue != nil {
+		routes := append([]string(nil), k.Routes...)
+		m.queue.routes.Store(&routes)
+	}
 }
 
 // Handler serves the registry in Prometheus text format. A metric that
@@ -225,6 +287,7 @@ type queueCollector struct {
 	pool   *pgxpool.Pool
 	desc   *prometheus.Desc
 	oldest *prometheus.Desc
+	routes atomic.Pointer[[]string] // Declare's: their age is 0 when they have none
 
 	q throttle.Value[queue]
 }
@@ -251,6 +314,13 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for route, age := range q.oldest {
 		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age, route)
+	}
+	if routes := c.routes.Load(); routes != nil {
+		for _, route := range *routes {
+			if _, ok := q.oldest[route]; !ok {
+				ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, 0, route)
+			}
+		}
 	}
 }
 
