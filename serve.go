@@ -22,6 +22,7 @@ import (
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/metrics"
+	"github.com/hookgate/hookgate/internal/proxies"
 	"github.com/hookgate/hookgate/internal/receipts"
 	"github.com/hookgate/hookgate/internal/recovery"
 	"github.com/hookgate/hookgate/internal/rejections"
@@ -219,6 +220,7 @@ func (g *Gateway) riverClient(pt parts) (*river.Client[pgx.Tx], error) {
 // with GATEWAY_ADMIN_TOKEN, the operator API, console and River UI.
 func (g *Gateway) handler(pt parts, p *process) http.Handler {
 	env := g.cfg.env
+	trusted, _ := proxies.Parse(env.TrustedProxies) // checked by config.Load
 	var riverUI http.Handler
 	if p.riverUI != nil {
 		riverUI = p.riverUI
@@ -233,6 +235,7 @@ func (g *Gateway) handler(pt parts, p *process) http.Handler {
 		Metrics:          pt.m,
 		MetricsElsewhere: env.MetricsAddr != "",
 		Rejections:       p.recorder,
+		TrustedProxies:   trusted,
 		Admin: server.AdminConfig{Token: env.AdminToken.Value(), Pool: pt.pool, Enqueuer: pt.enqueuer, RiverUI: riverUI, Routes: pt.table,
 			NoConsole: env.Console == "off", PublicURL: env.PublicURL, Recoverer: pt.rec},
 	})

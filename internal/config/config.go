@@ -21,6 +21,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/proxies"
 	"github.com/hookgate/hookgate/internal/verify"
 )
 
@@ -86,6 +87,11 @@ type Config struct {
 	// TLS-terminating proxy): the console's origin for its CSRF check, and its
 	// cookie Secure when https. Empty: the request's own.
 	PublicURL string `envconfig:"GATEWAY_PUBLIC_URL"`
+	// TrustedProxies are the reverse proxies (CIDRs or addresses,
+	// comma-separated) whose X-Forwarded-For names the remote address that
+	// the rejections log, logs and guessing budgets see. Empty: the
+	// connection's address, and X-Forwarded-For is ignored.
+	TrustedProxies string `envconfig:"GATEWAY_TRUSTED_PROXIES"`
 
 	// GitHubRecoveryHooks are the GitHub hooks whose deliveries recovery
 	// lists: repo:OWNER/NAME:HOOK_ID, org:ORG:HOOK_ID or app, space-separated.
@@ -259,6 +265,9 @@ func (c Config) Validate() error {
 	if c.PublicURL != "" && !publicURL(c.PublicURL) {
 		// Not the value: a URL may carry a password.
 		bad("GATEWAY_PUBLIC_URL", "must be an http:// or https:// URL with a host and no user, path, query or fragment, such as https://hooks.example.com")
+	}
+	if _, err := proxies.Parse(c.TrustedProxies); err != nil {
+		bad("GATEWAY_TRUSTED_PROXIES", "%v", err)
 	}
 	if c.RecoveryInterval < time.Minute {
 		bad("GATEWAY_RECOVERY_INTERVAL", "must be at least 1m, got %s", c.RecoveryInterval)

@@ -57,6 +57,7 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		{"GATEWAY_FORWARD_SECRET", "topsecret,,other", "GATEWAY_FORWARD_SECRET: an empty secret"},
 		{"GATEWAY_FORWARD_SECRET", "topsecret,", "GATEWAY_FORWARD_SECRET: an empty secret"},
 		{"GATEWAY_CONSOLE", "maybe", "GATEWAY_CONSOLE: must be on or off"},
+		{"GATEWAY_TRUSTED_PROXIES", "10.0.0.0/8,topsecret", "GATEWAY_TRUSTED_PROXIES: entry 2 must be a CIDR"},
 		{"GATEWAY_RECOVERY_INTERVAL", "10s", "GATEWAY_RECOVERY_INTERVAL: must be at least 1m"},
 		{"GATEWAY_RECOVERY_LOOKBACK", "2000h", "GATEWAY_RECOVERY_LOOKBACK: must be 1h to 720h"},
 		{"GITHUB_APP_ID", "-3", "GITHUB_APP_ID: must be a positive number"},

@@ -60,7 +60,7 @@ func setupAdmin(t *testing.T, token string) *adminBundle {
 }
 
 // setupAdminOn builds a gateway on an existing database, as a restart does.
-func setupAdminOn(t *testing.T, pool *pgxpool.Pool, token string, opts ...func(*server.AdminConfig)) *adminBundle {
+func setupAdminOn(t *testing.T, pool *pgxpool.Pool, token string, opts ...func(*server.Config)) *adminBundle {
 	t.Helper()
 	b := &adminBundle{pool: pool}
 	b.target = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -109,11 +109,7 @@ func setupAdminOn(t *testing.T, pool *pgxpool.Pool, token string, opts ...func(*
 		t.Fatal(err)
 	}
 	b.recorder = &rejections.Recorder{Pool: b.pool, Logger: logger}
-	admin := server.AdminConfig{Token: token, Pool: b.pool, Enqueuer: enq, RiverUI: ui, Routes: table}
-	for _, o := range opts {
-		o(&admin)
-	}
-	b.handler = server.New(server.Config{
+	cfg := server.Config{
 		Logger: logger,
 		Providers: mustRegistry(t,
 			providers.GitHub{Secrets: verify.Secrets{ghSecret}},
@@ -124,8 +120,12 @@ func setupAdminOn(t *testing.T, pool *pgxpool.Pool, token string, opts ...func(*
 		Now:        func() time.Time { return now },
 		Metrics:    m,
 		Rejections: b.recorder,
-		Admin:      admin,
-	})
+		Admin:      server.AdminConfig{Token: token, Pool: b.pool, Enqueuer: enq, RiverUI: ui, Routes: table},
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	b.handler = server.New(cfg)
 	return b
 }
 

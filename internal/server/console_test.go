@@ -347,7 +347,7 @@ func mustURL(t *testing.T, s string) *url.URL {
 // River UI still take the bearer token.
 func TestConsoleCanBeTurnedOff(t *testing.T) {
 	t.Parallel()
-	a := setupAdminOn(t, dbtest.NewPool(t), adminToken, func(c *server.AdminConfig) { c.NoConsole = true })
+	a := setupAdminOn(t, dbtest.NewPool(t), adminToken, func(c *server.Config) { c.Admin.NoConsole = true })
 	for _, path := range []string{"/admin/", "/admin/ui/login", "/admin/ui/deliveries"} {
 		if status, _, _ := a.admin(t, adminReq{path: path, token: "-"}); status != http.StatusNotFound {
 			t.Errorf("GET %s with the console off = %d, want 404", path, status)

@@ -68,8 +68,8 @@ func TestWrongTokensCostTheDelay(t *testing.T) {
 	t.Parallel()
 	clock := &stillClock{}
 	var log bytes.Buffer
-	a := setupAdminOn(t, dbtest.NewPool(t), adminToken, func(c *server.AdminConfig) {
-		c.Guesses = &guess.Guard{Clock: clock, Logger: slog.New(slog.NewTextHandler(&log, nil))}
+	a := setupAdminOn(t, dbtest.NewPool(t), adminToken, func(c *server.Config) {
+		c.Admin.Guesses = &guess.Guard{Clock: clock, Logger: slog.New(slog.NewTextHandler(&log, nil))}
 	})
 	half := 500 * time.Millisecond
 	for _, tt := range []struct {
@@ -146,7 +146,7 @@ func TestWrongTokensCostTheDelay(t *testing.T) {
 // host the proxy asked for.
 func TestConsoleBehindATLSProxy(t *testing.T) {
 	t.Parallel()
-	a := setupAdminOn(t, dbtest.NewPool(t), adminToken, func(c *server.AdminConfig) { c.PublicURL = "https://Hooks.Example.com:443/" })
+	a := setupAdminOn(t, dbtest.NewPool(t), adminToken, func(c *server.Config) { c.Admin.PublicURL = "https://Hooks.Example.com:443/" })
 	b := newBrowser(t, a.handler)
 	jar := &plainJar{} // the proxy's side is plain http: a browser's jar would keep Secure cookies to itself
 	b.client.Jar = jar

@@ -8,7 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hookgate/hookgate/internal/dbtest"
+	"github.com/hookgate/hookgate/internal/proxies"
 	"github.com/hookgate/hookgate/internal/rejections"
+	"github.com/hookgate/hookgate/internal/server"
 )
 
 // serve answers req with the bundle's handler.
@@ -57,5 +60,45 @@ func TestRejectionsOfRequestsHoldingInvalidUTF8(t *testing.T) {
 	if newest.Provider != "github" || newest.Status != refused.Code ||
 		!strings.Contains(strings.Join(newest.HeaderNames, ","), "X-Github-Delivery") {
 		t.Errorf("the GitHub rejection = %+v", newest)
+	}
+}
+
+// Behind a trusted proxy, the rejections log names the client that
+// X-Forwarded-For names; anyone else's X-Forwarded-For is ignored.
+func TestRejectionsNameTheClientBehindATrustedProxy(t *testing.T) {
+	t.Parallel()
+	b := setupAdminOn(t, dbtest.NewPool(t), adminToken, func(c *server.Config) {
+		var err error
+		if c.TrustedProxies, err = proxies.Parse("10.0.0.0/8"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	forged := func(peer, xff string) {
+		req := githubRequest(ghReq{id: "xff-" + peer, signature: ptr("sha256=" + strings.Repeat("0", 64))})
+		req.RemoteAddr = peer + ":41000"
+		req.Header.Set("X-Forwarded-For", xff)
+		if rec := b.serve(req); rec.Code != http.StatusUnauthorized {
+			t.Fatalf("a bad signature from %s = %d", peer, rec.Code)
+		}
+	}
+	forged("10.0.0.5", "203.0.113.7")     // through the proxy
+	forged("198.51.100.9", "203.0.113.8") // straight, claiming another address
+	if err := b.recorder.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest(http.MethodGet, "/admin/rejections", nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	rec := b.serve(req)
+	var res struct {
+		Rejections []rejections.Rejection `json:"rejections"`
+	}
+	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &res) != nil || len(res.Rejections) != 2 {
+		t.Fatalf("GET /admin/rejections = %d %s", rec.Code, rec.Body)
+	}
+	if got := res.Rejections[1].RemoteAddr; got != "203.0.113.7" {
+		t.Errorf("through the trusted proxy: remote address %q, want 203.0.113.7", got)
+	}
+	if got := res.Rejections[0].RemoteAddr; !strings.HasPrefix(got, "198.51.100.9:") {
+		t.Errorf("straight from an untrusted peer: remote address %q, want the connection's", got)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/proxies"
 	"github.com/hookgate/hookgate/internal/rejections"
 	"github.com/hookgate/hookgate/internal/throttle"
 )
@@ -57,6 +58,10 @@ type Config struct {
 	Rejections *rejections.Recorder
 	// Admin configures the operator endpoints.
 	Admin AdminConfig
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For names a
+	// request's remote address (GATEWAY_TRUSTED_PROXIES); none: the
+	// connection's.
+	TrustedProxies proxies.Trusted
 }
 
 type server struct {
@@ -121,7 +126,7 @@ func New(cfg Config) http.Handler {
 	}
 
 	r := chi.NewRouter()
-	r.Use(middleware.Recoverer)
+	r.Use(middleware.Recoverer, cfg.TrustedProxies.Handler)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.Logger, fmt.Errorf("%w: no such endpoint", errNotFound))
 	})
