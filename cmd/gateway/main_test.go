@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/dbtest"
+	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/verify"
 )
 
@@ -81,16 +82,24 @@ func waitFor(t *testing.T, url string, want int, within time.Duration) {
 	})
 }
 
+// github is the gateway's GitHub, whose sender the tests sign as.
+var github = providers.GitHub{Secrets: verify.Secrets{secret}}.Source()
+
+// signedRequest is the request providers.NewRequest builds: c's sender's
+// delivery of body to the gateway at addr, signed now.
+func signedRequest(t *testing.T, c providers.SourceConfig, addr string, body []byte, id, event string) *http.Request {
+	t.Helper()
+	req, err := providers.NewRequest(t.Context(), c, "http://"+addr+"/webhooks/"+c.Name, body, id, event, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
 // sendPing posts a signed GitHub ping and returns the status and the body's status field.
 func sendPing(t *testing.T, addr, id string) (int, string) {
 	t.Helper()
-	body := []byte(`{"zen":"Design for failure.","hook_id":1}`)
-	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/webhooks/github", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-GitHub-Event", "ping")
-	req.Header.Set("X-GitHub-Delivery", id)
-	req.Header.Set("X-GitHub-Hook-ID", "1")
-	req.Header.Set("X-Hub-Signature-256", verify.SignGitHub(secret, body))
+	req := signedRequest(t, github, addr, []byte(`{"zen":"Design for failure.","hook_id":1}`), id, "ping")
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

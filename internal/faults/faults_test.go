@@ -28,6 +28,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/pgembed"
+	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/verify"
 )
 
@@ -96,21 +97,27 @@ func plan(n int) []*delivery {
 	return ds
 }
 
-// request builds the signed request, as the provider would send it now.
-func (d *delivery) request(base string) *http.Request {
-	req, _ := http.NewRequest(http.MethodPost, base+"/webhooks/"+d.provider, bytes.NewReader(d.body))
-	if d.provider == "github" {
-		event, _, _ := strings.Cut(d.event, ".")
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-GitHub-Event", event)
-		req.Header.Set("X-GitHub-Delivery", d.id)
-		req.Header.Set("X-GitHub-Hook-ID", "1")
-		req.Header.Set("X-Hub-Signature-256", verify.SignGitHub(ghSecret, d.body))
-	} else {
-		req.Header.Set("Content-Type", "application/json; charset=utf-8")
-		req.Header.Set("Stripe-Signature", verify.SignTimestamped(stripeSecret, time.Now(), d.body))
+// sources are the gateways' GitHub and Stripe, by provider: the planned
+// deliveries are signed as their senders sign.
+var sources = map[string]providers.SourceConfig{
+	"github": providers.GitHub{Secrets: verify.Secrets{ghSecret}}.Source(),
+	"stripe": providers.Stripe{Secrets: verify.Secrets{stripeSecret}}.Source(),
+}
+
+// signedRequest is the request providers.NewRequest builds: c's sender's
+// delivery of body to url, signed at at. It panics when c cannot sign, which
+// is the test's own mistake.
+func signedRequest(c providers.SourceConfig, url string, body []byte, id, event string, at time.Time) *http.Request {
+	req, err := providers.NewRequest(context.Background(), c, url, body, id, event, at)
+	if err != nil {
+		panic(err)
 	}
 	return req
+}
+
+// request builds the signed request, as the provider would send it now.
+func (d *delivery) request(base string) *http.Request {
+	return signedRequest(sources[d.provider], base+"/webhooks/"+d.provider, d.body, d.id, d.event, time.Now())
 }
 
 // gateway is one gateway process.
@@ -724,43 +731,38 @@ func sendBadInput(t *testing.T, gws []*gateway, stop <-chan struct{}, counts map
 		code   string
 		make   func(id string) *http.Request
 	}
-	gh := func(id string, b []byte, sig string) *http.Request {
-		req, _ := http.NewRequest(http.MethodPost, "/webhooks/github", bytes.NewReader(b))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-GitHub-Event", "push")
-		req.Header.Set("X-GitHub-Delivery", id)
-		req.Header.Set("X-Hub-Signature-256", sig)
-		return req
+	// gh is a push GitHub signs with secret.
+	gh := func(secret, id string, b []byte) *http.Request {
+		c := sources["github"]
+		c.Secrets = verify.Secrets{secret}
+		return signedRequest(c, "/webhooks/github", b, id, "push", time.Now())
 	}
 	kinds := []bad{
-		{"wrong_signature", 401, "invalid_signature", func(id string) *http.Request { return gh(id, body, verify.SignGitHub("guess", body)) }},
+		{"wrong_signature", 401, "invalid_signature", func(id string) *http.Request { return gh("guess", id, body) }},
 		{"truncated_body", 401, "invalid_signature", func(id string) *http.Request {
-			return gh(id, body[:len(body)/2], verify.SignGitHub(ghSecret, body))
+			r := gh(ghSecret, id, body[:len(body)/2])
+			r.Header.Set("X-Hub-Signature-256", gh(ghSecret, id, body).Header.Get("X-Hub-Signature-256"))
+			return r
 		}},
 		{"not_json", 400, "bad_request", func(id string) *http.Request {
-			b := []byte("this is not json")
-			return gh(id, b, verify.SignGitHub(ghSecret, b))
+			return gh(ghSecret, id, []byte("this is not json"))
 		}},
 		{"wrong_content_type", 415, "unsupported_media_type", func(id string) *http.Request {
-			r := gh(id, body, verify.SignGitHub(ghSecret, body))
+			r := gh(ghSecret, id, body)
 			r.Header.Set("Content-Type", "text/xml")
 			return r
 		}},
 		{"oversized_body", 413, "body_too_large", func(id string) *http.Request {
-			b := bytes.Repeat([]byte("a"), maxBody+1)
-			return gh(id, b, verify.SignGitHub(ghSecret, b))
+			return gh(ghSecret, id, bytes.Repeat([]byte("a"), maxBody+1))
 		}},
 		{"stripe_stale_timestamp", 401, "timestamp_out_of_tolerance", func(id string) *http.Request {
 			b := fmt.Appendf(nil, `{"id":%q,"type":"invoice.paid"}`, id)
-			req, _ := http.NewRequest(http.MethodPost, "/webhooks/stripe", bytes.NewReader(b))
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Stripe-Signature", verify.SignTimestamped(stripeSecret, time.Now().Add(-time.Hour), b))
-			return req
+			return signedRequest(sources["stripe"], "/webhooks/stripe", b, id, "invoice.paid", time.Now().Add(-time.Hour))
 		}},
 		// net/http refuses headers past the server's limit itself, before any
 		// handler: 431 with a plain-text body.
 		{"huge_headers", 431, "", func(id string) *http.Request {
-			r := gh(id, body, verify.SignGitHub(ghSecret, body))
+			r := gh(ghSecret, id, body)
 			r.Header.Set("X-Padding", strings.Repeat("p", 200<<10))
 			return r
 		}},
