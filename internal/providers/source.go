@@ -67,7 +67,8 @@ type Kind struct {
 	New func(c SourceConfig) (Provider, error)
 	// Sign sets on h what the sender sends with body (content type, id,
 	// event, signature), signed with the source's first secret as the
-	// sender signs: for gateway send and for tests.
+	// sender signs. NewRequest builds a request with it, for gateway send,
+	// the bench and the tests.
 	Sign func(c SourceConfig, h http.Header, body []byte, id, event string, now time.Time) error
 	// Sample is a payload of event for gateway send without --file.
 	Sample func(c SourceConfig, id, event string, now time.Time) []byte
