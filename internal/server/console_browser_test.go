@@ -2,15 +2,19 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"github.com/hookgate/hookgate/internal/dbtest"
@@ -41,10 +45,24 @@ func findChromium(t *testing.T) string {
 // chrome is a headless Chromium on a console, at a phone's width or a
 // desktop's.
 type chrome struct {
-	t    *testing.T
-	ctx  context.Context
-	base string
-	shot int
+	t     *testing.T
+	ctx   context.Context
+	base  string
+	width int64
+	shot  int
+
+	mu       sync.Mutex
+	requests []request // every request the browser made, in order
+}
+
+// request is one request the browser made and, once it came, its answer.
+type request struct {
+	id       network.RequestID
+	method   string
+	url      string
+	kind     network.ResourceType
+	postData bool // whether it had a body
+	status   int64
 }
 
 func newChrome(t *testing.T, base string, width, height int64) *chrome {
@@ -63,7 +81,46 @@ func newChrome(t *testing.T, base string, width, height int64) *chrome {
 	if err := os.MkdirAll(screenshotDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return &chrome{t: t, ctx: ctx, base: base}
+	c := &chrome{t: t, ctx: ctx, base: base, width: width}
+	if err := chromedp.Listen(ctx, c.record); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// record keeps the browser's requests and their answers' status. It runs in
+// chromedp's event loop, so it only appends under the lock.
+func (c *chrome) record(ev any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch e := ev.(type) {
+	case *network.EventRequestWillBeSent:
+		if e.RedirectResponse != nil {
+			c.answered(e.RequestID, e.RedirectResponse.Status)
+		}
+		c.requests = append(c.requests, request{id: e.RequestID, method: e.Request.Method, url: e.Request.URL,
+			kind: e.Type, postData: e.Request.HasPostData})
+	case *network.EventResponseReceived:
+		c.answered(e.RequestID, e.Response.Status)
+	}
+}
+
+// answered notes the status of the latest request with the id (a redirect
+// keeps its request's id).
+func (c *chrome) answered(id network.RequestID, status int64) {
+	for i := len(c.requests) - 1; i >= 0; i-- {
+		if c.requests[i].id == id && c.requests[i].status == 0 {
+			c.requests[i].status = status
+			return
+		}
+	}
+}
+
+// requested returns the requests made so far.
+func (c *chrome) requested() []request {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]request(nil), c.requests...)
 }
 
 func (c *chrome) run(steps ...chromedp.Action[chromedp.Void]) {
@@ -263,5 +320,197 @@ func TestConsoleAtPhoneWidth(t *testing.T) {
 	} {
 		c.run(chromedp.Navigate(srv.URL+p.path), chromedp.WaitVisible(chromedp.CSS(p.wait)))
 		c.page(p.name)
+	}
+}
+
+// consoleHistory is a gateway with something on every console page: three
+// deliveries whose forward was discarded, one replayed on its own and one by
+// a bulk replay (gh-2's is still discarded), a delivery with a long id, a
+// rejected request, and a pause and resume of fwd, each with a reason.
+func consoleHistory(t *testing.T) (*adminBundle, *httptest.Server) {
+	t.Helper()
+	a := setupAdmin(t, adminToken)
+	a.answer.Store(500) // every forward fails: fwd's single attempt is discarded
+	a.ingest(t, githubRequest(ghReq{id: "gh-1"}))
+	a.ingest(t, githubRequest(ghReq{id: "gh-2"}))
+	a.ingest(t, stripeEvent("evt_1", "invoice.paid"))
+	a.ingest(t, githubRequest(ghReq{id: "a-rather-long-delivery-id-0123456789-0123456789-0123456789", event: "issues",
+		body: []byte(`{"action":"opened","issue":{"number":1},"repository":{"id":5678}}`)}))
+	if rec := a.serve(githubRequest(ghReq{id: "forged", signature: ptr("sha256=00")})); rec.Code != http.StatusUnauthorized {
+		t.Fatalf("a forged delivery = %d %s", rec.Code, rec.Body)
+	}
+	if err := a.recorder.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	a.start(t)
+	for _, id := range []string{"gh-1", "gh-2", "evt_1"} {
+		dbtest.WaitDispatch(t, a.pool, dbtest.Dispatch{DeliveryID: id, Route: "fwd", Generation: 1}, "discarded")
+	}
+	a.answer.Store(0)
+	a.adminJSON(t, adminReq{method: "POST", path: "/admin/routes/fwd/pause", body: `{"reason":"maintenance"}`}, 200, nil)
+	a.adminJSON(t, adminReq{method: "POST", path: "/admin/routes/fwd/resume", body: `{"reason":"done"}`}, 200, nil)
+	a.adminJSON(t, adminReq{method: "POST", path: "/admin/deliveries/github/gh-1/replay", body: `{"reason":"target fixed"}`}, 202, nil)
+	var bulk replayed
+	a.adminJSON(t, adminReq{method: "POST", path: "/admin/replays", body: `{"provider":"stripe","state":"discarded","reason":"backfill"}`}, 202, &bulk)
+	dbtest.WaitDispatch(t, a.pool, dbtest.Dispatch{DeliveryID: "gh-1", Route: "fwd", Generation: 2}, "succeeded")
+	dbtest.WaitDispatch(t, a.pool, dbtest.Dispatch{DeliveryID: "evt_1", Route: "fwd", Generation: 2}, "succeeded")
+	dbtest.Eventually(t, 30*time.Second, "the bulk replay done", func() error {
+		var state string
+		if err := a.pool.QueryRow(context.Background(), "SELECT state FROM hookgate_replays WHERE replay_id = $1", bulk.ReplayID).Scan(&state); err != nil {
+			return err
+		}
+		if state != "done" {
+			return fmt.Errorf("it is %s", state)
+		}
+		return nil
+	})
+	srv := httptest.NewServer(a.handler)
+	t.Cleanup(srv.Close)
+	return a, srv
+}
+
+// consolePages are the console's pages that a consoleHistory fills, each
+// with the tables it shows.
+var consolePages = []struct{ path, name, wait string }{
+	{"/admin/", "overview", "#backlog"},
+	{"/admin/?range=day", "overview-day", "#backlog"},
+	{"/admin/ui/deliveries", "deliveries", "#deliveries"},
+	{"/admin/ui/deliveries/github/gh-2", "delivery", "#body"},
+	{"/admin/ui/deliveries/github/a-rather-long-delivery-id-0123456789-0123456789-0123456789", "delivery-long-id", "#body"},
+	{"/admin/ui/replay?state=discarded", "bulk-confirm", "#matched"},
+	{"/admin/ui/routes", "routes", "#routes"},
+	{"/admin/ui/rejections", "rejections", "#rejections"},
+	{"/admin/ui/audit", "audit", "#audit"},
+}
+
+// tablesJS measures every table of the page: for each row, the cells' edges
+// against the columns of its header row (the thead's last row, or the first
+// row of a table without one), taking colspan into account. It returns the
+// tables it measured and what does not line up.
+const tablesJS = `(() => {
+	const out = {tables: [], problems: []};
+	const near = (a, b) => Math.abs(a - b) <= 2;
+	document.querySelectorAll('table').forEach((table, n) => {
+		const name = table.id || (table.className + ' table ' + n);
+		const rows = [...table.rows];
+		const head = table.tHead ? table.tHead.rows[table.tHead.rows.length - 1] : rows[0];
+		if (!head) { out.problems.push(name + ': no rows'); return; }
+		const cols = [...head.cells].map(c => c.getBoundingClientRect());
+		if ([...head.cells].some(c => c.colSpan !== 1)) out.problems.push(name + ': a header cell spans columns');
+		let body = 0;
+		rows.filter(r => r !== head && !(table.tHead && table.tHead.contains(r))).forEach((row, i) => {
+			body++;
+			const cells = [...row.cells];
+			const span = cells.reduce((n, c) => n + c.colSpan, 0);
+			if (span !== cols.length) {
+				out.problems.push(name + ' row ' + (i + 1) + ': ' + span + ' cells for ' + cols.length + ' columns');
+				return;
+			}
+			let col = 0;
+			const box = row.getBoundingClientRect();
+			cells.forEach(cell => {
+				const r = cell.getBoundingClientRect();
+				const first = cols[col], last = cols[col + cell.colSpan - 1];
+				const what = name + ' row ' + (i + 1) + ' column ' + (col + 1) + ' (' + (head.cells[col].textContent.trim() || 'untitled') + ')';
+				if (!near(r.left, first.left) || !near(r.right, last.right)) {
+					out.problems.push(what + ': cell at ' + Math.round(r.left) + '..' + Math.round(r.right) +
+						', its header at ' + Math.round(first.left) + '..' + Math.round(last.right));
+				}
+				if (!near(r.top, box.top) || !near(r.bottom, box.bottom)) {
+					out.problems.push(what + ': cell at ' + Math.round(r.top) + '..' + Math.round(r.bottom) +
+						' down the page, its row at ' + Math.round(box.top) + '..' + Math.round(box.bottom));
+				}
+				col += cell.colSpan;
+			});
+		});
+		out.tables.push({name: name, rows: body});
+	});
+	return JSON.stringify(out);
+})()`
+
+// tablesLineUp checks that on the current page every body cell of every table
+// sits under its column's header, edge for edge, and every row fills the
+// header's columns; want names the tables (by id, or class and index) the
+// page must show, each with a row at least.
+func (c *chrome) tablesLineUp(page string, want ...string) {
+	c.t.Helper()
+	var got struct {
+		Tables []struct {
+			Name string
+			Rows int
+		}
+		Problems []string
+	}
+	if err := json.Unmarshal([]byte(get(c, chromedp.Evaluate[string](tablesJS))), &got); err != nil {
+		c.t.Fatal(err)
+	}
+	if len(got.Problems) > 0 {
+		c.t.Errorf("at %d px, on page %s:\n%s", c.width, page, strings.Join(got.Problems, "\n"))
+	}
+	for _, name := range want {
+		found := false
+		for _, tb := range got.Tables {
+			if tb.Name == name && tb.Rows > 0 {
+				found = true
+			}
+		}
+		if !found {
+			c.t.Errorf("at %d px, page %s has no table %s with rows; it has %+v", c.width, page, name, got.Tables)
+		}
+	}
+}
+
+// reachable checks that a button can be seen at this width: scrolled into
+// view (inside its table's box, which scrolls sideways), it lies inside the
+// window and nothing covers it, and the page itself does not scroll sideways.
+func (c *chrome) reachable(sel string) {
+	c.t.Helper()
+	var got struct {
+		Left, Right, Width, ScrollWidth, ScrollX float64
+		OnTop                                    bool
+	}
+	js := `(() => {
+		const b = document.querySelector(` + "`" + sel + "`" + `);
+		b.scrollIntoView({block: 'center', inline: 'nearest'});
+		const r = b.getBoundingClientRect();
+		const hit = document.elementFromPoint((r.left + r.right) / 2, (r.top + r.bottom) / 2);
+		return JSON.stringify({left: r.left, right: r.right, width: window.innerWidth, scrollWidth: document.documentElement.scrollWidth,
+			scrollX: window.scrollX, onTop: hit === b || b.contains(hit)});
+	})()`
+	if err := json.Unmarshal([]byte(get(c, chromedp.Evaluate[string](js))), &got); err != nil {
+		c.t.Fatal(err)
+	}
+	if got.Left < 0 || got.Right > got.Width || !got.OnTop || got.ScrollWidth > got.Width || got.ScrollX != 0 {
+		c.t.Errorf("at %d px, %s cannot be reached: %+v", c.width, sel, got)
+	}
+}
+
+// Every table on every page lines up, at a desktop's width and a phone's:
+// each cell's left and right edges are its column header's, every row has
+// the header's columns, and every cell fills its row's height (none stacked
+// under another). On a phone the
+// page never scrolls sideways and the Pause button can be scrolled to inside
+// the routes table.
+func TestConsoleTablesLineUp(t *testing.T) {
+	_, srv := consoleHistory(t)
+	tables := map[string][]string{
+		"deliveries":       {"deliveries"},
+		"delivery":         {"headers table 0"},
+		"delivery-long-id": {"headers table 0"},
+		"routes":           {"routes"},
+		"rejections":       {"rejections"},
+		"audit":            {"audit"},
+	}
+	for _, size := range []struct{ width, height int64 }{{1280, 900}, {390, 844}} {
+		c := newChrome(t, srv.URL, size.width, size.height)
+		c.signIn(adminToken)
+		c.run(chromedp.WaitVisible(chromedp.ID(`#backlog`)))
+		for _, p := range consolePages {
+			c.run(chromedp.Navigate(srv.URL+p.path), chromedp.WaitVisible(chromedp.CSS(p.wait)))
+			c.page(fmt.Sprintf("%s-%d", p.name, size.width))
+			c.tablesLineUp(p.name, tables[p.name]...)
+		}
+		c.run(chromedp.Navigate(srv.URL+"/admin/ui/routes"), chromedp.WaitVisible(chromedp.ID(`#routes`)))
+		c.reachable(`#route-fwd button`)
 	}
 }
