@@ -169,6 +169,32 @@ func TestEmbeddedDefaultServesAndStopsOnSIGTERM(t *testing.T) {
 	if status, body := sendPing(t, addr, "embedded-1"); status != 200 || body != "duplicate" {
 		t.Fatalf("after restart: %d %s, want the stored receipt to be found", status, body)
 	}
+
+	// The private PostgreSQL belongs to one process: a second gateway on the
+	// same directory exits 1, saying how gateways share a database, and the
+	// first keeps serving.
+	second := exec.Command(bin, "serve")
+	second.Env = []string{"PATH=" + os.Getenv("PATH"), "GATEWAY_DATA_DIR=" + filepath.Join(tmp, "data"), "GATEWAY_ADDR=" + freeAddr(t),
+		"GITHUB_WEBHOOK_SECRET=" + secret, "GATEWAY_ROUTES=audit=*:*>builtin:log"}
+	out, err := second.CombinedOutput()
+	if second.ProcessState == nil || second.ProcessState.ExitCode() != 1 || !strings.Contains(string(out), "DATABASE_URL") ||
+		!strings.Contains(string(out), "in use") {
+		t.Fatalf("a second gateway on the same directory: %v\n%s", err, out)
+	}
+	if status, body := sendPing(t, addr, "embedded-2"); status != 202 || body != "accepted" {
+		t.Fatalf("the first gateway after the second was refused: %d %s", status, body)
+	}
+
+	// A gateway killed with SIGKILL leaves its PostgreSQL behind; the next
+	// one takes the directory over instead of being refused.
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	cmd, addr, logs = start()
+	if status, body := sendPing(t, addr, "embedded-2"); status != 200 || body != "duplicate" {
+		t.Fatalf("after kill -9 and restart: %d %s, want the stored receipt to be found", status, body)
+	}
 	stop(cmd, logs)
 }
 
