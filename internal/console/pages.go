@@ -665,6 +665,8 @@ var funcs = template.FuncMap{
 		}
 		return *s
 	},
+	"plural":       plural,
+	"count":        func(n any, one, many string) string { return fmt.Sprint(n) + " " + plural(n, one, many) },
 	"deliveryPath": deliveryPath,
 	"pathEscape":   url.PathEscape,
 	"has":          func(list []string, s string) bool { return slices.Contains(list, s) },
@@ -672,3 +674,20 @@ var funcs = template.FuncMap{
 }
 
 func urlQueryEscape(s string) string { return url.QueryEscape(s) }
+
+// plural returns one when n (an integer) is 1, else many: the noun that
+// agrees with a count the template prints itself (the templates' count
+// prints both).
+func plural(n any, one, many string) string {
+	switch v := n.(type) {
+	case int:
+		if v == 1 {
+			return one
+		}
+	case int64:
+		if v == 1 {
+			return one
+		}
+	}
+	return many
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -323,11 +324,18 @@ func TestConsoleAtPhoneWidth(t *testing.T) {
 	}
 }
 
-// consoleHistory is a gateway with something on every console page: three
+// history is a gateway with something on every console page: three
 // deliveries whose forward was discarded, one replayed on its own and one by
 // a bulk replay (gh-2's is still discarded), a delivery with a long id, a
-// rejected request, and a pause and resume of fwd, each with a reason.
-func consoleHistory(t *testing.T) (*adminBundle, *httptest.Server) {
+// rejected request, a pause and resume of fwd, and hidden paused, each with a
+// reason.
+type history struct {
+	a    *adminBundle
+	srv  *httptest.Server
+	bulk string // the bulk replay's id
+}
+
+func consoleHistory(t *testing.T) history {
 	t.Helper()
 	a := setupAdmin(t, adminToken)
 	a.answer.Store(500) // every forward fails: fwd's single attempt is discarded
@@ -349,6 +357,7 @@ func consoleHistory(t *testing.T) (*adminBundle, *httptest.Server) {
 	a.answer.Store(0)
 	a.adminJSON(t, adminReq{method: "POST", path: "/admin/routes/fwd/pause", body: `{"reason":"maintenance"}`}, 200, nil)
 	a.adminJSON(t, adminReq{method: "POST", path: "/admin/routes/fwd/resume", body: `{"reason":"done"}`}, 200, nil)
+	a.adminJSON(t, adminReq{method: "POST", path: "/admin/routes/hidden/pause", body: `{"reason":"never used"}`}, 200, nil)
 	a.adminJSON(t, adminReq{method: "POST", path: "/admin/deliveries/github/gh-1/replay", body: `{"reason":"target fixed"}`}, 202, nil)
 	var bulk replayed
 	a.adminJSON(t, adminReq{method: "POST", path: "/admin/replays", body: `{"provider":"stripe","state":"discarded","reason":"backfill"}`}, 202, &bulk)
@@ -366,21 +375,33 @@ func consoleHistory(t *testing.T) (*adminBundle, *httptest.Server) {
 	})
 	srv := httptest.NewServer(a.handler)
 	t.Cleanup(srv.Close)
-	return a, srv
+	return history{a: a, srv: srv, bulk: bulk.ReplayID}
 }
 
-// consolePages are the console's pages that a consoleHistory fills, each
-// with the tables it shows.
-var consolePages = []struct{ path, name, wait string }{
-	{"/admin/", "overview", "#backlog"},
-	{"/admin/?range=day", "overview-day", "#backlog"},
-	{"/admin/ui/deliveries", "deliveries", "#deliveries"},
-	{"/admin/ui/deliveries/github/gh-2", "delivery", "#body"},
-	{"/admin/ui/deliveries/github/a-rather-long-delivery-id-0123456789-0123456789-0123456789", "delivery-long-id", "#body"},
-	{"/admin/ui/replay?state=discarded", "bulk-confirm", "#matched"},
-	{"/admin/ui/routes", "routes", "#routes"},
-	{"/admin/ui/rejections", "rejections", "#rejections"},
-	{"/admin/ui/audit", "audit", "#audit"},
+// consolePage is a page of the console, and what shows it has loaded.
+type consolePage struct{ path, name, wait string }
+
+// pages are the console's pages that the history fills.
+func (h history) pages() []consolePage {
+	return []consolePage{
+		{"/admin/", "overview", "#backlog"},
+		{"/admin/?range=day", "overview-day", "#backlog"},
+		{"/admin/ui/deliveries", "deliveries", "#deliveries"},
+		{"/admin/ui/deliveries/github/gh-2", "delivery", "#body"},
+		{"/admin/ui/deliveries/github/a-rather-long-delivery-id-0123456789-0123456789-0123456789", "delivery-long-id", "#body"},
+		{"/admin/ui/replay?state=discarded", "bulk-confirm", "#matched"},
+		{"/admin/ui/replays/" + h.bulk, "bulk-progress", "#progress"},
+		{"/admin/ui/routes", "routes", "#routes"},
+		{"/admin/ui/rejections", "rejections", "#rejections"},
+		{"/admin/ui/audit", "audit", "#audit"},
+	}
+}
+
+// visit opens a page, waits for it, and checks it as page does.
+func (c *chrome) visit(p consolePage, suffix string, want ...string) {
+	c.t.Helper()
+	c.run(chromedp.Navigate(c.base+p.path), chromedp.WaitVisible(chromedp.CSS(p.wait)))
+	c.page(p.name+suffix, want...)
 }
 
 // tablesJS measures every table of the page: for each row, the cells' edges
@@ -492,7 +513,7 @@ func (c *chrome) reachable(sel string) {
 // page never scrolls sideways and the Pause button can be scrolled to inside
 // the routes table.
 func TestConsoleTablesLineUp(t *testing.T) {
-	_, srv := consoleHistory(t)
+	h := consoleHistory(t)
 	tables := map[string][]string{
 		"deliveries":       {"deliveries"},
 		"delivery":         {"headers table 0"},
@@ -502,15 +523,45 @@ func TestConsoleTablesLineUp(t *testing.T) {
 		"audit":            {"audit"},
 	}
 	for _, size := range []struct{ width, height int64 }{{1280, 900}, {390, 844}} {
-		c := newChrome(t, srv.URL, size.width, size.height)
+		c := newChrome(t, h.srv.URL, size.width, size.height)
 		c.signIn(adminToken)
 		c.run(chromedp.WaitVisible(chromedp.ID(`#backlog`)))
-		for _, p := range consolePages {
-			c.run(chromedp.Navigate(srv.URL+p.path), chromedp.WaitVisible(chromedp.CSS(p.wait)))
-			c.page(fmt.Sprintf("%s-%d", p.name, size.width))
+		for _, p := range h.pages() {
+			c.visit(p, fmt.Sprintf("-%d", size.width))
 			c.tablesLineUp(p.name, tables[p.name]...)
 		}
-		c.run(chromedp.Navigate(srv.URL+"/admin/ui/routes"), chromedp.WaitVisible(chromedp.ID(`#routes`)))
+		c.run(chromedp.Navigate(h.srv.URL+"/admin/ui/routes"), chromedp.WaitVisible(chromedp.ID(`#routes`)))
 		c.reachable(`#route-fwd button`)
+	}
+}
+
+// pluralJS finds a count that disagrees with its noun: "1 attempts",
+// "1 of 1 deliveries", "1 open circuits", or a hedge such as "attempt(s)".
+var badPlural = regexp.MustCompile(`\b1 (?:of 1 )?(?:open |paused )?(?:attempts|deliveries|dispatches|routes|circuits|receipts|entries)\b|\w\(s\)`)
+
+// Counts agree with their nouns on every page: "1 attempt", "2 attempts".
+func TestConsolePluralsAgreeWithTheirCounts(t *testing.T) {
+	h := consoleHistory(t)
+	want := map[string][]string{
+		"overview":      {"0 dispatches waiting", "0 open circuits", "1 paused route of 3"},
+		"delivery":      {"generation 1 discarded, 1 attempt "},
+		"bulk-confirm":  {"1 delivery matches it now", "Replay 1 delivery"},
+		"bulk-progress": {"1 of 1 delivery handled (100%), 1 dispatch created"},
+		"routes":        {"timeout 5s, 1 attempt "},
+	}
+	c := newChrome(t, h.srv.URL, 1280, 900)
+	c.signIn(adminToken)
+	c.run(chromedp.WaitVisible(chromedp.ID(`#backlog`)))
+	for _, p := range h.pages() {
+		c.visit(p, "")
+		body := strings.Join(strings.Fields(c.text("body")), " ") + " " // the words as a person reads them
+		for _, w := range want[p.name] {
+			if !strings.Contains(body, w) {
+				t.Errorf("page %s lacks %q; it shows:\n%s", p.name, w, body)
+			}
+		}
+		if bad := badPlural.FindAllString(body, -1); bad != nil {
+			t.Errorf("page %s shows %q", p.name, bad)
+		}
 	}
 }
