@@ -438,18 +438,48 @@ type bulkData struct {
 	Reason  string
 }
 
-// describe says what a filter selects.
-func describe(q url.Values) string {
+// describe says what a filter selects, its times as people read them.
+func describe(f deliveries.Filter) string {
 	var parts []string
-	for _, k := range []string{"provider", "event", "state", "since", "until"} {
-		if v := q.Get(k); v != "" {
-			parts = append(parts, k+" "+v)
+	for _, p := range [][2]string{{"provider", f.Provider}, {"event", f.Event}, {"state", f.State}} {
+		if p[1] != "" {
+			parts = append(parts, p[0]+" "+p[1])
 		}
+	}
+	if f.Since != nil {
+		parts = append(parts, "since "+f.Since.UTC().Format(timeLayout))
+	}
+	if f.Until != nil {
+		parts = append(parts, "until "+f.Until.UTC().Format(timeLayout))
 	}
 	if len(parts) == 0 {
 		return "every stored delivery"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// replayFilter is a replay log entry's filter: a bulk replay's
+// deliveries.Filter, or the delivery and routes of a replay of one.
+type replayFilter struct {
+	deliveries.Filter
+	DeliveryID string   `json:"delivery_id"`
+	Routes     []string `json:"routes"`
+}
+
+// describeReplay says what a replay log entry's filter selected; "" when it
+// cannot be read.
+func describeReplay(filter []byte) string {
+	var f replayFilter
+	if json.Unmarshal(filter, &f) != nil {
+		return ""
+	}
+	if f.DeliveryID == "" {
+		return describe(f.Filter)
+	}
+	if len(f.Routes) == 0 {
+		return f.Provider + " " + f.DeliveryID + ", every route"
+	}
+	return f.Provider + " " + f.DeliveryID + ", " + plural(len(f.Routes), "route", "routes") + " " + strings.Join(f.Routes, ", ")
 }
 
 func (c *Console) handleBulkConfirm(w http.ResponseWriter, r *http.Request) {
@@ -484,7 +514,7 @@ func (c *Console) handleBulkConfirm(w http.ResponseWriter, r *http.Request) {
 		fixed.Set("since", f.Since.UTC().Format(time.RFC3339Nano))
 	}
 	c.render(w, r, http.StatusOK, "bulk", page{Title: "Bulk replay", Nav: "deliveries",
-		Data: bulkData{Query: fixed, Filter: describe(fq), Matched: n}})
+		Data: bulkData{Query: fixed, Filter: describe(f), Matched: n}})
 }
 
 func (c *Console) handleBulkReplay(w http.ResponseWriter, r *http.Request) {
@@ -522,17 +552,9 @@ func (c *Console) handleReplayProgress(w http.ResponseWriter, r *http.Request) {
 		c.failWith(w, r, err)
 		return
 	}
-	d := progressData{Replay: rep, Percent: 100}
+	d := progressData{Replay: rep, Percent: 100, Filter: describeReplay(rep.Filter)}
 	if rep.Deliveries > 0 {
 		d.Percent = min(100, rep.Done*100/rep.Deliveries)
-	}
-	var f map[string]any
-	if json.Unmarshal(rep.Filter, &f) == nil {
-		q := url.Values{}
-		for k, v := range f {
-			q.Set(k, fmt.Sprint(v))
-		}
-		d.Filter = describe(q)
 	}
 	p := page{Title: "Replay " + rep.ReplayID, Nav: "audit", Data: d}
 	if rep.State != "done" {
@@ -644,21 +666,7 @@ func (c *Console) handleAudit(w http.ResponseWriter, r *http.Request) {
 // --- template helpers ---
 
 var funcs = template.FuncMap{
-	"when": func(t any) string {
-		switch v := t.(type) {
-		case time.Time:
-			if v.IsZero() {
-				return "-"
-			}
-			return v.UTC().Format("2006-01-02 15:04:05Z")
-		case *time.Time:
-			if v == nil {
-				return "-"
-			}
-			return v.UTC().Format("2006-01-02 15:04:05Z")
-		}
-		return "-"
-	},
+	"when": when,
 	"deref": func(s *string) string {
 		if s == nil {
 			return "-"
@@ -674,6 +682,31 @@ var funcs = template.FuncMap{
 }
 
 func urlQueryEscape(s string) string { return url.QueryEscape(s) }
+
+// timeLayout is how the console shows a time: to the second, in UTC, named.
+const timeLayout = "2006-01-02 15:04:05 UTC"
+
+// when shows a time (a time.Time or *time.Time) as a <time> element that
+// reads "2026-12-02 05:32:10 UTC", with the instant in its datetime attribute
+// and to the millisecond in its title; "-" for none. The HTML is made of
+// digits and the layouts' own text only.
+func when(t any) template.HTML {
+	var at time.Time
+	switch v := t.(type) {
+	case time.Time:
+		at = v
+	case *time.Time:
+		if v != nil {
+			at = *v
+		}
+	}
+	if at.IsZero() {
+		return "-"
+	}
+	at = at.UTC()
+	return template.HTML(`<time datetime="` + at.Format(time.RFC3339Nano) + `" title="` + at.Format("2006-01-02 15:04:05.000 UTC") + `">` +
+		at.Format(timeLayout) + `</time>`)
+}
 
 // plural returns one when n (an integer) is 1, else many: the noun that
 // agrees with a count the template prints itself (the templates' count

@@ -565,3 +565,53 @@ func TestConsolePluralsAgreeWithTheirCounts(t *testing.T) {
 		}
 	}
 }
+
+// rawTime is a time as a machine writes it (2026-12-02T05:32:10.532199Z, or
+// 05:32:10Z); readableTime is how the console shows one.
+var (
+	rawTime      = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d|\d\d:\d\d:\d\d(\.\d+)?Z\b`)
+	readableTime = regexp.MustCompile(`^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$`)
+)
+
+// timesJS lists the page's <time> elements: what each shows and the
+// milliseconds since the epoch of its datetime attribute and of what it shows.
+const timesJS = `JSON.stringify([...document.querySelectorAll('time')].map(t => ({
+	text: t.textContent.trim(), at: Date.parse(t.dateTime), shown: Date.parse(t.textContent.trim().replace(' UTC', 'Z').replace(' ', 'T'))})))`
+
+// Every time the console prints reads as "2026-12-02 05:32:10 UTC", in a
+// <time> whose datetime attribute is the same instant; none is printed as
+// RFC 3339 (the bulk replay's filter was).
+func TestConsoleShowsTimesReadably(t *testing.T) {
+	h := consoleHistory(t)
+	timed := map[string]bool{"overview": true, "deliveries": true, "delivery": true, "bulk-progress": true,
+		"routes": true, "rejections": true, "audit": true}
+	c := newChrome(t, h.srv.URL, 1280, 900)
+	c.signIn(adminToken)
+	c.run(chromedp.WaitVisible(chromedp.ID(`#backlog`)))
+	for _, p := range h.pages() {
+		c.visit(p, "")
+		if raw := rawTime.FindAllString(c.text("body"), -1); raw != nil {
+			t.Errorf("page %s shows raw times %q", p.name, raw)
+		}
+		var times []struct {
+			Text      string
+			At, Shown float64
+		}
+		if err := json.Unmarshal([]byte(get(c, chromedp.Evaluate[string](timesJS))), &times); err != nil {
+			t.Fatal(err)
+		}
+		if timed[p.name] && len(times) == 0 {
+			t.Errorf("page %s shows no <time>", p.name)
+		}
+		for _, tm := range times {
+			if !readableTime.MatchString(tm.Text) || tm.At == 0 || tm.At-tm.Shown < 0 || tm.At-tm.Shown >= 1000 {
+				t.Errorf("page %s shows %q for %v ms", p.name, tm.Text, tm.At)
+			}
+		}
+	}
+	// The bulk replay's filter names its times as people read them.
+	c.visit(consolePage{"/admin/ui/replays/" + h.bulk, "bulk-progress", "#progress"}, "-filter")
+	if got := c.text("main"); !regexp.MustCompile(`provider stripe, state discarded, until \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC`).MatchString(got) {
+		t.Errorf("the bulk replay's page says:\n%s", got)
+	}
+}
