@@ -66,11 +66,19 @@ func TestEverySourceKindEndToEnd(t *testing.T) {
 	t.Setenv("GATEWAY_CONFIG_FILE", file)
 
 	serveInBackground(t, addr)
+	t.Setenv("HOOKGATE_URL", "http://"+addr)
 
-	post := func(name string, h http.Header, body []byte) (int, map[string]any) {
+	// signed is a delivery to the source src, signed as its sender signs.
+	signed := func(src providers.SourceConfig, body []byte, id, event string, now time.Time) *http.Request {
 		t.Helper()
-		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/webhooks/"+name, bytes.NewReader(body))
-		req.Header = h
+		req, err := providers.NewRequest(context.Background(), src, "http://"+addr+"/webhooks/"+src.Name, body, id, event, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return req
+	}
+	post := func(req *http.Request) (int, map[string]any) {
+		t.Helper()
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -102,28 +110,20 @@ func TestEverySourceKindEndToEnd(t *testing.T) {
 		now := time.Now()
 		id := "e2e-dup-" + k
 		body := kind.Sample(src, id, "thing.updated", now)
-		h := http.Header{}
-		if err := kind.Sign(src, h, body, id, "thing.updated", now); err != nil {
-			t.Fatal(err)
-		}
-		if code, answer := post(name, h, body); code != http.StatusAccepted || answer["event"] == "" {
+		if code, answer := post(signed(src, body, id, "thing.updated", now)); code != http.StatusAccepted || answer["event"] == "" {
 			t.Errorf("%s first: %d %v", name, code, answer)
 		}
-		if code, answer := post(name, h, body); code != http.StatusOK || answer["status"] != "duplicate" {
+		if code, answer := post(signed(src, body, id, "thing.updated", now)); code != http.StatusOK || answer["status"] != "duplicate" {
 			t.Errorf("%s again: %d %v", name, code, answer)
 		}
 		other := append(bytes.TrimSuffix(bytes.Clone(body), []byte("}")), []byte(`,"extra":1}`)...)
-		h = http.Header{}
-		_ = kind.Sign(src, h, other, id, "thing.updated", now)
-		if code, answer := post(name, h, other); code != http.StatusConflict {
+		if code, answer := post(signed(src, other, id, "thing.updated", now)); code != http.StatusConflict {
 			t.Errorf("%s, its id with another body: %d %v", name, code, answer)
 		}
 		// A wrong signature: 401, nothing stored.
-		h = http.Header{}
 		wrong := src
 		wrong.Secrets = []string{"whsec_c29tZW9uZS1lbHNlcy1rZXktMzItYnl0ZXMhISE="}
-		_ = kind.Sign(wrong, h, body, "e2e-forged-"+k, "thing.updated", now)
-		if code, answer := post(name, h, kind.Sample(src, "e2e-forged-"+k, "thing.updated", now)); code != http.StatusUnauthorized {
+		if code, answer := post(signed(wrong, kind.Sample(src, "e2e-forged-"+k, "thing.updated", now), "e2e-forged-"+k, "thing.updated", now)); code != http.StatusUnauthorized {
 			t.Errorf("%s forged: %d %v", name, code, answer)
 		}
 		// The CLI and the operator API filter by the source.
@@ -161,9 +161,7 @@ func TestEverySourceKindEndToEnd(t *testing.T) {
 	// Slack's url_verification.
 	src := sources["e2e-slack"]
 	challenge := []byte(`{"token":"x","challenge":"e2e-challenge-value","type":"url_verification"}`)
-	h := http.Header{}
-	_ = providers.Kinds["slack"].Sign(src, h, challenge, "", "", time.Now())
-	if code, answer := post("e2e-slack", h, challenge); code != http.StatusOK || answer["challenge"] != "e2e-challenge-value" {
+	if code, answer := post(signed(src, challenge, "", "", time.Now())); code != http.StatusOK || answer["challenge"] != "e2e-challenge-value" {
 		t.Errorf("url_verification: %d %v", code, answer)
 	}
 

@@ -216,10 +216,9 @@ type generator struct {
 }
 
 // sender is a configured provider, which the generator signs for as its
-// kind's sender signs.
+// kind's sender signs (providers.NewRequest).
 type sender struct {
-	src  providers.SourceConfig
-	kind providers.Kind
+	src providers.SourceConfig
 }
 
 // workload are the providers the generator sends for: the figures the README
@@ -232,9 +231,8 @@ func newGenerator(registry *providers.Registry, bodyBytes int) (*generator, erro
 	g := &generator{senders: map[string]sender{}}
 	var vars []string
 	for _, name := range workload {
-		src, kind, ok := registry.Source(name)
-		if ok {
-			g.senders[name] = sender{src, kind}
+		if src, _, ok := registry.Source(name); ok {
+			g.senders[name] = sender{src}
 		}
 		vars = append(vars, providers.Kinds[name].Env)
 	}

@@ -21,13 +21,25 @@ import (
 // requests of repo opened or synchronized (a filter), all every GitHub event.
 func filterRoutes(t *testing.T, repo string) fanout.Table {
 	t.Helper()
-	table, err := fanout.Parse("api-prs=github:pull_request>builtin:log all=github:*>builtin:log", []string{"log"},
-		fanout.Defaults{Concurrency: 4, Sources: testSourceNames()})
+	return routesWithFilters(t, "api-prs=github:pull_request>builtin:log all=github:*>builtin:log", map[string]string{
+		"api-prs": fmt.Sprintf(`payload.repository.full_name == %q && payload.action in ["opened", "synchronize"]`, repo),
+	})
+}
+
+// routesWithFilters is the fan-out table spec (GATEWAY_ROUTES), each route
+// named in filters taking that filter, as a configuration file gives it.
+func routesWithFilters(t *testing.T, spec string, filters map[string]string) fanout.Table {
+	t.Helper()
+	table, err := fanout.Parse(spec, []string{"log"}, fanout.Defaults{Concurrency: 4, Sources: testSourceNames()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if table[0].Filter, err = filter.Compile(fmt.Sprintf(`payload.repository.full_name == %q && payload.action in ["opened", "synchronize"]`, repo)); err != nil {
-		t.Fatal(err)
+	for i, r := range table {
+		if expr, ok := filters[r.Name]; ok {
+			if table[i].Filter, err = filter.Compile(expr); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	return table
 }

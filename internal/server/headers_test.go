@@ -16,16 +16,8 @@ import (
 func TestStandardWebhooksStoresOnlyTheVerifiedFamily(t *testing.T) {
 	t.Parallel()
 	c := testSources["standard-webhooks"]
-	b := setup(t, setupOpts{routes: filterRoutes(t, `
-routes:
-  - name: both-families
-    match: ["src-standard-webhooks:*"]
-    filter: '"webhook-timestamp" in headers && "svix-timestamp" in headers'
-    target: builtin:log
-  - name: all
-    match: ["src-standard-webhooks:*"]
-    target: builtin:log
-`)})
+	b := setup(t, setupOpts{routes: routesWithFilters(t, "both-families=src-standard-webhooks:*>builtin:log all=src-standard-webhooks:*>builtin:log",
+		map[string]string{"both-families": `"webhook-timestamp" in headers && "svix-timestamp" in headers`})})
 	ts := strconv.FormatInt(now.Unix(), 10)
 	for _, tt := range []struct {
 		id, signed, stray string // the families' prefixes
