@@ -2,8 +2,8 @@
 // /admin/ for people with a browser. It signs in with the admin token and
 // then keeps a session (a cookie naming a row in PostgreSQL), checks a CSRF
 // token on every form that changes anything, and draws its charts as SVG on
-// the server. Templates, styles and its one small script are embedded: the
-// console needs nothing from outside the gateway, and its
+// the server. Templates, styles, its icon and its one small script are
+// embedded: the console needs nothing from outside the gateway, and its
 // Content-Security-Policy allows no inline script.
 //
 // The console reads and acts through the same packages as the JSON API

@@ -615,3 +615,33 @@ func TestConsoleShowsTimesReadably(t *testing.T) {
 		t.Errorf("the bulk replay's page says:\n%s", got)
 	}
 }
+
+// The console names its own icon, an SVG among its static files that its
+// Content-Security-Policy allows, so a browser never asks for /favicon.ico (a
+// 404); and no request a console page makes fails.
+func TestConsoleHasAFavicon(t *testing.T) {
+	h := consoleHistory(t)
+	c := newChrome(t, h.srv.URL, 1280, 900)
+	c.signIn(adminToken)
+	c.run(chromedp.WaitVisible(chromedp.ID(`#backlog`)))
+	for _, p := range h.pages() {
+		c.visit(p, "")
+		icon := get(c, chromedp.Evaluate[string](`(async () => {
+			const link = document.querySelector('link[rel~=icon]');
+			if (!link) return 'no icon link';
+			const res = await fetch(link.href);
+			const img = new Image();
+			img.src = link.href;
+			try { await img.decode(); } catch (e) { return 'the icon does not load as an image: ' + e; }
+			return res.status + ' ' + res.headers.get('Content-Type') + ' ' + new URL(link.href).pathname;
+		})()`, chromedp.EvalAwaitPromise))
+		if icon != "200 image/svg+xml /admin/ui/static/favicon.svg" {
+			t.Fatalf("page %s: its icon: %s", p.name, icon)
+		}
+	}
+	for _, r := range c.requested() {
+		if strings.HasSuffix(r.url, "/favicon.ico") || r.status >= 400 {
+			t.Errorf("the browser asked for %s %s: %d", r.method, r.url, r.status)
+		}
+	}
+}
