@@ -1,11 +1,7 @@
 package hookgate_test
 
 import (
-	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -15,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hookgate/hookgate/hookgatetest"
 	"github.com/hookgate/hookgate/internal/dbtest"
 )
 
@@ -30,12 +27,10 @@ var quiet = slog.New(slog.DiscardHandler)
 // stripeSends posts event to the gateway as Stripe does, signed with
 // stripeSecret, and returns the answer's status code and status.
 func stripeSends(addr, event string) string {
-	t := time.Now().Unix()
-	mac := hmac.New(sha256.New, []byte(stripeSecret))
-	fmt.Fprintf(mac, "%d.%s", t, event)
-	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/webhooks/stripe", bytes.NewBufferString(event))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Stripe-Signature", fmt.Sprintf("t=%d,v1=%s", t, hex.EncodeToString(mac.Sum(nil))))
+	req, err := hookgatetest.StripeRequest(context.Background(), "http://"+addr+"/webhooks/stripe", stripeSecret, []byte(event))
+	if err != nil {
+		return err.Error()
+	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err.Error()

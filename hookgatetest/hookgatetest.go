@@ -146,13 +146,37 @@ func Stripe(body []byte) (hookgate.Delivery, error) {
 	return SignedStripe(testSecret, h, body)
 }
 
+// GitHubRequest is a delivery as GitHub sends it to a running gateway: a POST
+// of body to url (the gateway's /webhooks/github) with X-GitHub-Event event,
+// X-GitHub-Delivery id, and X-Hub-Signature-256 signed with secret. For a
+// service's end-to-end tests; a handler's own tests need no gateway (GitHub).
+func GitHubRequest(ctx context.Context, url, secret, event, id string, body []byte) (*http.Request, error) {
+	return newRequest(ctx, providers.GitHub{Secrets: verify.Secrets{secret}}.Source(), url, body, id, event)
+}
+
+// StripeRequest is an event as Stripe sends it to a running gateway: a POST
+// of body (the event's JSON, its id and type inside) to url (the gateway's
+// /webhooks/stripe) with Stripe-Signature signed now with secret (whsec_...).
+func StripeRequest(ctx context.Context, url, secret string, body []byte) (*http.Request, error) {
+	return newRequest(ctx, providers.Stripe{Secrets: verify.Secrets{secret}}.Source(), url, body, "", "")
+}
+
+// newRequest is the request c's sender sends, as gateway send builds it.
+func newRequest(ctx context.Context, c providers.SourceConfig, url string, body []byte, id, event string) (*http.Request, error) {
+	req, err := providers.NewRequest(ctx, c, url, body, id, event, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("hookgatetest: %w", err)
+	}
+	return req, nil
+}
+
 // sign returns the headers c's sender sends with body, now: those of the
 // request providers.NewRequest builds, as gateway send's and the gateway's
 // own tests' are.
 func sign(c providers.SourceConfig, body []byte, id, event string) (http.Header, error) {
-	req, err := providers.NewRequest(context.Background(), c, "http://hookgatetest/webhooks/"+c.Name, body, id, event, time.Now())
+	req, err := newRequest(context.Background(), c, "http://hookgatetest/webhooks/"+c.Name, body, id, event)
 	if err != nil {
-		return nil, fmt.Errorf("hookgatetest: %w", err)
+		return nil, err
 	}
 	return req.Header, nil
 }

@@ -149,3 +149,30 @@ func TestDeliveriesAreReadAsTheGatewayReadsThem(t *testing.T) {
 		t.Error("a Stripe event without an id was accepted")
 	}
 }
+
+// The requests for a running gateway are signed as the senders sign: each
+// verifies with its secret, names its event and id, and carries the body as
+// given; another secret does not verify.
+func TestRequestsForARunningGateway(t *testing.T) {
+	ctx := context.Background()
+	body := []byte(`{"action":"opened","pull_request":{"id":7,"updated_at":"2026-11-30T11:00:00Z"}}`)
+	req, err := hookgatetest.GitHubRequest(ctx, "http://127.0.0.1:8080/webhooks/github", "gh-secret", "pull_request", "d-42", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := hookgatetest.SignedGitHub("gh-secret", req.Header, body)
+	if err != nil || d.DeliveryID != "d-42" || d.Event != "pull_request.opened" || req.URL.Path != "/webhooks/github" || req.Method != "POST" {
+		t.Fatalf("GitHubRequest: %+v, %v", d, err)
+	}
+	if _, err := hookgatetest.SignedGitHub("another", req.Header, body); err == nil {
+		t.Error("GitHubRequest verified with another secret")
+	}
+	event := []byte(`{"id":"evt_1","type":"invoice.paid","created":1764500000,"data":{"object":{"id":"in_1"}}}`)
+	req, err = hookgatetest.StripeRequest(ctx, "http://127.0.0.1:8080/webhooks/stripe", "whsec_test", event)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := hookgatetest.SignedStripe("whsec_test", req.Header, event); err != nil || d.DeliveryID != "evt_1" || d.Event != "invoice.paid" {
+		t.Fatalf("StripeRequest: %+v, %v", d, err)
+	}
+}

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -17,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hookgate/hookgate/hookgatetest"
 )
 
 const secret = "whsec_ledger_example"
@@ -184,12 +183,10 @@ func ledger(t *testing.T, addr string) State {
 // stripeSends posts body as Stripe does, signed, and returns the status
 // (0 when the request failed).
 func stripeSends(addr, body string) int {
-	ts := time.Now().Unix()
-	mac := hmac.New(sha256.New, []byte(secret))
-	fmt.Fprintf(mac, "%d.%s", ts, body)
-	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/webhooks/stripe", bytes.NewBufferString(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Stripe-Signature", fmt.Sprintf("t=%d,v1=%s", ts, hex.EncodeToString(mac.Sum(nil))))
+	req, err := hookgatetest.StripeRequest(context.Background(), "http://"+addr+"/webhooks/stripe", secret, []byte(body))
+	if err != nil {
+		return 0
+	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0
