@@ -148,7 +148,10 @@ func (c *Console) Register(r chi.Router) {
 			r.Post("/ui/logout", c.handleLogout)
 			r.Get("/ui/deliveries", c.handleDeliveries)
 			r.Get("/ui/deliveries/{provider}/{id}", c.handleDelivery)
-			r.Get("/ui/deliveries/{provider}/{id}/replay", c.handleReplayConfirm)
+			// A replay's reason travels in POST bodies only, never in a
+			// URL (which logs, history and proxies keep): the delivery's
+			// form posts to the confirmation, which posts the replay.
+			r.Post("/ui/deliveries/{provider}/{id}/replay/confirm", c.handleReplayConfirm)
 			r.Post("/ui/deliveries/{provider}/{id}/replay", c.handleReplay)
 			r.Get("/ui/replay", c.handleBulkConfirm)
 			r.Post("/ui/replay", c.handleBulkReplay)

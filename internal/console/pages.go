@@ -388,6 +388,8 @@ func (c *Console) replayForm(v url.Values) (routes []string, force bool, reason 
 	return routes, v.Get("force") == "on" || v.Get("force") == "true", reason, nil
 }
 
+// handleReplayConfirm shows what the delivery page's replay form asks for,
+// and changes nothing. The form posts, so that its reason is in no URL.
 func (c *Console) handleReplayConfirm(w http.ResponseWriter, r *http.Request) {
 	provider, id, err := deliveryKey(r)
 	if err != nil {
@@ -398,7 +400,7 @@ func (c *Console) handleReplayConfirm(w http.ResponseWriter, r *http.Request) {
 		c.failWith(w, r, err)
 		return
 	}
-	names, force, reason, err := c.replayForm(r.URL.Query())
+	names, force, reason, err := c.replayForm(r.PostForm)
 	if err != nil {
 		c.failWith(w, r, err)
 		return

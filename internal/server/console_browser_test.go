@@ -645,3 +645,48 @@ func TestConsoleHasAFavicon(t *testing.T) {
 		}
 	}
 }
+
+// A reason given for a replay, a bulk replay or a pause travels in a POST
+// body only: no request the browser makes, nor a redirect, carries it in
+// its URL.
+func TestConsoleKeepsReasonsOutOfURLs(t *testing.T) {
+	h := consoleHistory(t)
+	c := newChrome(t, h.srv.URL, 1280, 900)
+	c.signIn(adminToken)
+	c.run(chromedp.WaitVisible(chromedp.ID(`#backlog`)))
+
+	c.visit(consolePage{"/admin/ui/deliveries/github/gh-2", "delivery", "#body"}, "")
+	c.run(chromedp.SendKeys(chromedp.CSS(`form.replay input[name=reason]`), "secret one"),
+		chromedp.Click(chromedp.CSS(`form.replay button`)), chromedp.WaitVisible(chromedp.ID(`#confirm`)))
+	c.page("replay-confirm", "Replay github gh-2 to fwd", "Reason: secret one")
+	c.run(chromedp.Click(chromedp.ID(`#confirm`)), chromedp.WaitVisible(chromedp.ID(`#replayed`)))
+	dbtest.WaitDispatch(t, h.a.pool, dbtest.Dispatch{DeliveryID: "gh-2", Route: "fwd", Generation: 2}, "succeeded")
+
+	c.visit(consolePage{"/admin/ui/replay?provider=stripe", "bulk-confirm", "#matched"}, "")
+	c.run(chromedp.Click(chromedp.CSS(`input[name=force]`)), chromedp.SendKeys(chromedp.CSS(`input[name=reason]`), "secret two"),
+		chromedp.Click(chromedp.ID(`#confirm`)), chromedp.WaitVisible(chromedp.ID(`#progress`)))
+	c.waitText("done: 1 of 1 delivery handled")
+
+	c.visit(consolePage{"/admin/ui/routes", "routes", "#routes"}, "")
+	c.run(chromedp.SendKeys(chromedp.CSS(`#route-fwd input[name=reason]`), "secret three"),
+		chromedp.Click(chromedp.CSS(`#route-fwd button`)), chromedp.WaitVisible(chromedp.CSS(`.notice`)))
+
+	c.visit(consolePage{"/admin/ui/audit", "audit", "#audit"}, "", "secret one", "secret two", "secret three")
+	var posts []string
+	for _, r := range c.requested() {
+		if strings.Contains(strings.ToLower(r.url), "secret") || strings.Contains(r.url, "reason") {
+			t.Errorf("the browser sent a reason in a URL: %s %s", r.method, r.url)
+		}
+		if r.method == http.MethodPost {
+			if !r.postData {
+				t.Errorf("POST %s without a body", r.url)
+			}
+			posts = append(posts, strings.TrimPrefix(r.url, h.srv.URL))
+		}
+	}
+	wantPosts := []string{"/admin/ui/login", "/admin/ui/deliveries/github/gh-2/replay/confirm", "/admin/ui/deliveries/github/gh-2/replay",
+		"/admin/ui/replay", "/admin/ui/routes/fwd/pause"}
+	if strings.Join(posts, " ") != strings.Join(wantPosts, " ") {
+		t.Errorf("the browser posted to %q, want %q", posts, wantPosts)
+	}
+}

@@ -362,3 +362,38 @@ func TestConsoleCanBeTurnedOff(t *testing.T) {
 		t.Errorf("River UI = %d with headers %v", status, h)
 	}
 }
+
+// A replay's confirmation is asked for with a POST carrying the session's
+// CSRF token: the GET that once carried the reason in its URL shows nothing,
+// and the replay's redirect names the replay, not the reason.
+func TestConsoleReplayFormsPostTheirReason(t *testing.T) {
+	t.Parallel()
+	a := setupAdmin(t, adminToken)
+	a.ingest(t, githubRequest(ghReq{id: "gh-1"}))
+	b := newBrowser(t, a.handler)
+	csrf := b.signIn(adminToken)
+
+	res, page := b.do("GET", "/admin/ui/deliveries/github/gh-1/replay?route=fwd&reason=in+the+url", nil)
+	if res.StatusCode != http.StatusMethodNotAllowed || strings.Contains(page, "in the url") {
+		t.Fatalf("GET replay with a reason = %d %s", res.StatusCode, page)
+	}
+	_, page = b.do("GET", "/admin/ui/deliveries/github/gh-1", nil)
+	if !strings.Contains(page, `<form class="replay" method="post" action="/admin/ui/deliveries/github/gh-1/replay/confirm">`) {
+		t.Fatalf("the delivery's replay form:\n%s", page)
+	}
+	form := url.Values{"route": {"fwd"}, "reason": {"in the body"}}
+	if res, _ := b.do("POST", "/admin/ui/deliveries/github/gh-1/replay/confirm", form); res.StatusCode != http.StatusForbidden {
+		t.Fatalf("confirmation without csrf = %d", res.StatusCode)
+	}
+	form.Set("csrf", csrf)
+	res, page = b.do("POST", "/admin/ui/deliveries/github/gh-1/replay/confirm", form)
+	if res.StatusCode != http.StatusOK || !strings.Contains(page, "Reason: in the body") ||
+		!strings.Contains(page, `<input type="hidden" name="reason" value="in the body">`) {
+		t.Fatalf("confirmation = %d %s", res.StatusCode, page)
+	}
+	res, _ = b.do("POST", "/admin/ui/deliveries/github/gh-1/replay", form)
+	loc := res.Header.Get("Location")
+	if res.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/admin/ui/deliveries/github/gh-1?replayed=rpl_") || strings.Contains(loc, "body") {
+		t.Fatalf("replay = %d to %q", res.StatusCode, loc)
+	}
+}
