@@ -54,12 +54,14 @@ type Env struct {
 }
 
 // Usage describes the command.
-const Usage = `  bench [--url URL] [--concurrency N] [--duration D] [--pid PID] [--ceiling] [--wait D] [--drain D]
+const Usage = `  bench [--url URL] [--concurrency N] [--duration D] [--pid PID] [--ceiling] [--compare-paused] [--wait D] [--drain D]
   bench --e2e [--url URL] [--rate N] [--duration D] [--target-addr ADDR]
 
   bench measures a gateway already running (it waits up to --wait for its /readyz), keeps its
-  forward target up until the gateway has forwarded what it accepted (up to --drain), and
-  exits 1 when fewer than half the requests were accepted.
+  forward target up until the gateway has forwarded what it accepted (up to --drain), prints
+  the CPU per delivery of the gateway and its PostgreSQL (from /proc) and how long the
+  backlog took to drain, and exits 1 when fewer than half the requests were accepted.
+  --compare-paused sends again with every route paused and compares the acknowledgement rates.
 `
 
 type options struct {
@@ -74,6 +76,8 @@ type options struct {
 	bodyBytes   int
 	drain       time.Duration
 	wait        time.Duration
+	// comparePaused runs the load a second time with every route paused.
+	comparePaused bool
 }
 
 // Run runs the load tool.
@@ -92,12 +96,16 @@ func Run(ctx context.Context, env Env, args []string) error {
 	fs.IntVar(&o.bodyBytes, "body-bytes", 6000, "approximate payload size")
 	fs.DurationVar(&o.wait, "wait", 2*time.Minute, "wait this long at most for the gateway's /readyz before sending")
 	fs.DurationVar(&o.drain, "drain", 2*time.Minute, "after sending, wait this long at most for the gateway to forward what it accepted")
+	fs.BoolVar(&o.comparePaused, "compare-paused", false, "then send again with every route paused (forwarding off) and compare the acknowledgement rates (needs GATEWAY_ADMIN_TOKEN)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
 	gen, err := newGenerator(env.Providers, o.bodyBytes)
 	if err != nil {
 		return err
+	}
+	if o.comparePaused && (env.Config.AdminToken == "" || len(env.Config.Routes) == 0) {
+		return fmt.Errorf("bench: --compare-paused pauses the gateway's routes through its operator API: set GATEWAY_ADMIN_TOKEN and GATEWAY_ROUTES as the gateway has them")
 	}
 	if o.ceiling && len(env.Config.Routes) == 0 {
 		// Without routes the ceiling would store receipts alone, no dispatch
@@ -112,13 +120,13 @@ func Run(ctx context.Context, env Env, args []string) error {
 	if o.pid == 0 {
 		o.pid = listeningPID(o.url)
 	}
-	sink, err := startSink(o.targetAddr)
+	target, err := startSink(o.targetAddr)
 	if err != nil {
 		return err
 	}
-	defer sink.close()
+	defer target.close()
 	if o.e2e {
-		return endToEnd(ctx, env, o, sink, gen)
+		return endToEnd(ctx, env, o, target, gen)
 	}
 
 	var ceiling float64
@@ -129,7 +137,9 @@ func Run(ctx context.Context, env Env, args []string) error {
 		}
 		ceiling = c
 	}
+	before, arrived := readCPU(o.pid), target.count()
 	r := runHTTP(ctx, o, gen)
+	forwarded := target.count() - arrived
 	fmt.Fprintf(env.Stdout, "http:    %s\n", r)
 	if rss := peakRSS(o.pid); rss != "" {
 		fmt.Fprintf(env.Stdout, "gateway: pid %d, peak RSS %s\n", o.pid, rss)
@@ -137,13 +147,46 @@ func Run(ctx context.Context, env Env, args []string) error {
 	if o.ceiling && ceiling > 0 {
 		fmt.Fprintf(env.Stdout, "ratio:   %.2fx the one-transaction-per-delivery ceiling\n", r.perSecond()/ceiling)
 	}
+	if r.ok > 0 {
+		fmt.Fprintf(env.Stdout, "forward: %d reached the target while sending (%.0f%% of those accepted)\n", forwarded, 100*float64(forwarded)/float64(r.ok))
+	}
 	// The forward target stays up until the gateway has forwarded what it
 	// accepted: stopped earlier, every job left would retry for hours.
 	drainErr := drain(ctx, env, o)
+	if drainErr == nil && o.drain > 0 {
+		fmt.Fprintf(env.Stdout, "cpu:     %s, sending and draining\n", cpuPerDelivery(before, readCPU(o.pid), r.ok))
+	}
 	if err := mostlyFailed(r); err != nil {
 		return err
 	}
-	return drainErr
+	if drainErr != nil || !o.comparePaused {
+		return drainErr
+	}
+	return comparePaused(ctx, env, o, gen, r)
+}
+
+// comparePaused runs the load again with every route paused (forwarding
+// off), then resumes them and drains, and prints the acknowledgement rates
+// side by side: with forwarding on, ingest should keep its rate.
+func comparePaused(ctx context.Context, env Env, o options, gen *generator, on result) error {
+	api := &operatorAPI{base: strings.TrimSuffix(o.url, "/"), token: env.Config.AdminToken.Value()}
+	var names []string
+	for _, r := range env.Config.Routes {
+		names = append(names, r.Name)
+	}
+	if err := api.setRoutes(ctx, names, "pause"); err != nil {
+		return err
+	}
+	paused := runHTTP(ctx, o, gen)
+	resumeErr := api.setRoutes(context.WithoutCancel(ctx), names, "resume")
+	fmt.Fprintf(env.Stdout, "paused:  %s\n", paused)
+	if paused.perSecond() > 0 {
+		fmt.Fprintf(env.Stdout, "acks:    %.0f/s forwarding, %.0f/s paused: %.2fx\n", on.perSecond(), paused.perSecond(), on.perSecond()/paused.perSecond())
+	}
+	if resumeErr != nil {
+		return resumeErr
+	}
+	return drain(ctx, env, o)
 }
 
 // mostlyFailed is an error when fewer than half the requests were accepted:
@@ -588,6 +631,13 @@ func startSink(addr string) (*sink, error) {
 }
 
 func (s *sink) close() { _ = s.srv.Close() }
+
+// count is how many deliveries have reached the target.
+func (s *sink) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.arrived)
+}
 
 // endToEnd offers o.rate deliveries per second for o.duration to a gateway
 // that forwards to this tool's target, and reports receipt-to-target latency
