@@ -8,7 +8,7 @@
 //
 // The console reads and acts through the same packages as the JSON API
 // (deliveries, jobs, routes, audit, rejections); it has no queries of its
-// own but its charts'.
+// own but its charts' and what the audit page adds to its bulk replays.
 package console
 
 import (

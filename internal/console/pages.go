@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -644,8 +645,58 @@ func (c *Console) handleRejections(w http.ResponseWriter, r *http.Request) {
 }
 
 type auditData struct {
-	Entries []audit.Entry
+	Entries []auditRow
 	Next    string
+}
+
+// auditRow is an audit entry and, for a bulk replay (which names no route
+// or delivery), what it selected and how many deliveries.
+type auditRow struct {
+	audit.Entry
+	Selected string
+}
+
+// bulkReplaysSQL reads what the replays of an audit page selected: one
+// statement for the page, not one per replay.
+const bulkReplaysSQL = `SELECT replay_id, filter, deliveries FROM hookgate_replays WHERE replay_id = ANY($1)`
+
+// auditRows adds to the entries what their bulk replays selected.
+func (c *Console) auditRows(ctx context.Context, entries []audit.Entry) ([]auditRow, error) {
+	rows := make([]auditRow, len(entries))
+	var bulk []string
+	for i, e := range entries {
+		rows[i].Entry = e
+		if e.ReplayID != nil && e.DeliveryID == nil {
+			bulk = append(bulk, *e.ReplayID)
+		}
+	}
+	if len(bulk) == 0 {
+		return rows, nil
+	}
+	selected := map[string]string{}
+	res, err := c.Pool.Query(ctx, bulkReplaysSQL, bulk)
+	if err != nil {
+		return nil, fmt.Errorf("audit: bulk replays: %w", err)
+	}
+	for res.Next() {
+		var id string
+		var filter []byte
+		var n int
+		if err := res.Scan(&id, &filter, &n); err != nil {
+			res.Close()
+			return nil, fmt.Errorf("audit: bulk replays: %w", err)
+		}
+		selected[id] = describeReplay(filter) + " (" + count(n, "delivery", "deliveries") + ")"
+	}
+	if err := res.Err(); err != nil {
+		return nil, fmt.Errorf("audit: bulk replays: %w", err)
+	}
+	for i := range rows {
+		if id := rows[i].ReplayID; id != nil && rows[i].DeliveryID == nil {
+			rows[i].Selected = selected[*id]
+		}
+	}
+	return rows, nil
 }
 
 func (c *Console) handleAudit(w http.ResponseWriter, r *http.Request) {
@@ -658,7 +709,12 @@ func (c *Console) handleAudit(w http.ResponseWriter, r *http.Request) {
 		c.serverError(w, r, err)
 		return
 	}
-	d := auditData{Entries: entries}
+	rows, err := c.auditRows(r.Context(), entries)
+	if err != nil {
+		c.serverError(w, r, err)
+		return
+	}
+	d := auditData{Entries: rows}
 	if next != "" {
 		d.Next = "/admin/ui/audit?cursor=" + url.QueryEscape(next)
 	}
@@ -676,7 +732,7 @@ var funcs = template.FuncMap{
 		return *s
 	},
 	"plural":       plural,
-	"count":        func(n any, one, many string) string { return fmt.Sprint(n) + " " + plural(n, one, many) },
+	"count":        count,
 	"deliveryPath": deliveryPath,
 	"pathEscape":   url.PathEscape,
 	"has":          func(list []string, s string) bool { return slices.Contains(list, s) },
@@ -709,6 +765,9 @@ func when(t any) template.HTML {
 	return template.HTML(`<time datetime="` + at.Format(time.RFC3339Nano) + `" title="` + at.Format("2006-01-02 15:04:05.000 UTC") + `">` +
 		at.Format(timeLayout) + `</time>`)
 }
+
+// count says n things: count(1, "attempt", "attempts") is "1 attempt".
+func count(n any, one, many string) string { return fmt.Sprint(n) + " " + plural(n, one, many) }
 
 // plural returns one when n (an integer) is 1, else many: the noun that
 // agrees with a count the template prints itself (the templates' count

@@ -690,3 +690,23 @@ func TestConsoleKeepsReasonsOutOfURLs(t *testing.T) {
 		t.Errorf("the browser posted to %q, want %q", posts, wantPosts)
 	}
 }
+
+// The audit log says what a bulk replay selected, its filter and how many
+// deliveries, where its cell was empty.
+func TestConsoleAuditSaysWhatABulkReplaySelected(t *testing.T) {
+	h := consoleHistory(t)
+	c := newChrome(t, h.srv.URL, 1280, 900)
+	c.signIn(adminToken)
+	c.run(chromedp.WaitVisible(chromedp.ID(`#backlog`)))
+	c.visit(consolePage{"/admin/ui/audit", "audit", "#audit"}, "")
+	cells := get(c, chromedp.Evaluate[[]string](`[...document.querySelector('#audit a[href="/admin/ui/replays/`+h.bulk+`"]').closest('tr').cells].map(c => c.textContent.trim())`))
+	want := regexp.MustCompile(`^provider stripe, state discarded, until \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \(1 delivery\)$`)
+	if len(cells) != 5 || cells[2] != "replay" || !want.MatchString(cells[3]) || cells[4] != "backfill" {
+		t.Fatalf("the bulk replay's row shows %q", cells)
+	}
+	// A replay of one delivery names it, as before.
+	one := get(c, chromedp.Evaluate[string](`document.querySelector('#audit a[href="/admin/ui/deliveries/github/gh-1"]').closest('tr').cells[3].textContent.trim()`))
+	if one != "github gh-1" {
+		t.Fatalf("gh-1's replay's row shows %q", one)
+	}
+}
