@@ -88,7 +88,10 @@ func BenchmarkPageQueries(b *testing.B) {
 			return err
 		}},
 		{"deliveries/state-discarded", func() error {
-			_, _, err := deliveries.List(ctx, pool, deliveries.Filter{State: "discarded"}, 50, nil)
+			items, _, err := deliveries.List(ctx, pool, deliveries.Filter{State: "discarded"}, 50, nil)
+			if err == nil {
+				_, err = withFailingRoutes(ctx, pool, items)
+			}
 			return err
 		}},
 		{"deliveries/last-day-page-2", func() error {

@@ -8,7 +8,9 @@
 //
 // The console reads and acts through the same packages as the JSON API
 // (deliveries, jobs, routes, audit, rejections); it has no queries of its
-// own but its charts' and what the audit page adds to its bulk replays.
+// own but its charts' and what two pages add to a page they read there: the
+// failing routes of the deliveries list and what the audit log's bulk
+// replays selected, each one statement for the page.
 package console
 
 import (

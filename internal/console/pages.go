@@ -230,7 +230,7 @@ type deliveriesData struct {
 	Query      url.Values
 	Providers  []string
 	States     []string
-	Items      []deliveries.Item
+	Items      []deliveryRow
 	Next       string // the next page's URL, or ""
 	ReplayLink string // the bulk replay of this filter
 	Limit      int
@@ -271,12 +271,22 @@ func (c *Console) handleDeliveries(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, status, "deliveries", page{Title: "Deliveries", Nav: "deliveries", Problem: err.Error(), Data: d})
 		return
 	}
-	items, next, err := deliveries.List(r.Context(), c.Pool, f, d.Limit, after)
+	// The page and its failing routes are read in one snapshot, so that
+	// they agree.
+	var next *deliveries.Cursor
+	err = pgx.BeginTxFunc(r.Context(), c.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		items, n, err := deliveries.List(r.Context(), tx, f, d.Limit, after)
+		if err != nil {
+			return err
+		}
+		next = n
+		d.Items, err = withFailingRoutes(r.Context(), tx, items)
+		return err
+	})
 	if err != nil {
 		c.serverError(w, r, err)
 		return
 	}
-	d.Items = items
 	if next != nil {
 		nq := filterQuery(q)
 		nq.Set("limit", strconv.Itoa(d.Limit))

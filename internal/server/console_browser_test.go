@@ -710,3 +710,26 @@ func TestConsoleAuditSaysWhatABulkReplaySelected(t *testing.T) {
 		t.Fatalf("gh-1's replay's row shows %q", one)
 	}
 }
+
+// The deliveries list names the routes that failed: a discarded delivery's
+// state says which of its routes' latest dispatch is discarded (fwd, not
+// audit, which succeeded).
+func TestConsoleListNamesFailingRoutes(t *testing.T) {
+	h := consoleHistory(t)
+	c := newChrome(t, h.srv.URL, 1280, 900)
+	c.signIn(adminToken)
+	c.run(chromedp.WaitVisible(chromedp.ID(`#backlog`)))
+	for _, path := range []string{"/admin/ui/deliveries", "/admin/ui/deliveries?state=discarded"} {
+		c.visit(consolePage{path, "deliveries", "#deliveries"}, "")
+		states := get(c, chromedp.Evaluate[map[string]string](`Object.fromEntries([...document.querySelectorAll('#deliveries tbody tr')].map(r =>
+			[r.cells[2].textContent.trim(), r.cells[4].textContent.trim().replace(/\s+/g, ' ')]))`))
+		want := map[string]string{"gh-2": "discarded fwd", "gh-1": "succeeded", "evt_1": "succeeded",
+			"a-rather-long-delivery-id-0123456789-0123456789-0123456789": "succeeded"}
+		if path != "/admin/ui/deliveries" {
+			want = map[string]string{"gh-2": "discarded fwd"}
+		}
+		if fmt.Sprint(states) != fmt.Sprint(want) {
+			t.Errorf("%s shows states %q, want %q", path, states, want)
+		}
+	}
+}
