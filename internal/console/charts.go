@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -48,6 +49,8 @@ type Chart struct {
 	Max, Total int64
 	// Labels are the time axis' ticks.
 	Labels []Tick
+	// Scale holds the count axis' ticks, from 0 up to Max.
+	Scale []ScaleTick
 }
 
 // Bar is one bucket's stacked segments.
@@ -58,9 +61,10 @@ type Bar struct {
 	Title string
 }
 
-// Segment is one series' part of a bar.
+// Segment is one series' part of a bar. Heights are not rounded to whole
+// units, so that a bar ends exactly at its value on the scale.
 type Segment struct {
-	Y, Height int
+	Y, Height float64
 	Class     string
 }
 
@@ -74,6 +78,13 @@ type Swatch struct {
 type Tick struct {
 	X    int
 	Text string
+}
+
+// ScaleTick is a value on the count axis: its gridline's height, and its
+// label's baseline (a little lower, so that the label is centred on the line).
+type ScaleTick struct {
+	Y, TextY float64
+	Value    int64
 }
 
 // chart geometry: the plot is inset for the axis labels.
@@ -107,27 +118,32 @@ func layout(title, unit string, start time.Time, rg chartRange, all []series) Ch
 		c.Legend = append(c.Legend, Swatch{Name: s.name, Class: "s-" + s.name, Total: sum})
 		c.Total += sum
 	}
-	c.Max = niceMax(slices.Max(totals))
 	plotW := chartWidth - plotLeft - 4
-	plotH := plotBottom - plotTop
+	const plotH = plotBottom - plotTop
+	top, every := scale(slices.Max(totals))
+	c.Max = top
+	height := func(v int64) float64 { return float64(v) / float64(top) * plotH }
+	for v := int64(0); v <= top; v += every {
+		y := hundredths(plotBottom - height(v))
+		c.Scale = append(c.Scale, ScaleTick{Y: y, TextY: y + 4, Value: v})
+	}
 	step := float64(plotW) / float64(n)
 	for i := 0; i < n; i++ {
 		x := plotLeft + int(float64(i)*step)
 		w := max(1, int(float64(i+1)*step)-int(float64(i)*step)-1)
 		at := start.Add(time.Duration(i) * rg.bucket)
 		bar := Bar{X: x, Width: w, Title: at.UTC().Format("15:04") + " UTC: " + strconv.FormatInt(totals[i], 10)}
-		y := plotBottom
+		var below int64             // the counts of the segments below
+		prev := float64(plotBottom) // the top of the segment below
 		for _, s := range all {
 			v := s.counts[i]
 			if v == 0 {
 				continue
 			}
-			h := int(float64(v) / float64(c.Max) * float64(plotH))
-			if h < 1 {
-				h = 1
-			}
-			y -= h
-			bar.Segments = append(bar.Segments, Segment{Y: y, Height: h, Class: "s-" + s.name})
+			// At least a unit high, so that one failure among thousands shows.
+			y := hundredths(min(plotBottom-height(below+v), prev-1))
+			bar.Segments = append(bar.Segments, Segment{Y: y, Height: hundredths(prev - y), Class: "s-" + s.name})
+			prev, below = y, below+v
 			bar.Title += fmt.Sprintf(", %s %d", s.name, v)
 		}
 		c.Bars = append(c.Bars, bar)
@@ -138,15 +154,21 @@ func layout(title, unit string, start time.Time, rg chartRange, all []series) Ch
 	return c
 }
 
-// niceMax rounds a scale's top up to 1, 2 or 5 times a power of ten.
-func niceMax(v int64) int64 {
-	if v <= 1 {
-		return 1
-	}
+// hundredths rounds a coordinate to a hundredth of a unit, which is finer
+// than any screen shows and keeps the SVG short.
+func hundredths(v float64) float64 { return math.Round(v*100) / 100 }
+
+// scale returns the top of a count axis that holds v, and the step between
+// its ticks: 1, 2 or 5 times a power of ten, the smallest that reaches v in
+// at most 5 steps. The top is then 3 to 5 steps above 0, and at least 3, so
+// that a chart of a few counts (or none) still has ticks at 1, 2 and 3.
+func scale(v int64) (top, step int64) {
+	v = max(v, 3)
 	for p := int64(1); ; p *= 10 {
 		for _, m := range []int64{1, 2, 5} {
-			if m*p >= v {
-				return m * p
+			step = m * p
+			if n := (v + step - 1) / step; n <= 5 {
+				return n * step, step
 			}
 		}
 	}

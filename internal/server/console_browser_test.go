@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -732,4 +733,93 @@ func TestConsoleListNamesFailingRoutes(t *testing.T) {
 			t.Errorf("%s shows states %q, want %q", path, states, want)
 		}
 	}
+}
+
+// chartsJS measures the overview's charts: each one's scale (its values and
+// the heights of their labels' middles, in px down the page), and the bar
+// with the most counted, its count (from its title) and the height of its
+// top and bottom.
+const chartsJS = `JSON.stringify([...document.querySelectorAll('figure.chart svg')].map(svg => {
+	const mid = e => { const r = e.getBoundingClientRect(); return (r.top + r.bottom) / 2; };
+	const ticks = [...svg.querySelectorAll('text.scale')].map(t => ({value: Number(t.textContent), y: mid(t)}));
+	let tallest = {n: 0, top: 0, bottom: 0};
+	svg.querySelectorAll('g').forEach(g => {
+		const n = Number(g.querySelector('title').textContent.match(/UTC: (\d+)/)[1]);
+		const segs = [...g.querySelectorAll('rect:not(.hover)')].map(r => r.getBoundingClientRect());
+		if (n > tallest.n) tallest = {n: n, top: Math.min(...segs.map(r => r.top)), bottom: Math.max(...segs.map(r => r.bottom))};
+	});
+	const axis = svg.querySelector('line.axis').getBoundingClientRect();
+	return {title: svg.getAttribute('aria-label'), ticks: ticks, tallest: tallest, axis: axis.top};
+}))`
+
+// The overview's charts have a scale: 0 and 3 to 5 round values (1, 2 or 5
+// times a power of ten apart) up to at least the tallest bar, labels evenly
+// spaced with 0 on the axis, and the tallest bar as high as the scale says.
+func TestConsoleChartsHaveAScale(t *testing.T) {
+	h := consoleHistory(t)
+	for _, size := range []struct{ width, height int64 }{{1280, 900}, {390, 844}} {
+		c := newChrome(t, h.srv.URL, size.width, size.height)
+		c.signIn(adminToken)
+		c.run(chromedp.WaitVisible(chromedp.ID(`#backlog`)))
+		for _, p := range h.pages()[:2] {
+			c.visit(p, fmt.Sprintf("-%d", size.width))
+			var charts []struct {
+				Title string
+				Ticks []struct {
+					Value int64
+					Y     float64
+				}
+				Tallest struct {
+					N           int64
+					Top, Bottom float64
+				}
+				Axis float64
+			}
+			if err := json.Unmarshal([]byte(get(c, chromedp.Evaluate[string](chartsJS))), &charts); err != nil {
+				t.Fatal(err)
+			}
+			counted := false
+			for _, ch := range charts {
+				what := fmt.Sprintf("at %d px, %s's %s", size.width, p.name, ch.Title)
+				ticks := ch.Ticks
+				if len(ticks) < 4 || len(ticks) > 6 || ticks[0].Value != 0 {
+					t.Errorf("%s: scale %+v", what, ticks)
+					continue
+				}
+				step, px := ticks[1].Value, ticks[0].Y-ticks[1].Y
+				if !roundStep(step) || px < 12 {
+					t.Errorf("%s: scale %+v", what, ticks)
+				}
+				for i, tk := range ticks {
+					if tk.Value != int64(i)*step || math.Abs(ticks[0].Y-tk.Y-float64(i)*px) > 1.5 {
+						t.Errorf("%s: scale %+v is not even", what, ticks)
+						break
+					}
+				}
+				top := ticks[len(ticks)-1].Value
+				if math.Abs(ticks[0].Y-ch.Axis) > 3 || top < ch.Tallest.N {
+					t.Errorf("%s: scale %+v against the axis at %v and a bar of %d", what, ticks, ch.Axis, ch.Tallest.N)
+				}
+				if ch.Tallest.N > 0 {
+					counted = true
+					want := ticks[0].Y - float64(ch.Tallest.N)/float64(step)*px
+					if math.Abs(ch.Tallest.Top-want) > 3 || math.Abs(ch.Tallest.Bottom-ticks[0].Y) > 3 {
+						t.Errorf("%s: a bar of %d spans %v..%v down the page, its scale says %v..%v",
+							what, ch.Tallest.N, ch.Tallest.Top, ch.Tallest.Bottom, want, ticks[0].Y)
+					}
+				}
+			}
+			if len(charts) != 3 || !counted {
+				t.Errorf("at %d px, %s has %d charts, bars in some: %v", size.width, p.name, len(charts), counted)
+			}
+		}
+	}
+}
+
+// roundStep reports whether n is 1, 2 or 5 times a power of ten.
+func roundStep(n int64) bool {
+	for n >= 10 && n%10 == 0 {
+		n /= 10
+	}
+	return n == 1 || n == 2 || n == 5
 }
