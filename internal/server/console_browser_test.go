@@ -73,12 +73,26 @@ func newChrome(t *testing.T, base string, width, height int64) *chrome {
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.WindowSize(int(width), int(height)))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
-	t.Cleanup(func() { cancelTimeout(); cancel(); cancelAlloc() })
-	if err := chromedp.Do(ctx, chromedp.EmulateViewport(width, height)); err != nil {
-		t.Fatalf("start chromium: %v", err)
+	// On a busy machine Chromium now and then dies as it starts ("chrome
+	// failed to start", a crash report and no page): that is not what these
+	// tests test, so a start is tried three times.
+	var ctx context.Context
+	for try := 1; ; try++ {
+		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+		cctx, cancel := chromedp.NewContext(actx)
+		cctx, cancelTimeout := context.WithTimeout(cctx, 3*time.Minute)
+		stop := func() { cancelTimeout(); cancel(); cancelAlloc() }
+		err := chromedp.Do(cctx, chromedp.EmulateViewport(width, height))
+		if err == nil {
+			ctx = cctx
+			t.Cleanup(stop)
+			break
+		}
+		stop()
+		if try == 3 {
+			t.Fatalf("start chromium: %v", err)
+		}
+		t.Logf("start chromium, try %d: %v", try, err)
 	}
 	if err := os.MkdirAll(screenshotDir, 0o755); err != nil {
 		t.Fatal(err)
