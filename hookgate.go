@@ -46,6 +46,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,8 +55,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/recovery"
+	"github.com/hookgate/hookgate/internal/replay"
+	"github.com/hookgate/hookgate/internal/retention"
 )
 
 // Gateway is one gateway process: its HTTP server, its River client and its
@@ -85,7 +89,10 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		return nil, errors.New("hookgate.New: the Config is not loaded (use ConfigFromEnv)")
 	}
 	var o options
-	for _, opt := range opts {
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("hookgate.New: option %d is nil", i+1)
+		}
 		if err := opt(&o); err != nil {
 			return nil, fmt.Errorf("hookgate.New: %w", err)
 		}
@@ -107,10 +114,8 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		}
 		return nil, fmt.Errorf("configuration: %s: %w", where, err)
 	}
-	for name := range o.queues {
-		if name == river.QueueDefault || strings.HasPrefix(name, "route") {
-			return nil, fmt.Errorf("hookgate.New: WithRiverQueues: queue %q is named like the gateway's own (default, route...)", name)
-		}
+	if err := checkRiver(o); err != nil {
+		return nil, fmt.Errorf("hookgate.New: %w", err)
 	}
 	if err := checkPatterns(o.http); err != nil {
 		return nil, fmt.Errorf("hookgate.New: %w", err)
@@ -179,21 +184,89 @@ func (g *Gateway) Client() *river.Client[pgx.Tx] {
 	return g.client
 }
 
+// gatewayRequests are requests for the gateway's own endpoints, one of
+// each shape: a service's pattern matching any of them would shadow the
+// gateway's.
+var gatewayRequests = []struct{ method, path string }{
+	{"POST", "/webhooks/github"}, {"POST", "/webhooks/stripe"}, {"POST", "/webhooks/a-source"}, {"GET", "/webhooks/github"},
+	{"POST", "/webhooks"}, {"GET", "/healthz"}, {"GET", "/readyz"}, {"GET", "/metrics"}, {"HEAD", "/healthz"},
+	{"GET", "/admin"}, {"GET", "/admin/"}, {"GET", "/admin/openapi.json"}, {"GET", "/admin/deliveries"},
+	{"GET", "/admin/deliveries/github/d-1"}, {"GET", "/admin/deliveries/github/d-1/body"},
+	{"POST", "/admin/deliveries/github/d-1/replay"}, {"POST", "/admin/routes/ci/pause"}, {"POST", "/admin/recover/github"},
+	{"GET", "/admin/river/queues"}, {"GET", "/admin/river/api/jobs/1"}, {"GET", "/admin/ui/routes"}, {"POST", "/admin/ui/sign-in"},
+}
+
 // checkPatterns reports patterns that http.ServeMux would refuse (it panics
-// on them): malformed, or in conflict with one another.
+// on them): malformed, or in conflict with one another; and any pattern that
+// would match a request for the gateway's own endpoints (which go to the
+// gateway anyway: see mux).
 func checkPatterns(ms []mounted) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("WithHTTPHandler: %v", v)
 		}
 	}()
+	for _, m := range ms {
+		path := m.pattern
+		if _, p, ok := strings.Cut(m.pattern, " "); ok {
+			path = strings.TrimSpace(p)
+		}
+		if literal, _, _ := strings.Cut(path, "{"); reserved(literal) || reserved(strings.TrimSuffix(literal, "/")) {
+			return fmt.Errorf("WithHTTPHandler(%q): %s is the gateway's own", m.pattern, strings.TrimSuffix(literal, "/"))
+		}
+		mux := http.NewServeMux()
+		mux.Handle(m.pattern, m.handler)
+		for _, r := range gatewayRequests {
+			req, _ := http.NewRequest(r.method, "http://gateway"+r.path, nil)
+			if _, matched := mux.Handler(req); matched != "" {
+				return fmt.Errorf("WithHTTPHandler(%q): it would take %s %s, the gateway's own", m.pattern, r.method, r.path)
+			}
+		}
+	}
 	mux := http.NewServeMux()
-	mux.Handle("/", http.NotFoundHandler())
 	for _, m := range ms {
 		mux.Handle(m.pattern, m.handler)
 	}
 	return nil
 }
+
+// checkRiver reports what River would refuse when Run builds its client:
+// the service's workers registered beside the gateway's job kinds (an error
+// of add, or a kind the gateway's or registered twice), and its queues (named
+// like the gateway's, or with no workers).
+func checkRiver(o options) error {
+	w := river.NewWorkers()
+	for _, add := range []func() error{
+		func() error { return river.AddWorkerSafely(w, &dispatch.Worker{}) },
+		func() error { return river.AddWorkerSafely(w, &dispatch.ReconcileWorker{}) },
+		func() error { return river.AddWorkerSafely(w, &replay.BatchWorker{}) },
+		func() error { return river.AddWorkerSafely(w, &retention.Worker{}) },
+		func() error { return river.AddWorkerSafely(w, &recovery.Worker{}) },
+	} {
+		if err := add(); err != nil {
+			return err
+		}
+	}
+	for _, add := range o.workers {
+		if err := add(w); err != nil {
+			return fmt.Errorf("WithRiverWorkers: %w", err)
+		}
+	}
+	for name, q := range o.queues {
+		switch {
+		case name == river.QueueDefault || strings.HasPrefix(name, "route"):
+			return fmt.Errorf("WithRiverQueues: queue %q is named like the gateway's own (default, route...)", name)
+		case !queueNameRE.MatchString(name):
+			return fmt.Errorf("WithRiverQueues: queue %q: a name is 1-64 of a-z, 0-9, _ and -, starting with a letter or digit", name)
+		case q.MaxWorkers < 1 || q.MaxWorkers > 10_000:
+			return fmt.Errorf("WithRiverQueues: queue %q: MaxWorkers must be 1 to 10000, got %d", name, q.MaxWorkers)
+		}
+	}
+	return nil
+}
+
+// queueNameRE is what River accepts as a queue's name.
+var queueNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 
 // mux serves the service's own HTTP handlers beside the gateway's.
 func (g *Gateway) mux(gateway http.Handler) http.Handler {
@@ -205,5 +278,11 @@ func (g *Gateway) mux(gateway http.Handler) http.Handler {
 	for _, m := range g.opts.http {
 		mux.Handle(m.pattern, m.handler)
 	}
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if reserved(r.URL.Path) {
+			gateway.ServeHTTP(w, r) // the gateway's own, whatever a pattern matches
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }

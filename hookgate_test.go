@@ -37,9 +37,21 @@ func TestNewRefusesWhatCannotWork(t *testing.T) {
 		{"a shipped handler's name", "", []hookgate.Option{hookgate.WithHandler("log", ok)}, "shipped"},
 		{"a bad handler name", "", []hookgate.Option{hookgate.WithHandler("Ledger!", ok)}, "a handler's name is"},
 		{"a nil handler", "", []hookgate.Option{hookgate.WithHandler("a", nil)}, "nil"},
-		{"a pattern over the webhooks", "", []hookgate.Option{hookgate.WithHTTPHandler("/webhooks/mine", h)}, "/webhooks/ is the gateway's own"},
+		{"a pattern over the webhooks", "", []hookgate.Option{hookgate.WithHTTPHandler("/webhooks/mine", h)}, "/webhooks/mine is the gateway's own"},
 		{"a pattern over everything", "", []hookgate.Option{hookgate.WithHTTPHandler("/", h)}, "the gateway's own"},
-		{"a pattern over the admin API", "", []hookgate.Option{hookgate.WithHTTPHandler("GET /admin/x", h)}, "/admin is the gateway's own"},
+		{"a pattern over the admin API", "", []hookgate.Option{hookgate.WithHTTPHandler("GET /admin/x", h)}, "/admin/x is the gateway's own"},
+		{"wildcards over the webhooks", "", []hookgate.Option{hookgate.WithHTTPHandler("/{a}/{b}", h)}, "it would take POST /webhooks/github"},
+		{"a wildcard over the probes", "", []hookgate.Option{hookgate.WithHTTPHandler("/{x}", h)}, "it would take POST /webhooks"},
+		{"a wildcard over a method's path", "", []hookgate.Option{hookgate.WithHTTPHandler("GET /{a}/github", h)}, "it would take GET /webhooks/github"},
+		{"a path beside the admin API's", "", []hookgate.Option{hookgate.WithHTTPHandler("/adminx", h)}, ""},
+		{"a nil option", "", []hookgate.Option{nil}, "option 1 is nil"},
+		{"a nil periodic job", "", []hookgate.Option{hookgate.WithPeriodicJobs(nil)}, "WithPeriodicJobs: job 1 is nil"},
+		{"workers that fail to register", "", []hookgate.Option{hookgate.WithRiverWorkers(func(*river.Workers) error { return errors.New("my add failed") })}, "my add failed"},
+		{"a worker of the gateway's kind", "", []hookgate.Option{hookgate.WithRiverWorkers(func(w *river.Workers) error {
+			return river.AddWorkerSafely(w, river.WorkFunc(func(context.Context, *river.Job[gatewayKind]) error { return nil }))
+		})}, `"hookgate_dispatch" is already registered`},
+		{"a queue without workers", "", []hookgate.Option{hookgate.WithRiverQueues(map[string]river.QueueConfig{"mine": {}})}, "MaxWorkers must be 1 to 10000"},
+		{"a queue River cannot name", "", []hookgate.Option{hookgate.WithRiverQueues(map[string]river.QueueConfig{"My Queue": {MaxWorkers: 1}})}, "a name is"},
 		{"two patterns in conflict", "", []hookgate.Option{hookgate.WithHTTPHandler("/app/", h), hookgate.WithHTTPHandler("/app/", h)}, "WithHTTPHandler"},
 		{"a pattern that is no path", "", []hookgate.Option{hookgate.WithHTTPHandler("app", h)}, "must be a path"},
 		{"River's default queue", "", []hookgate.Option{hookgate.WithRiverQueues(map[string]river.QueueConfig{"default": {MaxWorkers: 1}})}, "gateway's own"},
@@ -64,6 +76,12 @@ func TestNewRefusesWhatCannotWork(t *testing.T) {
 		t.Error("New accepted a Config that was not loaded")
 	}
 }
+
+// gatewayKind is a job kind of the gateway's own, which a service's worker
+// may not take.
+type gatewayKind struct{}
+
+func (gatewayKind) Kind() string { return "hookgate_dispatch" }
 
 // A service's handler gets every promise of a builtin one: a panic is an
 // error (the dispatch is retried, the process lives, the panicking attempt's

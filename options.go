@@ -77,14 +77,24 @@ func WithLogger(logger *slog.Logger) Option {
 	}
 }
 
-// reserved are the gateway's own paths: a service's handler may not shadow
-// them.
-var reserved = []string{"/webhooks/", "/admin", "/healthz", "/readyz", "/metrics"}
+// reserved reports whether path is one of the gateway's own: /webhooks and
+// under it, /admin and under it, /healthz, /readyz, /metrics. A request for
+// one always goes to the gateway, whatever the service's patterns match.
+func reserved(path string) bool {
+	for _, prefix := range []string{"/webhooks", "/admin"} {
+		if path == prefix || strings.HasPrefix(path, prefix+"/") {
+			return true
+		}
+	}
+	return path == "/healthz" || path == "/readyz" || path == "/metrics"
+}
 
 // WithHTTPHandler serves h beside the gateway's own endpoints, on the same
 // listener, for requests matching pattern (an http.ServeMux pattern such as
-// "/app/" or "GET /app/status"). A pattern under the gateway's own paths
-// (/webhooks/, /admin, /healthz, /readyz, /metrics) is an error from New.
+// "/app/" or "GET /app/status"). The gateway's own paths (/webhooks and under
+// it, /admin and under it, /healthz, /readyz, /metrics) always go to the
+// gateway: a pattern that would match one of them (a literal one, or
+// wildcards such as "/{a}/{b}") is an error from New.
 func WithHTTPHandler(pattern string, h http.Handler) Option {
 	return func(o *options) error {
 		if h == nil {
@@ -96,11 +106,6 @@ func WithHTTPHandler(pattern string, h http.Handler) Option {
 		}
 		if !strings.HasPrefix(path, "/") {
 			return fmt.Errorf("WithHTTPHandler(%q): the pattern must be a path beginning with / (a method and a space may come first)", pattern)
-		}
-		for _, r := range reserved {
-			if strings.HasPrefix(path, r) || strings.HasPrefix(r, path) {
-				return fmt.Errorf("WithHTTPHandler(%q): %s is the gateway's own", pattern, r)
-			}
 		}
 		o.http = append(o.http, mounted{pattern: pattern, handler: h})
 		return nil
@@ -158,6 +163,11 @@ func WithRiverQueues(queues map[string]river.QueueConfig) Option {
 // WithPeriodicJobs schedules the service's own periodic River jobs.
 func WithPeriodicJobs(jobs ...*river.PeriodicJob) Option {
 	return func(o *options) error {
+		for i, j := range jobs {
+			if j == nil {
+				return fmt.Errorf("WithPeriodicJobs: job %d is nil", i+1)
+			}
+		}
 		o.periodic = append(o.periodic, jobs...)
 		return nil
 	}

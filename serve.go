@@ -34,7 +34,7 @@ import (
 )
 
 // shutdownTimeout bounds each step of a graceful stop.
-const shutdownTimeout = 30 * time.Second
+var shutdownTimeout = 30 * time.Second
 
 // open starts or connects to the database, sized for the gateway and the
 // service, and brings both schemas up to date.
@@ -62,12 +62,23 @@ func (g *Gateway) open(ctx context.Context) (*pgxpool.Pool, func(), error) {
 		return nil, nil, err
 	}
 	for _, migrate := range g.opts.migrations {
-		if err := migrate(ctx, pool); err != nil {
+		if err := runMigration(ctx, pool, migrate); err != nil {
 			closeDB()
 			return nil, nil, fmt.Errorf("the service's migration: %w", err)
 		}
 	}
 	return pool, closeDB, nil
+}
+
+// runMigration runs one of the service's migrations; a panic is an error, so
+// that the private PostgreSQL is still stopped.
+func runMigration(ctx context.Context, pool *pgxpool.Pool, migrate func(context.Context, *pgxpool.Pool) error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("panic: %v", v)
+		}
+	}()
+	return migrate(ctx, pool)
 }
 
 // process is a gateway built on its database, ready to run.
@@ -286,16 +297,18 @@ func (p *process) run(ctx context.Context) error {
 	case err = <-serveErr:
 	}
 	p.logger.Info("shutting down")
-	p.stop(metricsSrv)
+	stopErr := p.stop(metricsSrv)
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
-	return err
+	return cmp.Or(err, stopErr)
 }
 
 // stop stops the HTTP servers, then River softly, each within
-// shutdownTimeout, on fresh contexts (the run's has ended).
-func (p *process) stop(metricsSrv *http.Server) {
+// shutdownTimeout, on fresh contexts (the run's has ended); then River's jobs
+// are cancelled, and given 10 s more. A job still running after that is an
+// error: its code ignores its context.
+func (p *process) stop(metricsSrv *http.Server) error {
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	if err := p.srv.Shutdown(sctx); err != nil {
@@ -310,8 +323,11 @@ func (p *process) stop(metricsSrv *http.Server) {
 		p.logger.Error("river soft stop did not finish; cancelling jobs", "error", err)
 		hctx, hcancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer hcancel()
-		_ = p.client.StopAndCancel(hctx)
+		if err := p.client.StopAndCancel(hctx); err != nil {
+			return fmt.Errorf("stop: a job did not return within 10 s of its cancellation (does its code ignore its context?): %w", err)
+		}
 	}
+	return nil
 }
 
 // serveMetrics serves /metrics alone on addr, an internal port, when addr is

@@ -96,7 +96,26 @@ func Open(ctx context.Context, o Options) (*pgxpool.Pool, func(), error) {
 		stopEmbedded()
 		return nil, nil, fmt.Errorf("database: %w", err)
 	}
-	return pool, func() { pool.Close(); stopEmbedded() }, nil
+	return pool, func() { closePool(pool, o.Logger); stopEmbedded() }, nil
+}
+
+// PoolCloseTimeout bounds how long closing waits for connections still in
+// use: a job whose code ignores its cancelled context holds its connection,
+// and pgxpool's Close would wait for it forever.
+const PoolCloseTimeout = 5 * time.Second
+
+// closePool closes pool, waiting at most PoolCloseTimeout for connections in
+// use; past it, the stop goes on (a private PostgreSQL is then stopped
+// under them) and the connections are left to the process's exit.
+func closePool(pool *pgxpool.Pool, logger *slog.Logger) {
+	done := make(chan struct{})
+	go func() { pool.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(PoolCloseTimeout):
+		logger.Error("database connections still in use after the stop (a job that does not return when its context ends?); stopping without them",
+			"in_use", pool.Stat().AcquiredConns())
+	}
 }
 
 // schemaEvery is how often Readiness checks that the schema is current once
