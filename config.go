@@ -8,7 +8,7 @@ import (
 
 // Config is the gateway's configuration: exactly what `gateway serve` reads,
 // the environment (DATABASE_URL, GATEWAY_ADDR, the providers' secrets,
-// GATEWAY_ROUTES, ...: the README's Configuration) and the configuration file
+// GATEWAY_ROUTES, ...: docs/configuration.md) and the configuration file
 // GATEWAY_CONFIG_FILE names (routes with their limits and filters, sources).
 // Get one from ConfigFromEnv; the zero Config is not usable.
 type Config struct {

@@ -1,16 +1,19 @@
 // Command gateway is hookgate: a webhook ingestion gateway that verifies
-// GitHub and Stripe deliveries, stores a receipt before any side effect, and
-// dispatches the work through River in the same transaction.
+// deliveries from GitHub, Stripe and the configured sources, stores a receipt
+// before any side effect, and dispatches the work through River in the same
+// transaction. It only wires: `gateway serve` runs through the public package
+// github.com/hookgate/hookgate, as a service's main would.
 //
 //	gateway [serve]   run the gateway (the default)
 //	gateway migrate   apply pending migrations and exit
 //	gateway healthcheck   exit 0 when the gateway on GATEWAY_ADDR is ready
-//	gateway deliveries list|show|body, replay, routes, audit, recover:
+//	gateway deliveries list|show|body, replay, routes list|pause|resume, audit, recover:
 //	                  the operator's commands, clients of a running gateway's API
 //	gateway send      sign a sample delivery locally and post it
 //	gateway bench     the load tool
 //
-// Configuration is read from the environment; see the README.
+// Configuration is read from the environment and GATEWAY_CONFIG_FILE; see
+// docs/configuration.md.
 package main
 
 import (

@@ -264,8 +264,8 @@ type sender struct {
 	src providers.SourceConfig
 }
 
-// workload are the providers the generator sends for: the figures the README
-// gives are of this mix.
+// workload are the providers the generator sends for: the figures
+// docs/performance.md gives are of this mix.
 var workload = []string{"github", "stripe"}
 
 // newGenerator returns a generator signing with the registry's providers; the

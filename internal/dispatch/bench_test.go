@@ -17,7 +17,7 @@ import (
 // its receipt to the forward target receiving it, with workers free:
 // deliveries are committed one at a time, 2 ms apart.
 //
-//	go test -run '^$' -bench PickupLatency -benchtime 1000x ./internal/jobs/
+//	go test -run '^$' -bench PickupLatency -benchtime 1000x ./internal/dispatch/
 func BenchmarkPickupLatency(b *testing.B) {
 	var mu sync.Mutex
 	arrived := map[string]time.Time{}
@@ -60,7 +60,7 @@ func BenchmarkPickupLatency(b *testing.B) {
 // with 500 of its dispatches waiting, its workers all hung, and its timeout
 // (30 s) longer than the run. Both routes have GATEWAY_WORKERS' default of 50.
 //
-//	go test -run '^$' -bench NoisyNeighbour -benchtime 400x ./internal/jobs/
+//	go test -run '^$' -bench NoisyNeighbour -benchtime 400x ./internal/dispatch/
 func BenchmarkNoisyNeighbour(b *testing.B) {
 	for _, hungDispatches := range []int{0, 500} {
 		b.Run(fmt.Sprintf("hung=%d", hungDispatches), func(b *testing.B) {

@@ -79,7 +79,7 @@ func NewClient(pool *pgxpool.Pool, cfg ClientConfig) (*river.Client[pgx.Tx], err
 		// A new dispatch is announced by LISTEN/NOTIFY when its transaction
 		// commits, and fetched at most FetchCooldown after the previous fetch:
 		// 20 ms keeps pickup well under 50 ms, while under load each fetch
-		// takes many jobs. Measured (README, Performance): 10 ms made twice the
+		// takes many jobs. Measured (CHANGELOG.md, measurement log): 10 ms made twice the
 		// fetches and cost ingest throughput; 30 ms raised the end-to-end p99
 		// at 1,000 deliveries/s past 250 ms. The poll catches snoozed
 		// dispatches (waiting on an entity lock) quickly.

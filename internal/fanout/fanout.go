@@ -2,9 +2,9 @@
 // provider and event name, where each route sends it (an http(s) URL or a
 // builtin handler), and each route's limits (concurrency, rate, timeout,
 // attempts, circuit). The table comes from GATEWAY_ROUTES (Parse) or from the
-// configuration file (ReadFile); Load picks. It knows nothing of River or the
-// database; package jobs dispatches what it decides, package routes keeps
-// each route's shared state.
+// configuration file, which package config reads; config.Load picks. It knows
+// nothing of River or the database; package dispatch dispatches what it
+// decides, package routes keeps each route's shared state.
 package fanout
 
 import (

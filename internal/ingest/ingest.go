@@ -88,7 +88,7 @@ type Ingester struct {
 	MaxBatchBytes int64
 	// Committers bounds how many batches commit at once. Defaults to 2: on a
 	// two-core machine at concurrency 64, 2 gave the best throughput and p99
-	// (1, 4 and 8 were measured; see README, Performance).
+	// (1, 4 and 8 were measured; see CHANGELOG.md's measurement log).
 	Committers int
 	// MaxQueue bounds the deliveries waiting for a committer; past it a
 	// delivery is refused at once (ErrUnavailable). Defaults to 1,024.

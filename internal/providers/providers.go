@@ -1,8 +1,16 @@
-// Package providers turns an HTTP request from a webhook provider into a
+// Package providers turns an HTTP request from a webhook sender into a
 // verified Delivery. Each adapter checks, in the contract's order, the content
 // type, the required headers, the signature over the raw body (using package
-// verify), and only then parses the payload for the delivery's id, event name,
+// verify), and only then reads the payload for the delivery's id, event name,
 // entity and event time. Nothing in a Delivery comes from unverified bytes.
+//
+// Every sender is a kind in one list, Kinds (GitHub and Stripe among them):
+// a kind is one file of this package and one line of Kinds, and no other
+// layer names a sender. A gateway's configured senders are a Registry, built
+// once from its configuration and handed to whatever names providers (the
+// server, route matches, operator filters, the console, the CLI). NewRequest
+// builds a delivery signed as a kind's sender signs it, for gateway send, the
+// bench and the tests.
 package providers
 
 import (
@@ -37,13 +45,14 @@ const MaxIDLen = 255
 
 // Delivery is one verified webhook delivery.
 type Delivery struct {
-	// Provider is the adapter's name: "github" or "stripe".
+	// Provider is the source's name: "github", "stripe", or a configured
+	// source's.
 	Provider string
 	// Scope separates receipts of one event delivered to several endpoints:
-	// GitHub's X-GitHub-Hook-ID, empty for Stripe.
+	// GitHub's X-GitHub-Hook-ID, Slack's team_id; empty for the other kinds.
 	Scope string
-	// DeliveryID is the provider's id of the event: X-GitHub-Delivery, or
-	// Stripe's evt_... id.
+	// DeliveryID is the provider's id of the event: X-GitHub-Delivery,
+	// Stripe's evt_... id, or what the source's kind names.
 	DeliveryID string
 	// Event is the event name routes match on, such as "pull_request.opened"
 	// or "invoice.paid".
