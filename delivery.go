@@ -26,18 +26,27 @@ type Delivery struct {
 	// "invoice.paid").
 	Event string
 	// Entity names what the event is about ("stripe:sub_123",
-	// "github:pull_request:1234"); empty when it names none.
+	// "github:pull_request:1234", "github:issue:100"); empty when it names
+	// none.
 	Entity string
-	// EventTime is when the event happened by the payload's own time; zero
-	// when it has none. Order is decided by it.
+	// EventTime is when the event happened by the payload's own time (a
+	// pull request's updated_at, a Stripe event's created); zero when it has
+	// none. Order is decided by it, per route and entity: an event with both
+	// Entity and EventTime is never handed over after a newer one of its
+	// entity was (it ends superseded); events of equal time are all handed
+	// over, in any order; an event without a time is handed over whenever it
+	// comes. Order holds per route, not across routes.
 	EventTime time.Time
-	// ContentType and Body are the first receipt's, byte for byte as the
-	// sender sent them (Body may be a form-encoded GitHub delivery: see
-	// Payload).
+	// ContentType and Body are byte for byte what the sender sent. A
+	// delivery sent again with the same id and body (a retry, a redelivery)
+	// is a second receipt of the same delivery; the handler sees the first
+	// receipt's. Body may be a form-encoded GitHub delivery: see Payload.
 	ContentType string
 	Body        []byte
-	// Headers are the kept provider headers of the first receipt, names as
-	// the sender spelled them; never a signature or token.
+	// Headers are the kept provider headers of the first receipt (the
+	// event, id and hook headers; never a signature or token), keyed by the
+	// names as the sender spelled them: look them up as sent
+	// ("X-GitHub-Event"), not canonicalized.
 	Headers map[string]string
 	// Route is the route's name, Generation 1 for the first dispatch and one
 	// more for each replay, Attempt 1, 2, ... within one generation.
@@ -86,11 +95,27 @@ func (d Delivery) Decode(v any) error {
 // older than the newest its route handled for that entity (that dispatch ends
 // superseded).
 //
-// An error rolls its writes back and the dispatch is retried with backoff, up
-// to the route's attempts; an error wrapped by Discard discards the dispatch
-// at once. A panic is an error, never a crash of the process. A handler must
-// not have effects outside tx that cannot be repeated: they happen at least
-// once.
+// Exactly once is per dispatch generation: an operator's forced replay
+// (generation 2, 3, ...) hands the delivery over again, on purpose. A
+// handler whose effect must happen once per event whatever operators replay
+// keys it by (Provider, DeliveryID), e.g. INSERT ... ON CONFLICT DO NOTHING
+// on a unique key; one that may repeat on a replay needs nothing more. Jobs
+// inserted through Gateway.Client().InsertTx(ctx, tx, ...) inside the
+// handler are enqueued exactly once too: they commit with tx.
+//
+// An error rolls its writes back and the dispatch is retried with River's
+// backoff (1 s before the first retry, then attempt⁴ s: 16 s, 81 s, ...),
+// up to the route's attempts (GATEWAY_MAX_ATTEMPTS, 25 by default, about
+// three weeks); an error wrapped by Discard discards the dispatch at once.
+// A panic is an error (its message begins "panic:"), never a crash of the
+// process.
+//
+// ctx ends at the route's time limit (its timeout, else
+// GATEWAY_FORWARD_TIMEOUT, 10 s by default) plus 5 s, and when the gateway
+// stops. A handler must return when ctx ends: one that does not holds its
+// connection, and Run then stops without it and returns an error. A handler
+// must not have effects outside tx that cannot be repeated: they happen at
+// least once.
 type Handler func(ctx context.Context, tx pgx.Tx, d Delivery) error
 
 // Discard marks a handler's error as permanent: the dispatch is discarded at

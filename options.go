@@ -117,7 +117,16 @@ func WithHTTPHandler(pattern string, h http.Handler) Option {
 // it) and hookgate's schema is current, before it serves. It must be safe to
 // run at every start and by several processes at once (CREATE TABLE IF NOT
 // EXISTS under an advisory lock, or a migration library's own lock).
-// Migrations run in the order given; an error stops Run.
+// Migrations run in the order given; an error (or a panic) stops Run.
+//
+// The service's tables share the database, and its public schema, with
+// hookgate's (hookgate_*) and River's (river_*): give them a prefix of the
+// service's own, or a schema. To look at them on the private PostgreSQL,
+// connect as Gateway.Pool does, as the user the gateway runs as (or root):
+// user and database hookgate, over the Unix socket in
+// <GATEWAY_DATA_DIR>/socket (psql -h "$GATEWAY_DATA_DIR/socket" -p PORT -U
+// hookgate hookgate, PORT the number in the socket's name .s.PGSQL.PORT);
+// or set DATABASE_URL to a server of the service's own.
 func WithMigration(migrate func(ctx context.Context, pool *pgxpool.Pool) error) Option {
 	return func(o *options) error {
 		if migrate == nil {
@@ -131,7 +140,10 @@ func WithMigration(migrate func(ctx context.Context, pool *pgxpool.Pool) error) 
 // WithRiverWorkers registers the service's own River workers on the
 // gateway's River client (one client for the gateway's jobs and the
 // service's): add calls river.AddWorkerSafely for each. Their jobs run in the
-// queues WithRiverQueues adds, or River's default queue.
+// queues WithRiverQueues adds, or River's default queue. The client's job
+// time limit is the gateway's (GATEWAY_FORWARD_TIMEOUT plus 5 s, 15 s by
+// default), not River's minute: a worker whose jobs take longer implements
+// Timeout. add runs once in New, to check the kinds, and again in Run.
 func WithRiverWorkers(add func(*river.Workers) error) Option {
 	return func(o *options) error {
 		if add == nil {

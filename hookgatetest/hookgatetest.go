@@ -11,6 +11,15 @@
 // Work runs the handler in a savepoint of the caller's transaction: an error
 // rolls back the handler's writes, as the gateway does, and leaves the
 // transaction usable, so a test can roll everything back at its end.
+//
+// The test database is the service's own (DATABASE_URL, as its other tests
+// have it), with the service's tables: run the service's migration on it
+// first (the same function it gives WithMigration). A delivery built here is
+// on route "test", generation 1, attempt 1 (Attempt sets others); GitHub's
+// carry delivery ids "hookgatetest-<n>" (GitHubWith takes yours) and
+// X-GitHub-Hook-ID 1. Order between deliveries (superseded) is the
+// gateway's, not a handler's: test it against a running gateway, with
+// GitHubRequest and StripeRequest.
 package hookgatetest
 
 import (
@@ -51,8 +60,8 @@ const DefaultMaxAttempts = 25
 type Result struct {
 	// State is Succeeded, Retrying or Discarded.
 	State string
-	// Err is the handler's error (a panic is a *handlers.PanicError, whose
-	// message starts "panic:"); nil when it succeeded.
+	// Err is the handler's error (a panic is an error whose message starts
+	// "panic:"); nil when it succeeded.
 	Err error
 }
 
