@@ -16,8 +16,9 @@ import (
 
 // A ledger: every paid Stripe invoice becomes one row of the service's own
 // table, in the same transaction as its dispatch, so exactly once however
-// often Stripe sends the event. The service's table is created by its own
-// migration, which Run calls once the database is up.
+// often Stripe sends the event; the invoice as the table's key keeps it one
+// row even when an operator forces a replay. The service's table is created
+// by its own migration, which Run calls once the database is up.
 func Example() {
 	// The configuration is what `gateway serve` reads: the environment (and
 	// GATEWAY_CONFIG_FILE). DATABASE_URL names the database; without it Run
@@ -43,12 +44,12 @@ func Example() {
 			if err := d.Decode(&event); err != nil {
 				return hookgate.Discard(err) // retrying cannot mend a payload
 			}
-			_, err := tx.Exec(ctx, `INSERT INTO ledger (invoice, cents) VALUES ($1, $2)`,
+			_, err := tx.Exec(ctx, `INSERT INTO ledger (invoice, cents) VALUES ($1, $2) ON CONFLICT (invoice) DO NOTHING`,
 				event.Data.Object.ID, event.Data.Object.AmountPaid)
 			return err
 		}),
 		hookgate.WithMigration(func(ctx context.Context, pool *pgxpool.Pool) error {
-			_, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS ledger (invoice text NOT NULL, cents bigint NOT NULL)`)
+			_, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS ledger (invoice text PRIMARY KEY, cents bigint NOT NULL)`)
 			return err
 		}),
 		hookgate.WithLogger(quiet),
