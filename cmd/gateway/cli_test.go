@@ -402,6 +402,11 @@ func TestCLIRecover(t *testing.T) {
 		Found    []string `json:"found"`
 		Stored   []string `json:"stored"`
 	}
+	var stderr bytes.Buffer
+	if err := run(context.Background(), []string{"recover", "stripe", "--dry-run", "--since", "2000h"}, io.Discard, &stderr); err != nil ||
+		!strings.Contains(stderr.String(), "--since reaches further back than GATEWAY_RECOVERY_LOOKBACK") {
+		t.Fatalf("recover --since past the lookback: %v, %s", err, stderr.String())
+	}
 	out, code := cliRun(t, "recover", "stripe", "--dry-run", "--json")
 	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || !rep.DryRun || len(rep.Found) != 1 || len(rep.Stored) != 0 {
 		t.Fatalf("dry run: exit %d, %s", code, out)

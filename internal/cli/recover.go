@@ -74,11 +74,18 @@ func recoverCmd(ctx context.Context, env Env, args []string) error {
 		}
 		return err
 	}
-	var report recovery.Report
+	var report struct {
+		recovery.Report
+		ListedFrom *time.Time `json:"listed_from"`
+	}
 	if jerr := json.Unmarshal(raw, &report); jerr != nil {
 		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("the gateway's recovery report is not the JSON expected: %w", jerr)}
 	}
-	printReport(env, report)
+	if report.ListedFrom != nil {
+		fmt.Fprintf(env.Stderr, "recover: --since reaches further back than GATEWAY_RECOVERY_LOOKBACK or GATEWAY_RETENTION allow; listed from %s\n",
+			report.ListedFrom.UTC().Format(time.RFC3339))
+	}
+	printReport(env, report.Report)
 	return err
 }
 

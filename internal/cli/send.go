@@ -77,7 +77,7 @@ func send(ctx context.Context, env Env, args []string) error {
 	client := &http.Client{Timeout: 30 * time.Second}
 	res, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("send: %w", err)
+		return &ExitError{Code: ExitUnreachable, Err: fmt.Errorf("send: the gateway at %s cannot be reached: %w", u.Redacted(), unwrapURL(err))}
 	}
 	defer res.Body.Close()
 	answer, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))

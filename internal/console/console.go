@@ -7,7 +7,7 @@
 // Content-Security-Policy allows no inline script.
 //
 // The console reads and acts through the same packages as the JSON API
-// (deliveries, jobs, routes, audit, rejections); it has no queries of its
+// (deliveries, dispatch, replay, routes, audit, rejections); it has no queries of its
 // own but its charts' and what two pages add to a page they read there: the
 // failing routes of the deliveries list and what the audit log's bulk
 // replays selected, each one statement for the page.

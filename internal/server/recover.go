@@ -92,8 +92,27 @@ func (s *server) handleRecover(w http.ResponseWriter, r *http.Request) {
 			Report recovery.Report `json:"report"`
 		}{errorBody{Error: "recovery_failed", Message: fmt.Sprintf("%v: %v", errRecoveryFailed, err)}, rep})
 	default:
-		writeJSON(w, http.StatusOK, rep)
+		writeJSON(w, http.StatusOK, recoverAnswer{Report: rep, ListedFrom: listedFrom(s.Admin.Recoverer, opts)})
 	}
+}
+
+// recoverAnswer is a run's report, and where it listed from when since
+// reached further back than the lookback or the retention allow.
+type recoverAnswer struct {
+	recovery.Report
+	ListedFrom *time.Time `json:"listed_from,omitempty"`
+}
+
+// listedFrom is the earliest time a run lists from, when opts.Since asked
+// for earlier; nil otherwise.
+func listedFrom(r Recoverer, opts recovery.Options) *time.Time {
+	if opts.Since == nil {
+		return nil
+	}
+	if floor := r.Floor(time.Now()); opts.Since.Before(floor) {
+		return &floor
+	}
+	return nil
 }
 
 // providerView is one provider as GET /admin/providers lists it.
