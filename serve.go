@@ -31,6 +31,7 @@ import (
 	"github.com/hookgate/hookgate/internal/routes"
 	"github.com/hookgate/hookgate/internal/schema"
 	"github.com/hookgate/hookgate/internal/server"
+	"github.com/hookgate/hookgate/internal/yield"
 )
 
 // shutdownTimeout bounds each step of a graceful stop.
@@ -106,6 +107,7 @@ type parts struct {
 	enqueuer *dispatch.Enqueuer
 	ingester *ingest.Ingester
 	rec      *recovery.Recoverer
+	yield    *yield.Gate
 }
 
 // build makes every part of the gateway on pool: the route table synced to
@@ -177,6 +179,14 @@ func (g *Gateway) parts(ctx context.Context, pool *pgxpool.Pool) (parts, error) 
 	pt.enqueuer = &dispatch.Enqueuer{Routes: table, MaxAttempts: env.MaxAttempts,
 		Filters: &filter.Reporter{Count: pt.m.FilterFailed, Logger: logger}}
 	pt.ingester = &ingest.Ingester{Pool: pool, Receipts: pt.store, Enqueuer: pt.enqueuer}
+	// Forwarding yields to acknowledgements: two dispatches at a time go on
+	// while senders wait, the rest when ingest is idle (or after MaxYield).
+	// Measured at 16 senders (docs/performance.md): 2 let a fifth of the
+	// acknowledged rate through while sending, a tenth of the workers (5)
+	// twice that at fewer acknowledgements.
+	pt.yield = &yield.Gate{Busy: pt.ingester.Busy, Trickle: 2}
+	pt.m.Gauge("hookgate_dispatch_yielding", "Dispatches held back while senders wait for their acknowledgements (at most "+
+		dispatch.MaxYield.String()+" each).", func() float64 { return float64(pt.yield.Waiting()) })
 	pt.rec = g.recoverer
 	pt.rec.Pool, pt.rec.Ingester, pt.rec.Metrics = pool, pt.ingester, pt.m
 	// The series alerts and dashboards read are there, at zero, from the start.
@@ -200,6 +210,7 @@ func (g *Gateway) riverClient(pt parts) (*river.Client[pgx.Tx], error) {
 		Dispatch: &dispatch.Worker{
 			Pool: pool, Routes: pt.table, Handlers: g.handlers, Receipts: pt.store, Logger: logger, Metrics: pt.m, Guard: pt.guard,
 			Forwarder: forward.New(env.ForwardSecrets, env.ForwardTimeout, env.Workers),
+			Yield:     pt.yield,
 		},
 		Reconcile:      &dispatch.ReconcileWorker{Pool: pool, Routes: pt.table},
 		Workers:        env.Workers,

@@ -40,12 +40,13 @@ type ClientConfig struct {
 	Queues map[string]river.QueueConfig
 }
 
-// Timings derived from the forward timeout. A job may run for the forward plus
-// its database work; a job still "running" well past that belongs to a process
-// that died, and River's rescuer (which looks every 30 s) makes it available
-// again. With the default 10 s forward timeout a dispatch whose process died
-// is picked up again within about 20 s + 30 s.
-func jobTimeout(forward time.Duration) time.Duration  { return forward + 5*time.Second }
+// Timings derived from the forward timeout. A job may wait MaxYield for
+// ingest, then run for the forward plus its database work; a job still
+// "running" well past that belongs to a process that died, and River's
+// rescuer (which looks every 30 s) makes it available again. With the default
+// 10 s forward timeout a dispatch whose process died is picked up again
+// within about 25 s + 30 s.
+func jobTimeout(forward time.Duration) time.Duration  { return MaxYield + forward + 5*time.Second }
 func rescueAfter(forward time.Duration) time.Duration { return jobTimeout(forward) + 5*time.Second }
 
 // NewClient returns a River client that works cfg's workers. It is not started.

@@ -22,6 +22,7 @@ import (
 	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/receipts"
 	"github.com/hookgate/hookgate/internal/routes"
+	"github.com/hookgate/hookgate/internal/yield"
 )
 
 // Worker works dispatch jobs: it runs the route's target and records
@@ -62,6 +63,9 @@ type Worker struct {
 	// Guard admits each attempt within its route's pause, circuit and rate;
 	// nil admits all.
 	Guard *routes.Guard
+	// Yield holds dispatches back, up to MaxYield, while senders wait for
+	// their acknowledgements; nil holds none.
+	Yield *yield.Gate
 
 	// retryAt holds, per job id, when a target's Retry-After allows the next
 	// attempt; NextRetry takes it right after Work returns.
@@ -78,10 +82,16 @@ var (
 	errNoTarget = errors.New("no such target")
 )
 
+// MaxYield is the longest a dispatch is held back for ingest (package
+// yield): the job's time limit includes it.
+const MaxYield = 5 * time.Second
+
 // Work implements river.Worker.
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	w.retryAt.Delete(job.ID) // an earlier attempt's, should River not have taken it
+	release := w.Yield.Enter(ctx, time.Now().Add(MaxYield))
 	err := w.work(ctx, job)
+	release()
 	var snooze *river.JobSnoozeError
 	var fe *forward.Error
 	var discard *handlers.DiscardError

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -99,8 +100,9 @@ type Ingester struct {
 	// GitHub waits 10 s for an answer. Default to 5 s and 10 s.
 	MaxWait, CommitTimeout time.Duration
 
-	once    sync.Once
-	batcher *batch.Batcher[providers.Delivery, Outcome]
+	once      sync.Once
+	batcher   *batch.Batcher[providers.Delivery, Outcome]
+	accepting atomic.Int64 // Accept calls waiting for their outcome
 }
 
 // Accept records a verified delivery, in a batch with the deliveries that
@@ -109,6 +111,8 @@ type Ingester struct {
 // refused this delivery alone) or wrap ErrUnavailable.
 func (in *Ingester) Accept(ctx context.Context, d providers.Delivery) (Result, error) {
 	in.start()
+	in.accepting.Add(1)
+	defer in.accepting.Add(-1)
 	// Route filters read the payload: they run here, before the delivery
 	// joins a transaction, so that a costly filter never holds its
 	// batch-mates' commit.
@@ -142,6 +146,10 @@ func (in *Ingester) start() {
 		}
 	})
 }
+
+// Busy reports whether a sender is waiting for its acknowledgement: an Accept
+// has not returned yet. Forwarding yields to it (package yield).
+func (in *Ingester) Busy() bool { return in.accepting.Load() > 0 }
 
 // Waiting returns how many deliveries wait for a transaction to take them.
 func (in *Ingester) Waiting() int {
