@@ -331,7 +331,7 @@ routes:
 	if out, code := cliRun(t, "routes", "pause", "ci", "--reason", "deploying the CI service"); code != 0 || !strings.Contains(out, "paused") {
 		t.Fatalf("routes pause: exit %d, %s", code, out)
 	}
-	if _, code, err := cliRunErr(t, "routes", "pause", "nope"); code != cli.ExitFailed || !strings.Contains(err, "its routes: ci, audit") {
+	if _, code, err := cliRunErr(t, "routes", "pause", "nope"); code != cli.ExitUsage || !strings.Contains(err, "its routes: ci, audit") {
 		t.Fatalf("pause of an unknown route: exit %d, %s", code, err)
 	}
 	if _, code := cliRun(t, "routes", "pause"); code != cli.ExitUsage {
@@ -424,7 +424,8 @@ func TestCLIRecover(t *testing.T) {
 		t.Fatalf("second run: exit %d, %s", code, out)
 	}
 	// Every recovered event is an audit entry.
-	if out, code := cliRun(t, "audit"); code != 0 || !strings.Contains(out, "recover") || !strings.Contains(out, "stripe evt_cli1") {
+	if out, code := cliRun(t, "audit"); code != 0 || !strings.Contains(out, "recover") || !strings.Contains(out, "stripe evt_cli1") ||
+		!strings.Contains(out, "on demand: 1 missing, 0 asked for again, 1 stored") || !strings.Contains(out, "(dry run)") {
 		t.Fatalf("audit: exit %d, %s", code, out)
 	}
 }

@@ -70,7 +70,7 @@ func auditCmd(ctx context.Context, env Env, args []string) error {
 		if e.Reason != nil && *e.Reason != "" {
 			reason = printable(*e.Reason)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.At.Local().Format(time.DateTime), printable(e.Actor), e.Action, printable(what), reason)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.At.UTC().Format(time.RFC3339), printable(e.Actor), e.Action, printable(what), reason)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

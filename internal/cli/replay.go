@@ -67,6 +67,10 @@ func replayCmd(ctx context.Context, env Env, args []string) error {
 	if err := json.Unmarshal(raw, &answer); err != nil {
 		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("the gateway's replay answer is not the JSON expected: %w", err)}
 	}
+	if answer.Deliveries == 0 {
+		fmt.Fprintf(env.Stdout, "replay %s: no delivery matches the filter: nothing to replay\n", answer.ReplayID)
+		return nil
+	}
 	fmt.Fprintf(env.Stdout, "replay %s: %d deliveries matched; the gateway replays them in the background (GET /admin/replays/%s, or the console, shows its progress)\n",
 		answer.ReplayID, answer.Deliveries, answer.ReplayID)
 	return nil

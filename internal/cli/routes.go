@@ -54,7 +54,7 @@ func routesCmd(ctx context.Context, env Env, args []string) error {
 		err = c.do(ctx, http.MethodPost, escape("admin", "routes", rest[0], args[0]), nil, map[string]string{"reason": *reason}, &raw)
 		if statusOf(err) == http.StatusNotFound {
 			if names, nerr := c.routeNames(ctx); nerr == nil {
-				return &ExitError{Code: ExitFailed, Err: fmt.Errorf("the gateway has no route named %q (its routes: %s)", rest[0], strings.Join(names, ", "))}
+				return usageErr("the gateway has no route named %q (its routes: %s)", rest[0], strings.Join(names, ", "))
 			}
 		}
 	}
@@ -84,7 +84,7 @@ func routesCmd(ctx context.Context, env Env, args []string) error {
 	for _, v := range views {
 		last := "-"
 		if v.LastSuccessAt != nil {
-			last = v.LastSuccessAt.Local().Format(time.DateTime)
+			last = v.LastSuccessAt.UTC().Format(time.RFC3339)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", v.Name, v.State, v.Circuit,
 			v.Backlog.Pending, v.Backlog.Running, v.Backlog.Retrying, v.Succeeded5m, v.Failed5m, last, printable(v.Target))

@@ -380,7 +380,7 @@ func (l *SecretList) Decode(value string) error {
 	}
 	if strings.TrimSpace(value) == "" {
 		// Not to be taken for a choice to leave the provider off.
-		return errors.New("white space only; unset it to leave the provider off")
+		return errors.New("white space only; unset it instead")
 	}
 	for item := range strings.SplitSeq(value, ",") {
 		item = strings.TrimSpace(item)

@@ -121,7 +121,7 @@ func (f *Client) ForwardWithin(ctx context.Context, target string, timeout time.
 	key := IdempotencyKey(d.Provider, d.DeliveryID, d.Route)
 	h.Set("Idempotency-Key", key)
 	h.Set("X-Hookgate-Provider", d.Provider)
-	h.Set("X-Hookgate-Delivery", d.DeliveryID)
+	h.Set("X-Hookgate-Delivery", HeaderSafe(d.DeliveryID))
 	h.Set("X-Hookgate-Event", d.Event)
 	h.Set("X-Hookgate-Route", d.Route)
 	h.Set("X-Hookgate-Attempt", strconv.Itoa(d.Attempt))
@@ -229,7 +229,34 @@ func Outcome(err error) string {
 // IdempotencyKey is the key a target sees on every attempt, retry and replay
 // of one event on one route.
 func IdempotencyKey(provider, deliveryID, route string) string {
-	return provider + ":" + deliveryID + ":" + route
+	return provider + ":" + HeaderSafe(deliveryID) + ":" + route
+}
+
+// HeaderSafe is a delivery id as forward headers carry it: printable ASCII as
+// it is, any other byte (and %) percent-encoded. A header's bytes beyond
+// ASCII are read as Latin-1 by many HTTP servers (Node's, Python's), so a
+// receiver would sign other bytes than hookgate did and its Standard Webhooks
+// library would refuse the forward; provider ids are ASCII in practice.
+func HeaderSafe(id string) string {
+	safe := true
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < 0x20 || c > 0x7e || c == '%' {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return id
+	}
+	var b strings.Builder
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < 0x20 || c > 0x7e || c == '%' {
+			fmt.Fprintf(&b, "%%%02X", c)
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }
 
 // parseRetryAfter reads delay-seconds or an HTTP date, capped at an hour; 0

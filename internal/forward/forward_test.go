@@ -249,3 +249,23 @@ func TestForwardWithoutSecretsIsUnsigned(t *testing.T) {
 		}
 	}
 }
+
+// A delivery id travels in headers as printable ASCII: any other byte, and
+// %, percent-encoded, so that a receiver reading headers as Latin-1 (Node's,
+// Python's servers) verifies the same bytes hookgate signed.
+func TestHeaderSafeIDs(t *testing.T) {
+	for id, want := range map[string]string{
+		"72d3162e-cc78-11e3-81ab-4c9367dc0958": "72d3162e-cc78-11e3-81ab-4c9367dc0958",
+		"evt/with?odd&chars #1":                "evt/with?odd&chars #1",
+		"gh-ünï":                               "gh-%C3%BCn%C3%AF",
+		"50%":                                  "50%25",
+		"tab\there":                            "tab%09here",
+	} {
+		if got := forward.HeaderSafe(id); got != want {
+			t.Errorf("HeaderSafe(%q) = %q, want %q", id, got, want)
+		}
+	}
+	if got := forward.IdempotencyKey("github", "gh-ü", "ci"); got != "github:gh-%C3%BC:ci" {
+		t.Errorf("IdempotencyKey = %q", got)
+	}
+}

@@ -131,6 +131,7 @@ func (m *Metrics) Declare(k Known) {
 			m.ingest.WithLabelValues(p, outcome)
 		}
 		m.ack.WithLabelValues(p)
+		m.secondary.WithLabelValues(p)
 	}
 	for _, r := range k.Routes {
 		for _, state := range declaredStates {

@@ -7,10 +7,12 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -443,6 +445,10 @@ func readAdminBody(w http.ResponseWriter, r *http.Request, req adminRequest) ([]
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(req); err != nil {
+			var typeErr *json.UnmarshalTypeError
+			if errors.As(err, &typeErr) && typeErr.Field != "" {
+				return nil, fmt.Errorf("%w: the body's field %q must be a JSON %s", errBadRequest, typeErr.Field, jsonKind(typeErr.Type.Kind()))
+			}
 			return nil, fmt.Errorf("%w: the body must be a JSON object of the documented fields: %v", errBadRequest, err)
 		}
 		if _, err := dec.Token(); err != io.EOF {
@@ -450,6 +456,21 @@ func readAdminBody(w http.ResponseWriter, r *http.Request, req adminRequest) ([]
 		}
 	}
 	return body, req.validate()
+}
+
+// jsonKind names a Go kind as JSON does.
+func jsonKind(k reflect.Kind) string {
+	switch k {
+	case reflect.Bool:
+		return "boolean (true or false)"
+	case reflect.String:
+		return "string"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	case reflect.Int, reflect.Int32, reflect.Int64, reflect.Float64:
+		return "number"
+	}
+	return "value of the documented type"
 }
 
 // limitParam is a list's limit query parameter: 100 when absent, at most

@@ -909,3 +909,22 @@ func TestAdminRefusesTextTheDatabaseCannotHold(t *testing.T) {
 		}
 	}
 }
+
+// A body field of the wrong JSON type is a 400 that names the field and the
+// type it must be, in JSON's words, never Go's.
+func TestAdminBodyTypeErrorsNameTheField(t *testing.T) {
+	t.Parallel()
+	b := setupAdmin(t, adminToken)
+	for _, c := range []struct{ path, body, want string }{
+		{"/admin/recover/stripe", `{"dry_run":"yes"}`, `the body's field "dry_run" must be a JSON boolean`},
+		{"/admin/deliveries/github/x/replay", `{"routes":"fwd"}`, `the body's field "routes" must be a JSON array`},
+		{"/admin/routes/fwd/pause", `{"reason":7}`, `the body's field "reason" must be a JSON string`},
+	} {
+		status, _, body := b.admin(t, adminReq{method: "POST", path: c.path, body: c.body})
+		var answer struct{ Error, Message string }
+		_ = json.Unmarshal(body, &answer)
+		if status != http.StatusBadRequest || answer.Error != "bad_request" || !strings.Contains(answer.Message, c.want) || strings.Contains(answer.Message, "Go struct") {
+			t.Errorf("POST %s %s = %d %s, want 400 saying %s", c.path, c.body, status, body, c.want)
+		}
+	}
+}

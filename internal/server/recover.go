@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
 
+	"github.com/hookgate/hookgate/internal/audit"
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/recovery"
 )
@@ -81,6 +83,9 @@ func (s *server) handleRecover(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), RecoveryBound)
 	defer cancel()
 	rep, err := s.Admin.Recoverer.Run(ctx, provider, opts)
+	if !errors.Is(err, recovery.ErrNotConfigured) {
+		s.auditRecover(r.Context(), rep, err)
+	}
 	switch {
 	case errors.Is(err, recovery.ErrNotConfigured):
 		writeError(w, r, s.Logger, err)
@@ -93,6 +98,30 @@ func (s *server) handleRecover(w http.ResponseWriter, r *http.Request) {
 		}{errorBody{Error: "recovery_failed", Message: fmt.Sprintf("%v: %v", errRecoveryFailed, err)}, rep})
 	default:
 		writeJSON(w, http.StatusOK, recoverAnswer{Report: rep, ListedFrom: listedFrom(s.Admin.Recoverer, opts)})
+	}
+}
+
+// auditRecover records a recovery run on demand in the audit log: who ran
+// it and what it found, asked for and stored (each redelivery request and
+// stored event has an entry of its own, by the recoverer). A failure to
+// record is logged: the run has happened.
+func (s *server) auditRecover(ctx context.Context, rep recovery.Report, runErr error) {
+	if s.Admin.Pool == nil {
+		return
+	}
+	what := fmt.Sprintf("on demand: %d missing, %d asked for again, %d stored, %d skipped", len(rep.Found), len(rep.Requested), len(rep.Stored), len(rep.Skipped))
+	if rep.DryRun {
+		what += " (dry run)"
+	}
+	if runErr != nil {
+		what += "; failed"
+	}
+	ctx = context.WithoutCancel(ctx) // recorded even if the operator went away
+	err := pgx.BeginFunc(ctx, s.Admin.Pool, func(tx pgx.Tx) error {
+		return audit.Record(ctx, tx, audit.NewEntry{Actor: Actor(s.Admin.Token), Action: audit.Recover, Provider: rep.Provider, Reason: what})
+	})
+	if err != nil {
+		s.Logger.ErrorContext(ctx, "audit of a recovery on demand", "error", err)
 	}
 }
 
