@@ -42,15 +42,12 @@ func auditCmd(ctx context.Context, env Env, args []string) error {
 	if err := c.do(ctx, http.MethodGet, "/admin/audit", q, nil, &raw); err != nil {
 		return err
 	}
-	if *asJSON {
-		return printJSON(env.Stdout, raw)
-	}
 	var page struct {
 		Entries    []audit.Entry `json:"entries"`
 		NextCursor *string       `json:"next_cursor"`
 	}
-	if err := json.Unmarshal(raw, &page); err != nil {
-		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("the gateway's audit log is not the JSON expected: %w", err)}
+	if printed, err := answer(env, raw, *asJSON, &page); printed || err != nil {
+		return err
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "AT\tACTOR\tACTION\tWHAT\tREASON")

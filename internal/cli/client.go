@@ -232,6 +232,19 @@ func unwrapURL(err error) error {
 	return err
 }
 
+// answer is an API answer as a command shows it: printed as it came with
+// --json (printed is then true: the command is done), else decoded into v
+// for the command's table.
+func answer(env Env, raw json.RawMessage, asJSON bool, v any) (printed bool, err error) {
+	if asJSON {
+		return true, printJSON(env.Stdout, raw)
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return false, &ExitError{Code: ExitFailed, Err: fmt.Errorf("the gateway's answer is not the JSON expected: %w", err)}
+	}
+	return false, nil
+}
+
 // providerInfo is one provider as GET /admin/providers lists it.
 type providerInfo struct {
 	Name       string `json:"name"`

@@ -86,15 +86,12 @@ func list(ctx context.Context, env Env, args []string) error {
 	if err := c.do(ctx, http.MethodGet, "/admin/deliveries", q, nil, &raw); err != nil {
 		return err
 	}
-	if *asJSON {
-		return printJSON(env.Stdout, raw)
-	}
 	var page struct {
 		Deliveries []deliveries.Item `json:"deliveries"`
 		NextCursor *string           `json:"next_cursor"`
 	}
-	if err := json.Unmarshal(raw, &page); err != nil {
-		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("the gateway's list is not the JSON expected: %w", err)}
+	if printed, err := answer(env, raw, *asJSON, &page); printed || err != nil {
+		return err
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "RECEIVED_AT\tPROVIDER\tDELIVERY_ID\tEVENT\tSTATE\tRECEIPTS\tENTITY")
@@ -147,12 +144,9 @@ func show(ctx context.Context, env Env, args []string) error {
 	if err := c.do(ctx, http.MethodGet, escape("admin", "deliveries", provider, id), nil, nil, &raw); err != nil {
 		return err
 	}
-	if *asJSON {
-		return printJSON(env.Stdout, raw)
-	}
 	var d deliveries.Detail
-	if err := json.Unmarshal(raw, &d); err != nil {
-		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("the gateway's delivery is not the JSON expected: %w", err)}
+	if printed, err := answer(env, raw, *asJSON, &d); printed || err != nil {
+		return err
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)
 	entity := "-"

@@ -57,22 +57,19 @@ func replayCmd(ctx context.Context, env Env, args []string) error {
 	if err := c.do(ctx, http.MethodPost, "/admin/replays", nil, req, &raw); err != nil {
 		return err
 	}
-	if *asJSON {
-		return printJSON(env.Stdout, raw)
-	}
-	var answer struct {
+	var bulk struct {
 		ReplayID   string `json:"replay_id"`
 		Deliveries int    `json:"deliveries"`
 	}
-	if err := json.Unmarshal(raw, &answer); err != nil {
-		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("the gateway's replay answer is not the JSON expected: %w", err)}
+	if printed, err := answer(env, raw, *asJSON, &bulk); printed || err != nil {
+		return err
 	}
-	if answer.Deliveries == 0 {
-		fmt.Fprintf(env.Stdout, "replay %s: no delivery matches the filter: nothing to replay\n", answer.ReplayID)
+	if bulk.Deliveries == 0 {
+		fmt.Fprintf(env.Stdout, "replay %s: no delivery matches the filter: nothing to replay\n", bulk.ReplayID)
 		return nil
 	}
 	fmt.Fprintf(env.Stdout, "replay %s: %d deliveries matched; the gateway replays them in the background (GET /admin/replays/%s, or the console, shows its progress)\n",
-		answer.ReplayID, answer.Deliveries, answer.ReplayID)
+		bulk.ReplayID, bulk.Deliveries, bulk.ReplayID)
 	return nil
 }
 
@@ -102,24 +99,21 @@ func replayOne(ctx context.Context, env Env, conn connFlags, rest []string, req 
 	if err != nil {
 		return err
 	}
-	if asJSON {
-		return printJSON(env.Stdout, raw)
-	}
-	var answer struct {
+	var one struct {
 		ReplayID string `json:"replay_id"`
 		replay.Result
 	}
-	if err := json.Unmarshal(raw, &answer); err != nil {
-		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("the gateway's replay answer is not the JSON expected: %w", err)}
+	if printed, err := answer(env, raw, asJSON, &one); printed || err != nil {
+		return err
 	}
-	fmt.Fprintf(env.Stdout, "replay %s: %d dispatch(es)\n", answer.ReplayID, len(answer.Created))
-	for _, d := range answer.Created {
+	fmt.Fprintf(env.Stdout, "replay %s: %d dispatch(es)\n", one.ReplayID, len(one.Created))
+	for _, d := range one.Created {
 		fmt.Fprintf(env.Stdout, "  %s generation %d %s\n", d.Route, d.Generation, d.State)
 	}
-	for _, s := range answer.Skipped {
+	for _, s := range one.Skipped {
 		fmt.Fprintf(env.Stdout, "  %s skipped: %s\n", s.Route, printable(s.Reason))
 	}
-	if len(answer.Created) == 0 && len(answer.Skipped) == 0 {
+	if len(one.Created) == 0 && len(one.Skipped) == 0 {
 		fmt.Fprintln(env.Stdout, "  no route of the gateway matches this event: nothing to replay")
 	}
 	return nil

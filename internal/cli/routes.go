@@ -61,23 +61,21 @@ func routesCmd(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		return printJSON(env.Stdout, raw)
+	// A list is {"routes": [...]}; a pause or a resume answers the route.
+	var list struct {
+		Routes []routes.View `json:"routes"`
 	}
-	var views []routes.View
+	var one routes.View
+	target := any(&one)
 	if args[0] == "list" {
-		var answer struct {
-			Routes []routes.View `json:"routes"`
-		}
-		err = json.Unmarshal(raw, &answer)
-		views = answer.Routes
-	} else {
-		var v routes.View
-		err = json.Unmarshal(raw, &v)
-		views = []routes.View{v}
+		target = &list
 	}
-	if err != nil {
-		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("the gateway's routes are not the JSON expected: %w", err)}
+	if printed, err := answer(env, raw, *asJSON, target); printed || err != nil {
+		return err
+	}
+	views := list.Routes
+	if args[0] != "list" {
+		views = []routes.View{one}
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tSTATE\tCIRCUIT\tPENDING\tRUNNING\tRETRYING\tOK 5M\tFAILED 5M\tLAST SUCCESS\tTARGET")
