@@ -366,12 +366,19 @@ routes:
 // and the gateway lacks, once.
 func TestCLIRecover(t *testing.T) {
 	created := time.Now().Add(-time.Hour).Unix()
+	// The event appears once the gateway's own run at start is done, so that
+	// the commands below are the ones that find it.
+	var published atomic.Bool
 	stripeAPI := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/events" || r.Header.Get("Authorization") != "Bearer rk_test_cli" {
 			http.Error(w, `{"error":{"message":"no"}}`, http.StatusUnauthorized)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
+		if !published.Load() {
+			fmt.Fprint(w, `{"object":"list","has_more":false,"url":"/v1/events","data":[]}`)
+			return
+		}
 		fmt.Fprintf(w, `{"object":"list","has_more":false,"url":"/v1/events","data":[{"id":"evt_cli1","object":"event","type":"invoice.paid","created":%d,"data":{"object":{"id":"in_cli1","object":"invoice"}}}]}`, created)
 	}))
 	defer stripeAPI.Close()
@@ -386,6 +393,19 @@ func TestCLIRecover(t *testing.T) {
 	t.Setenv("HOOKGATE_URL", "http://"+addr)
 	t.Setenv("STRIPE_API_KEY", "")
 	t.Setenv("STRIPE_API_URL", "")
+	dbtest.Eventually(t, 30*time.Second, "the gateway's recovery run at start", func() error {
+		res, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return err
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		if !strings.Contains(string(b), `hookgate_recovery_runs_total{provider="stripe",result="ok"} 1`) {
+			return errors.New("no run yet")
+		}
+		return nil
+	})
+	published.Store(true)
 
 	if _, code := cliRun(t, "recover", "gitlab"); code != cli.ExitUsage {
 		t.Fatalf("recover gitlab: exit %d", code)
