@@ -117,24 +117,32 @@ type Effect struct {
 
 func show(w http.ResponseWriter, r *http.Request, pool *pgxpool.Pool) {
 	st := State{Effects: []Effect{}, Subscriptions: map[string]string{}}
-	rows, err := pool.Query(r.Context(), `SELECT event_id, sub_id, event_time FROM ledger_effects ORDER BY seq`)
-	if err == nil {
-		var e Effect
-		_, err = pgx.ForEachRow(rows, []any{&e.EventID, &e.SubID, &e.EventTime}, func() error {
-			st.Effects = append(st.Effects, e)
-			return nil
-		})
-	}
-	if err == nil {
-		rows, err = pool.Query(r.Context(), `SELECT id, status FROM ledger_subscriptions`)
-		if err == nil {
+	// Both tables are read in one snapshot: read apart, a handler's commit
+	// between the two reads would show a status whose effect is missing.
+	err := pgx.BeginTxFunc(r.Context(), pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
+		func(tx pgx.Tx) error {
+			rows, err := tx.Query(r.Context(), `SELECT event_id, sub_id, event_time FROM ledger_effects ORDER BY seq`)
+			if err != nil {
+				return err
+			}
+			var e Effect
+			if _, err := pgx.ForEachRow(rows, []any{&e.EventID, &e.SubID, &e.EventTime}, func() error {
+				st.Effects = append(st.Effects, e)
+				return nil
+			}); err != nil {
+				return err
+			}
+			rows, err = tx.Query(r.Context(), `SELECT id, status FROM ledger_subscriptions`)
+			if err != nil {
+				return err
+			}
 			var id, status string
 			_, err = pgx.ForEachRow(rows, []any{&id, &status}, func() error {
 				st.Subscriptions[id] = status
 				return nil
 			})
-		}
-	}
+			return err
+		})
 	if err != nil {
 		http.Error(w, "the database is unavailable", http.StatusServiceUnavailable)
 		return
