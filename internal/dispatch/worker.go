@@ -89,9 +89,8 @@ const MaxYield = 5 * time.Second
 // Work implements river.Worker.
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	w.retryAt.Delete(job.ID) // an earlier attempt's, should River not have taken it
-	release := w.Yield.Enter(ctx, time.Now().Add(MaxYield))
+	w.Yield.Enter(ctx, time.Now().Add(MaxYield))
 	err := w.work(ctx, job)
-	release()
 	var snooze *river.JobSnoozeError
 	var fe *forward.Error
 	var discard *handlers.DiscardError

@@ -94,6 +94,9 @@ type Ingester struct {
 	// MaxQueue bounds the deliveries waiting for a committer; past it a
 	// delivery is refused at once (ErrUnavailable). Defaults to 1,024.
 	MaxQueue int
+	// Acked, when set, is called after each Accept returns (forwarding
+	// paces itself by it: package yield).
+	Acked func()
 	// MaxWait bounds how long a delivery waits for its batch to start, and
 	// CommitTimeout how long that batch may take: when the database is slow,
 	// a sender gets its 503 in bounded time instead of memory growing.
@@ -113,6 +116,9 @@ func (in *Ingester) Accept(ctx context.Context, d providers.Delivery) (Result, e
 	in.start()
 	in.accepting.Add(1)
 	defer in.accepting.Add(-1)
+	if in.Acked != nil {
+		defer in.Acked()
+	}
 	// Route filters read the payload: they run here, before the delivery
 	// joins a transaction, so that a costly filter never holds its
 	// batch-mates' commit.

@@ -2,9 +2,11 @@
 // for its acknowledgement (GitHub gives up after 10 s and never retries); a
 // forward target waits for nothing. When both compete for the machine, the
 // dispatches of this process hold back while deliveries are waiting for their
-// commit, except a few (the trickle) so that forwarding never stops, and go
-// on at full speed as soon as ingest is idle. A dispatch held back holds no
-// database connection and no lease: it waits before its first read.
+// commit, except a share of them paced by the acknowledgements given (one
+// dispatch per five acknowledgements, say), so that forwarding never stops
+// and keeps pace with the load whatever its size; they go on at full speed as
+// soon as ingest is idle. A dispatch held back holds no database connection
+// and no lease: it waits before its first read.
 package yield
 
 import (
@@ -18,26 +20,40 @@ type Gate struct {
 	// Busy reports whether deliveries are waiting for their
 	// acknowledgement's commit in this process.
 	Busy func() bool
-	// Trickle is how many dispatches may run at once while Busy; at least 1.
-	Trickle int
+	// Share is how many dispatches each acknowledgement lets go on while
+	// Busy: 0.2 lets one forward go per five acknowledgements. Zero holds
+	// every dispatch until ingest is idle or its bound.
+	Share float64
 	// Poll is how often a held dispatch looks again. Defaults to 5 ms.
 	Poll time.Duration
 
-	slots   atomic.Int64 // dispatches running in the trickle
+	credits atomic.Int64 // thousandths of a dispatch earned by Acked
 	waiting atomic.Int64
 	held    atomic.Int64
 }
 
-// Enter returns when the dispatch may run: at once while ingest is idle or a
-// trickle slot is free; else when either becomes so, when until has passed
-// (a dispatch is never held longer: nothing starves), or when ctx ends. The
-// dispatch calls release when done. A nil Gate never holds.
-func (g *Gate) Enter(ctx context.Context, until time.Time) (release func()) {
-	if g == nil || g.Busy == nil || !g.Busy() {
-		return func() {}
+// maxCredits bounds the dispatches earned and not yet taken, in thousandths:
+// a burst of acknowledgements with no dispatch waiting saves up no flood.
+const maxCredits = 64_000
+
+// Acked says an acknowledgement was given: it earns Share of a dispatch.
+// Safe on a nil Gate.
+func (g *Gate) Acked() {
+	if g == nil || g.Share <= 0 {
+		return
 	}
-	if r, ok := g.take(); ok {
-		return r
+	if g.credits.Add(int64(g.Share*1000)) > maxCredits {
+		g.credits.Store(maxCredits)
+	}
+}
+
+// Enter returns when the dispatch may run: at once while ingest is idle or a
+// dispatch is earned; else when either becomes so, when until has passed (a
+// dispatch is never held longer: nothing starves), or when ctx ends. A nil
+// Gate never holds.
+func (g *Gate) Enter(ctx context.Context, until time.Time) {
+	if g == nil || g.Busy == nil || !g.Busy() || g.take() {
+		return
 	}
 	g.held.Add(1)
 	g.waiting.Add(1)
@@ -51,33 +67,24 @@ func (g *Gate) Enter(ctx context.Context, until time.Time) (release func()) {
 	for {
 		select {
 		case <-ctx.Done():
-			return func() {}
+			return
 		case now := <-t.C:
-			if !g.Busy() || !now.Before(until) {
-				return func() {}
-			}
-			if r, ok := g.take(); ok {
-				return r
+			if !g.Busy() || !now.Before(until) || g.take() {
+				return
 			}
 		}
 	}
 }
 
-// take takes a trickle slot when one is free.
-func (g *Gate) take() (release func(), ok bool) {
-	limit := int64(max(g.Trickle, 1))
+// take takes one earned dispatch, if there is one.
+func (g *Gate) take() bool {
 	for {
-		n := g.slots.Load()
-		if n >= limit {
-			return nil, false
+		n := g.credits.Load()
+		if n < 1000 {
+			return false
 		}
-		if g.slots.CompareAndSwap(n, n+1) {
-			var once atomic.Bool
-			return func() {
-				if once.CompareAndSwap(false, true) {
-					g.slots.Add(-1)
-				}
-			}, true
+		if g.credits.CompareAndSwap(n, n-1000) {
+			return true
 		}
 	}
 }

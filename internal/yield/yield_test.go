@@ -9,57 +9,94 @@ import (
 	"github.com/hookgate/hookgate/internal/yield"
 )
 
-// While ingest is busy only the trickle runs, and a held dispatch goes on as
-// soon as ingest is idle, a trickle slot frees, or its wait is up; while
-// ingest is idle nothing is held.
+// While ingest is idle nothing is held; while it is busy a dispatch waits
+// until an acknowledgement earns it, ingest goes idle, its wait is up or its
+// context ends.
 func TestGateHoldsDispatchesWhileIngestIsBusy(t *testing.T) {
 	var busy atomic.Bool
-	g := &yield.Gate{Busy: busy.Load, Trickle: 1, Poll: time.Millisecond}
+	g := &yield.Gate{Busy: busy.Load, Share: 0.5, Poll: time.Millisecond}
 	ctx := context.Background()
 	forever := time.Now().Add(time.Hour)
 
-	g.Enter(ctx, forever)() // idle: at once
+	g.Enter(ctx, forever) // idle: at once
 	busy.Store(true)
-	first := g.Enter(ctx, forever) // busy: the trickle's one slot
-	entered := make(chan func())
-	go func() { entered <- g.Enter(ctx, forever) }()
+	entered := make(chan struct{})
+	go func() { g.Enter(ctx, forever); entered <- struct{}{} }()
 	select {
 	case <-entered:
-		t.Fatal("a second dispatch ran beside the trickle's one while ingest was busy")
+		t.Fatal("a dispatch went on while ingest was busy and nothing was acknowledged")
 	case <-time.After(50 * time.Millisecond):
 	}
 	if g.Waiting() != 1 {
 		t.Fatalf("Waiting = %d, want 1", g.Waiting())
 	}
-	first() // the slot frees: the held one takes it
-	second := <-entered
-	go func() { entered <- g.Enter(ctx, forever) }()
-	time.Sleep(20 * time.Millisecond)
 	busy.Store(false) // ingest idle: the held one goes on
 	select {
-	case third := <-entered:
-		third()
+	case <-entered:
 	case <-time.After(time.Second):
 		t.Fatal("a held dispatch stayed held after ingest went idle")
 	}
-	second()
 
 	// A dispatch is never held past its bound, nor past its context.
 	busy.Store(true)
-	blocker := g.Enter(ctx, forever)
 	t0 := time.Now()
-	g.Enter(ctx, time.Now().Add(30*time.Millisecond))()
+	g.Enter(ctx, time.Now().Add(30*time.Millisecond))
 	if waited := time.Since(t0); waited < 30*time.Millisecond || waited > time.Second {
 		t.Errorf("held %s, want about 30 ms", waited)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	g.Enter(cctx, forever)()
-	blocker()
-	if g.Held() != 4 || g.Waiting() != 0 {
-		t.Errorf("Held = %d, Waiting = %d; want 4 and 0", g.Held(), g.Waiting())
+	g.Enter(cctx, forever)
+	if g.Held() != 3 || g.Waiting() != 0 {
+		t.Errorf("Held = %d, Waiting = %d; want 3 and 0", g.Held(), g.Waiting())
 	}
 
 	var none *yield.Gate
-	none.Enter(ctx, forever)() // a nil gate holds nothing
+	none.Enter(ctx, forever) // a nil gate holds nothing
+	none.Acked()
+}
+
+// Forwarding keeps pace with acknowledgements while ingest is busy: each
+// acknowledgement earns Share of a dispatch, and a held dispatch goes on once
+// one is earned.
+func TestGateSharesAcknowledgements(t *testing.T) {
+	g := &yield.Gate{Busy: func() bool { return true }, Share: 0.5, Poll: time.Millisecond}
+	ctx := context.Background()
+	entered := make(chan struct{})
+	go func() { g.Enter(ctx, time.Now().Add(time.Hour)); close(entered) }()
+	g.Acked()
+	select {
+	case <-entered:
+		t.Fatal("a dispatch went on after half an earned dispatch")
+	case <-time.After(30 * time.Millisecond):
+	}
+	g.Acked()
+	select {
+	case <-entered:
+	case <-time.After(time.Second):
+		t.Fatal("two acknowledgements at a share of 0.5 earned no dispatch")
+	}
+	// Earnings are bounded: a long burst with nothing waiting saves up 64
+	// dispatches, no flood.
+	for range 1000 {
+		g.Acked()
+	}
+	for i := range 64 {
+		t0 := time.Now()
+		g.Enter(ctx, time.Now().Add(time.Hour))
+		if time.Since(t0) > 500*time.Millisecond {
+			t.Fatalf("dispatch %d waited with dispatches earned", i+1)
+		}
+	}
+	if g.Held() != 1 {
+		t.Fatalf("Held = %d, want 1 (only the first, before anything was earned)", g.Held())
+	}
+	held := make(chan struct{})
+	go func() { g.Enter(ctx, time.Now().Add(100*time.Millisecond)); close(held) }()
+	select {
+	case <-held:
+		t.Fatal("the 65th dispatch went on: more than 64 were saved up")
+	case <-time.After(50 * time.Millisecond):
+	}
+	<-held // its bound
 }
