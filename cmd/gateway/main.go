@@ -156,9 +156,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// The load tool measures a running gateway: it uses that gateway's
 	// database and never starts one beside it.
 	quiet := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	open := func(ctx context.Context) (*pgxpool.Pool, func(), error) {
+	open := func(ctx context.Context, conns int) (*pgxpool.Pool, func(), error) {
 		return database.Open(ctx, database.Options{URL: cfg.DatabaseURL.Value(), DataDir: cfg.DataDir,
-			Mode: database.ShareOnly, Conns: 8, Logger: quiet})
+			Mode: database.ShareOnly, Conns: conns, Logger: quiet})
 	}
 	return bench.Run(ctx, bench.Env{Config: cfg, Providers: cfg.Providers, Open: open, Stdout: stdout}, args[1:])
 }

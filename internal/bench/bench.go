@@ -48,8 +48,9 @@ type Env struct {
 	// Providers are the gateway's providers (Config.Providers): the bench
 	// signs its deliveries with theirs, as their senders sign.
 	Providers *providers.Registry
-	// Open connects to the gateway's database (for --ceiling and --e2e).
-	Open   func(ctx context.Context) (*pgxpool.Pool, func(), error)
+	// Open connects to the gateway's database (for --ceiling, --e2e and the
+	// drain) with a pool of at least conns connections.
+	Open   func(ctx context.Context, conns int) (*pgxpool.Pool, func(), error)
 	Stdout io.Writer
 }
 
@@ -235,7 +236,7 @@ func drain(ctx context.Context, env Env, o options) error {
 	if o.drain <= 0 {
 		return nil
 	}
-	pool, closeDB, err := env.Open(ctx)
+	pool, closeDB, err := env.Open(ctx, 2)
 	if err != nil {
 		fmt.Fprintf(env.Stdout, "drain:   cannot read the gateway's database (%v); jobs not yet forwarded will retry against a stopped target\n", err)
 		return nil
@@ -432,7 +433,10 @@ func runHTTP(ctx context.Context, o options, gen *generator) result {
 // runCeiling does the database work of ingest without HTTP, one transaction
 // per delivery, at the same concurrency, and returns deliveries per second.
 func runCeiling(ctx context.Context, env Env, o options, gen *generator) (float64, error) {
-	pool, closeDB, err := env.Open(ctx)
+	// Each sender holds its own transaction, as the gateway's requests would
+	// without coalescing: a smaller pool would queue them and lower the
+	// ceiling.
+	pool, closeDB, err := env.Open(ctx, o.concurrency+1)
 	if err != nil {
 		return 0, err
 	}
@@ -643,7 +647,7 @@ func (s *sink) count() int {
 // that forwards to this tool's target, and reports receipt-to-target latency
 // and the queue's backlog over time.
 func endToEnd(ctx context.Context, env Env, o options, target *sink, gen *generator) error {
-	pool, closeDB, err := env.Open(ctx)
+	pool, closeDB, err := env.Open(ctx, 2)
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/verify"
 )
@@ -66,13 +67,37 @@ func TestGeneratorMakesAcceptableDeliveries(t *testing.T) {
 func TestCeilingNeedsTheGatewaysRoutes(t *testing.T) {
 	t.Parallel()
 	env := benchEnv(t)
-	env.Open = func(context.Context) (*pgxpool.Pool, func(), error) {
+	env.Open = func(context.Context, int) (*pgxpool.Pool, func(), error) {
 		t.Fatal("the database was opened")
 		return nil, nil, nil
 	}
 	err := Run(context.Background(), env, []string{"--ceiling", "--url", "http://127.0.0.1:1"})
 	if err == nil || !strings.Contains(err.Error(), "GATEWAY_ROUTES") {
 		t.Fatalf("Run = %v, want an error naming GATEWAY_ROUTES", err)
+	}
+}
+
+// The ceiling is one transaction per sender at once: its pool has a
+// connection for each, or the senders would queue for connections and the
+// ceiling would measure the pool.
+func TestCeilingHasAConnectionPerSender(t *testing.T) {
+	t.Parallel()
+	ready := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer ready.Close()
+	env := benchEnv(t)
+	routes, err := fanout.Parse("fwd=*:*>http://127.0.0.1:9/", nil, fanout.Defaults{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Config.Routes = routes
+	var conns int
+	env.Open = func(_ context.Context, n int) (*pgxpool.Pool, func(), error) {
+		conns = n
+		return nil, nil, errors.New("no database in this test")
+	}
+	err = Run(context.Background(), env, []string{"--ceiling", "--concurrency", "48", "--url", ready.URL, "--target-addr", "127.0.0.1:0"})
+	if err == nil || conns < 48 {
+		t.Fatalf("Run = %v; the ceiling's pool has %d connections for 48 senders", err, conns)
 	}
 }
 
@@ -145,7 +170,7 @@ func benchEnv(t *testing.T) Env {
 	return Env{
 		Config:    cfg,
 		Providers: registry,
-		Open: func(context.Context) (*pgxpool.Pool, func(), error) {
+		Open: func(context.Context, int) (*pgxpool.Pool, func(), error) {
 			return nil, nil, errors.New("no database in this test")
 		},
 		Stdout: io.Discard,
