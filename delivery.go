@@ -110,9 +110,11 @@ func (d Delivery) Decode(v any) error {
 // A panic is an error (its message begins "panic:"), never a crash of the
 // process.
 //
-// ctx ends at the route's time limit (its timeout, else
-// GATEWAY_FORWARD_TIMEOUT, 10 s by default) plus 5 s, and when the gateway
-// stops. A handler must return when ctx ends: one that does not holds its
+// ctx ends no sooner than the route's time limit (its timeout, else
+// GATEWAY_FORWARD_TIMEOUT, 10 s by default) plus 5 s after the handler is
+// called (plus up to 5 s more: the attempt's limit includes the time it may
+// be held back while senders wait for acknowledgements), and when the
+// gateway stops. A handler must return when ctx ends: one that does not holds its
 // connection, and Run then stops without it and returns an error. A handler
 // must not have effects outside tx that cannot be repeated: they happen at
 // least once.

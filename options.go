@@ -141,7 +141,7 @@ func WithMigration(migrate func(ctx context.Context, pool *pgxpool.Pool) error) 
 // gateway's River client (one client for the gateway's jobs and the
 // service's): add calls river.AddWorkerSafely for each. Their jobs run in the
 // queues WithRiverQueues adds, or River's default queue. The client's job
-// time limit is the gateway's (GATEWAY_FORWARD_TIMEOUT plus 5 s, 15 s by
+// time limit is the gateway's (GATEWAY_FORWARD_TIMEOUT plus 10 s, 20 s by
 // default), not River's minute: a worker whose jobs take longer implements
 // Timeout. add runs once in New, to check the kinds, and again in Run.
 func WithRiverWorkers(add func(*river.Workers) error) Option {
