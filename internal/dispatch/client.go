@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/schema"
 )
 
 // ClientConfig configures the River client that works hookgate's jobs.
@@ -89,11 +90,13 @@ func NewClient(pool *pgxpool.Pool, cfg ClientConfig) (*river.Client[pgx.Tx], err
 		// Dispatch rows are the lasting record; completed River jobs are kept
 		// an hour for River UI, so that a busy gateway's job table stays small.
 		CompletedJobRetentionPeriod: time.Hour,
-		JobTimeout:                  jobTimeout(cfg.ForwardTimeout),
-		RescueStuckJobsAfter:        rescueAfter(cfg.Dispatch.Routes.MaxTimeout(cfg.ForwardTimeout)),
-		PeriodicJobs:                periodic,
-		Queues:                      queues(cfg.Dispatch.Routes, cfg.Workers, cfg.Queues),
-		Workers:                     workers,
+		// Not the GIN indexes hookgate's schema drops (migration 0015).
+		ReindexerIndexNames:  schema.RiverReindexed(),
+		JobTimeout:           jobTimeout(cfg.ForwardTimeout),
+		RescueStuckJobsAfter: rescueAfter(cfg.Dispatch.Routes.MaxTimeout(cfg.ForwardTimeout)),
+		PeriodicJobs:         periodic,
+		Queues:               queues(cfg.Dispatch.Routes, cfg.Workers, cfg.Queues),
+		Workers:              workers,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)

@@ -17,11 +17,23 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/hookgate/hookgate/migrations"
 )
+
+// RiverIndexesDropped are River's indexes on river_job that hookgate's
+// migration 0015 drops: GIN indexes on args and metadata, which no query of
+// hookgate's uses and every job's state change writes.
+var RiverIndexesDropped = []string{"river_job_args_index", "river_job_metadata_index"}
+
+// RiverReindexed is what River's reindexer keeps up: its defaults without
+// RiverIndexesDropped (it warns of a configured index that does not exist).
+func RiverReindexed() []string {
+	return slices.DeleteFunc(river.ReindexerIndexNamesDefault(), func(name string) bool { return slices.Contains(RiverIndexesDropped, name) })
+}
 
 // ErrBehind means the database lacks migrations this build needs.
 var ErrBehind = errors.New("database schema is behind")

@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/schema"
@@ -92,5 +96,50 @@ func TestReceiptBodiesUseLZ4WhereAvailable(t *testing.T) {
 	_, lz4Err := pool.Exec(ctx, "CREATE TEMP TABLE lz4_probe (b bytea COMPRESSION lz4)")
 	if want := map[bool]string{true: "l", false: ""}[lz4Err == nil]; method != want {
 		t.Fatalf("body compression %q, want %q (server has lz4: %v)", method, want, lz4Err == nil)
+	}
+}
+
+// River's GIN indexes on args and metadata are gone once the schema is
+// current, River's reindexer is not asked to keep them, and no River
+// migration after the one that created them touches them: a River upgrade
+// whose migrations did would fail on a database without them, so this test
+// fails first.
+func TestRiverJobsWithoutGINIndexes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.NewPool(t)
+	for _, name := range schema.RiverIndexesDropped {
+		var exists bool
+		if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", name).Scan(&exists); err != nil {
+			t.Fatal(err)
+		}
+		if exists {
+			t.Errorf("index %s exists after the migrations", name)
+		}
+		if slices.Contains(schema.RiverReindexed(), name) {
+			t.Errorf("River's reindexer is given %s", name)
+		}
+	}
+	if len(schema.RiverReindexed()) == 0 {
+		t.Error("River's reindexer is given no index at all")
+	}
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := 0
+	for _, m := range migrator.AllVersions() {
+		for _, name := range schema.RiverIndexesDropped {
+			if !strings.Contains(m.SQLUp, name) {
+				continue
+			}
+			if created != 0 && created != m.Version {
+				t.Errorf("River's migration %d (%s) touches %s, which hookgate drops", m.Version, m.Name, name)
+			}
+			created = m.Version
+		}
+	}
+	if created == 0 {
+		t.Error("no River migration creates the indexes hookgate drops: is the list still right?")
 	}
 }
