@@ -3,8 +3,8 @@
 -- indexes do not serve), yet every job is inserted, fetched, completed and
 -- deleted through them: a state change is never a HOT update (state is
 -- indexed), so each writes both. Measured (docs/performance.md): without them
--- a delivery costs about a tenth less CPU and acknowledgements with every
--- route paused are about a fifth faster. A service that lists its own River
+-- a delivery costs about a tenth less CPU at 16 senders (a few percent at
+-- 64). A service that lists its own River
 -- jobs by args or metadata can create them again; hookgate does not drop
 -- them twice. The River client leaves them out of its reindexing
 -- (package schema, RiverIndexesDropped).
