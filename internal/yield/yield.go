@@ -42,8 +42,12 @@ func (g *Gate) Acked() {
 	if g == nil || g.Share <= 0 {
 		return
 	}
-	if g.credits.Add(int64(g.Share*1000)) > maxCredits {
-		g.credits.Store(maxCredits)
+	earned := int64(g.Share * 1000)
+	for {
+		n := g.credits.Load()
+		if g.credits.CompareAndSwap(n, min(n+earned, maxCredits)) {
+			return
+		}
 	}
 }
 
