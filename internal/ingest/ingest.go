@@ -94,8 +94,8 @@ type Ingester struct {
 	// MaxQueue bounds the deliveries waiting for a committer; past it a
 	// delivery is refused at once (ErrUnavailable). Defaults to 1,024.
 	MaxQueue int
-	// Acked, when set, is called after each Accept returns (forwarding
-	// paces itself by it: package yield).
+	// Acked, when set, is called after each Accept, once that delivery no
+	// longer counts in Busy (forwarding paces itself by it: package yield).
 	Acked func()
 	// MaxWait bounds how long a delivery waits for its batch to start, and
 	// CommitTimeout how long that batch may take: when the database is slow,
@@ -115,10 +115,12 @@ type Ingester struct {
 func (in *Ingester) Accept(ctx context.Context, d providers.Delivery) (Result, error) {
 	in.start()
 	in.accepting.Add(1)
-	defer in.accepting.Add(-1)
-	if in.Acked != nil {
-		defer in.Acked()
-	}
+	defer func() {
+		in.accepting.Add(-1) // before Acked, which looks at Busy
+		if in.Acked != nil {
+			in.Acked()
+		}
+	}()
 	// Route filters read the payload: they run here, before the delivery
 	// joins a transaction, so that a costly filter never holds its
 	// batch-mates' commit.

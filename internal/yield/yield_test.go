@@ -14,7 +14,8 @@ import (
 // context ends.
 func TestGateHoldsDispatchesWhileIngestIsBusy(t *testing.T) {
 	var busy atomic.Bool
-	g := &yield.Gate{Busy: busy.Load, Share: 0.5, Poll: time.Millisecond}
+	// Poll is an hour: every wake-up below comes from Acked or the bound.
+	g := &yield.Gate{Busy: busy.Load, Share: 0.5, Poll: time.Hour}
 	ctx := context.Background()
 	forever := time.Now().Add(time.Hour)
 
@@ -30,7 +31,8 @@ func TestGateHoldsDispatchesWhileIngestIsBusy(t *testing.T) {
 	if g.Waiting() != 1 {
 		t.Fatalf("Waiting = %d, want 1", g.Waiting())
 	}
-	busy.Store(false) // ingest idle: the held one goes on
+	busy.Store(false) // ingest idle after an acknowledgement: the held one goes on
+	g.Acked()
 	select {
 	case <-entered:
 	case <-time.After(time.Second):
@@ -60,7 +62,7 @@ func TestGateHoldsDispatchesWhileIngestIsBusy(t *testing.T) {
 // acknowledgement earns Share of a dispatch, and a held dispatch goes on once
 // one is earned.
 func TestGateSharesAcknowledgements(t *testing.T) {
-	g := &yield.Gate{Busy: func() bool { return true }, Share: 0.5, Poll: time.Millisecond}
+	g := &yield.Gate{Busy: func() bool { return true }, Share: 0.5, Poll: time.Hour}
 	ctx := context.Background()
 	entered := make(chan struct{})
 	go func() { g.Enter(ctx, time.Now().Add(time.Hour)); close(entered) }()
@@ -99,4 +101,49 @@ func TestGateSharesAcknowledgements(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	<-held // its bound
+}
+
+// Each dispatch earned wakes one held dispatch, not all of them, and the
+// acknowledgement after which ingest is idle wakes every one; no held
+// dispatch polls in between.
+func TestGateWakesOnePerDispatchEarnedAndAllWhenIdle(t *testing.T) {
+	var busy atomic.Bool
+	busy.Store(true)
+	g := &yield.Gate{Busy: busy.Load, Share: 1, Poll: time.Hour}
+	ctx := context.Background()
+	entered := make(chan int, 3)
+	for i := range 3 {
+		go func() { g.Enter(ctx, time.Now().Add(time.Hour)); entered <- i }()
+	}
+	eventually(t, func() bool { return g.Waiting() == 3 })
+	g.Acked() // one dispatch earned
+	select {
+	case <-entered:
+	case <-time.After(time.Second):
+		t.Fatal("an earned dispatch woke no held one")
+	}
+	select {
+	case <-entered:
+		t.Fatal("one dispatch earned let two go on")
+	case <-time.After(50 * time.Millisecond):
+	}
+	busy.Store(false)
+	g.Acked() // the last acknowledgement of the burst: idle
+	for range 2 {
+		select {
+		case <-entered:
+		case <-time.After(time.Second):
+			t.Fatal("a held dispatch stayed held after the acknowledgement that left ingest idle")
+		}
+	}
+}
+
+// eventually waits up to a second for cond.
+func eventually(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within a second")
+		}
+	}
 }
