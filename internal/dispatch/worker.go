@@ -541,34 +541,34 @@ var (
 // whose commit need not wait for the disk (a lease lost in a crash of the
 // database only lets a later event go first, as before leases): when the
 // event's receipt names an entity and a time, it takes the lease of (route,
-// entity) and reads the entity's watermark; then it reads the dispatch's
-// state and the receipt. The statements run in that order, each on a fresh
-// snapshot, so the watermark is read after the lease is held. When another
+// entity); then it reads the dispatch's state, the receipt and the entity's
+// watermark. The two statements run in that order, each on a fresh snapshot,
+// so the watermark is read after the lease is held. When another
 // holds the lease the job is snoozed. No connection is held afterwards: the
 // lease, a row, outlives this call and is given back with the outcome.
 func (w *Worker) claim(ctx context.Context, a Args, exact bool) (*claim, error) {
-	// The lease and the watermark need only the event's entity, so at first
-	// they take any receipt's; when it is not the first receipt's, the claim
-	// is made again exactly.
-	entitySQL, lease := anyEntitySQL, anyLeaseSQL
+	// The lease needs only the event's entity, so at first it takes any
+	// receipt's; when it is not the first receipt's, the claim is made again
+	// exactly.
+	lease := anyLeaseSQL
 	if exact {
-		entitySQL, lease = firstEntitySQL, firstLeaseSQL
+		lease = firstLeaseSQL
 	}
 	b := &pgx.Batch{}
 	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
 	b.Queue(lease, a.Provider, a.DeliveryID, a.Route, a.Generation, w.leaseTTL().Seconds())
-	// The watermark is a correlated subquery so that its plan stays a lookup
-	// of one key, whatever the statistics were when the connection prepared
-	// it; the entity comes back too, to be checked against the leased one.
-	b.Queue(`SELECT x.entity, (SELECT event_time FROM hookgate_watermarks w WHERE w.route = $3 AND w.entity = x.entity)
-		FROM (`+entitySQL+`) x`, a.Provider, a.DeliveryID, a.Route)
-	b.Queue(`SELECT d.state, `+routes.PausedSQL("d.route")+`, `+receipts.Columns+`
+	// The watermark is that of the receipt's entity, checked below to be the
+	// leased one, read by a correlated subquery so that its plan stays a
+	// lookup of one key, whatever the statistics were when the connection
+	// prepared it.
+	b.Queue(`SELECT d.state, `+routes.PausedSQL("d.route")+`,
+		(SELECT w.event_time FROM hookgate_watermarks w WHERE w.route = d.route AND w.entity = r.entity), `+receipts.Columns+`
 		FROM hookgate_dispatches d CROSS JOIN LATERAL (`+receipts.FirstSQL("d.provider", "d.delivery_id")+`) r
 		WHERE d.provider = $1 AND d.delivery_id = $2 AND d.route = $3 AND d.generation = $4`,
 		a.Provider, a.DeliveryID, a.Route, a.Generation)
 	results := w.Pool.SendBatch(ctx, b)
 	c := &claim{args: a}
-	var entity, markEntity string
+	var entity string
 	var leased, stale bool
 	var mark *time.Time
 	_, err := results.Exec()
@@ -581,12 +581,7 @@ func (w *Worker) claim(ctx context.Context, a Args, exact bool) (*claim, error) 
 		c.leased = entity
 	}
 	if err == nil {
-		if err = results.QueryRow().Scan(&markEntity, &mark); errors.Is(err, pgx.ErrNoRows) {
-			err = nil
-		}
-	}
-	if err == nil {
-		c.r, err = receipts.Scan(results.QueryRow(), &c.state, &c.paused)
+		c.r, err = receipts.Scan(results.QueryRow(), &c.state, &c.paused, &mark)
 	}
 	if cerr := results.Close(); err == nil {
 		err = cerr
@@ -602,7 +597,7 @@ func (w *Worker) claim(ctx context.Context, a Args, exact bool) (*claim, error) 
 		return nil, river.JobSnooze(staleLeaseWait())
 	case entity != "" && !leased:
 		return nil, river.JobSnooze(lockWait())
-	case ordered(c.r) != (c.leased != "") || c.leased != "" && (c.leased != c.r.Entity || markEntity != c.leased):
+	case ordered(c.r) != (c.leased != "") || c.leased != "" && c.leased != c.r.Entity:
 		_ = w.dropLease(ctx, c)
 		if !exact {
 			return w.claim(ctx, a, true)
