@@ -62,7 +62,9 @@ const Usage = `  bench [--url URL] [--concurrency N] [--duration D] [--pid PID] 
   forward target up until the gateway has forwarded what it accepted (up to --drain), prints
   the CPU per delivery of the gateway and its PostgreSQL (from /proc) and how long the
   backlog took to drain, and exits 1 when fewer than half the requests were accepted.
-  --compare-paused sends again with every route paused and compares the acknowledgement rates.
+  --compare-paused sends again with every route paused and compares the acknowledgement rates;
+  it prints the CPU per delivery of ingest alone (while paused) and of forwarding alone (the
+  drain of those deliveries once resumed).
 `
 
 type options struct {
@@ -97,7 +99,7 @@ func Run(ctx context.Context, env Env, args []string) error {
 	fs.IntVar(&o.bodyBytes, "body-bytes", 6000, "approximate payload size")
 	fs.DurationVar(&o.wait, "wait", 2*time.Minute, "wait this long at most for the gateway's /readyz before sending")
 	fs.DurationVar(&o.drain, "drain", 2*time.Minute, "after sending, wait this long at most for the gateway to forward what it accepted")
-	fs.BoolVar(&o.comparePaused, "compare-paused", false, "then send again with every route paused (forwarding off) and compare the acknowledgement rates (needs GATEWAY_ADMIN_TOKEN)")
+	fs.BoolVar(&o.comparePaused, "compare-paused", false, "then send again with every route paused (forwarding off), compare the acknowledgement rates and print the CPU of ingest alone and forward alone (needs GATEWAY_ADMIN_TOKEN)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
@@ -178,7 +180,9 @@ func comparePaused(ctx context.Context, env Env, o options, gen *generator, on r
 	if err := api.setRoutes(ctx, names, "pause"); err != nil {
 		return err
 	}
+	before := readCPU(o.pid)
 	paused := runHTTP(ctx, o, gen)
+	sent := readCPU(o.pid)
 	resumeErr := api.setRoutes(context.WithoutCancel(ctx), names, "resume")
 	fmt.Fprintf(env.Stdout, "paused:  %s\n", paused)
 	if paused.perSecond() > 0 {
@@ -187,7 +191,14 @@ func comparePaused(ctx context.Context, env Env, o options, gen *generator, on r
 	if resumeErr != nil {
 		return resumeErr
 	}
-	return drain(ctx, env, o)
+	// The two halves of a delivery's cost, apart: ingest while nothing is
+	// forwarded, then the forwards of those deliveries with nothing sent.
+	fmt.Fprintf(env.Stdout, "cpu:     %s, ingest alone (every route paused)\n", cpuPerDelivery(before, sent, paused.ok))
+	if err := drain(ctx, env, o); err != nil || o.drain <= 0 {
+		return err
+	}
+	fmt.Fprintf(env.Stdout, "cpu:     %s, forward alone (those deliveries, once resumed)\n", cpuPerDelivery(sent, readCPU(o.pid), paused.ok))
+	return nil
 }
 
 // mostlyFailed is an error when fewer than half the requests were accepted:
