@@ -16,26 +16,28 @@ import (
 	"time"
 )
 
-// Gate holds dispatches back while ingest is busy. A held dispatch sleeps
-// until it is woken: by an acknowledgement that earns it (one held dispatch
-// is woken per dispatch earned), by the acknowledgement after which ingest is
-// idle (all are woken), or by its bound; it does not poll in between.
+// Gate holds dispatches back while ingest is busy. Held dispatches sleep
+// until they are woken: one for each dispatch earned by acknowledgements, all
+// of them once ingest is idle, or each by its bound. Only one of them at a
+// time looks at Busy, every Poll; ingest counts as idle when it saw Busy false
+// twice in a row (Busy is false for a moment between batches under load,
+// when a batch's senders have their answers and have not yet sent again).
 type Gate struct {
 	// Busy reports whether deliveries are waiting for their
-	// acknowledgement's commit in this process. Acked must be called after
-	// each change of Busy to false for held dispatches to go on at once.
+	// acknowledgement's commit in this process.
 	Busy func() bool
 	// Share is how many dispatches each acknowledgement lets go on while
 	// Busy: 0.2 lets one forward go per five acknowledgements. Zero holds
 	// every dispatch until ingest is idle or its bound.
 	Share float64
-	// Poll is how often a held dispatch looks again without being woken, in
-	// case Busy turned false without Acked. Defaults to 50 ms.
+	// Poll is how often the held dispatch that watches ingest looks at Busy.
+	// Defaults to 5 ms.
 	Poll time.Duration
 
-	credits atomic.Int64 // thousandths of a dispatch earned by Acked
-	waiting atomic.Int64
-	held    atomic.Int64
+	credits  atomic.Int64 // thousandths of a dispatch earned by Acked
+	waiting  atomic.Int64
+	held     atomic.Int64
+	watching atomic.Bool // a held dispatch is looking at Busy every Poll
 
 	once sync.Once
 	one  chan struct{} // wakes one held dispatch: a dispatch was earned
@@ -47,6 +49,10 @@ type Gate struct {
 // a burst of acknowledgements with no dispatch waiting saves up no flood.
 const maxCredits = 64_000
 
+// unwatched is how long a held dispatch sleeps before it looks whether one of
+// them watches ingest (the watcher may have gone on).
+const unwatched = 50 * time.Millisecond
+
 func (g *Gate) init() {
 	g.once.Do(func() {
 		g.one = make(chan struct{}, 1)
@@ -55,33 +61,22 @@ func (g *Gate) init() {
 }
 
 // Acked says an acknowledgement was given: it earns Share of a dispatch, and
-// wakes a held dispatch when one is earned, or all of them when ingest is now
-// idle. Safe on a nil Gate.
+// wakes a held dispatch when one is earned. Safe on a nil Gate.
 func (g *Gate) Acked() {
-	if g == nil {
+	if g == nil || g.Share <= 0 {
 		return
 	}
-	if g.Share > 0 {
-		earned := int64(g.Share * 1000)
-		for {
-			n := g.credits.Load()
-			if g.credits.CompareAndSwap(n, min(n+earned, maxCredits)) {
-				break
-			}
+	earned := int64(g.Share * 1000)
+	for {
+		n := g.credits.Load()
+		if g.credits.CompareAndSwap(n, min(n+earned, maxCredits)) {
+			break
 		}
 	}
-	if g.waiting.Load() == 0 {
-		return
+	if g.waiting.Load() > 0 {
+		g.init()
+		g.wakeOne()
 	}
-	g.init()
-	if g.Busy == nil || !g.Busy() {
-		g.mu.Lock()
-		close(g.idle)
-		g.idle = make(chan struct{})
-		g.mu.Unlock()
-		return
-	}
-	g.wakeOne()
 }
 
 // wakeOne wakes one held dispatch when a dispatch is earned.
@@ -92,6 +87,14 @@ func (g *Gate) wakeOne() {
 		default: // one is being woken already
 		}
 	}
+}
+
+// wakeAll wakes every held dispatch: ingest is idle.
+func (g *Gate) wakeAll() {
+	g.mu.Lock()
+	close(g.idle)
+	g.idle = make(chan struct{})
+	g.mu.Unlock()
 }
 
 // Enter returns when the dispatch may run: at once while ingest is idle or a
@@ -108,17 +111,18 @@ func (g *Gate) Enter(ctx context.Context, until time.Time) {
 	defer g.waiting.Add(-1)
 	poll := g.Poll
 	if poll <= 0 {
-		poll = 50 * time.Millisecond
+		poll = 5 * time.Millisecond
 	}
 	t := time.NewTimer(poll)
 	defer t.Stop()
+	idleSeen := false // the watcher's last look saw Busy false
 	for {
 		g.mu.Lock()
 		idle := g.idle
 		g.mu.Unlock()
-		// Looked at again after counting itself waiting and taking the
-		// channel, so that a wake-up sent before is not missed.
-		if !g.Busy() || g.take() {
+		// Looked at after counting itself waiting and taking the channel,
+		// so that a dispatch earned before is not missed.
+		if g.take() {
 			g.wakeOne()
 			return
 		}
@@ -126,15 +130,42 @@ func (g *Gate) Enter(ctx context.Context, until time.Time) {
 		if left <= 0 {
 			return
 		}
-		t.Reset(min(poll, left))
+		watcher := g.watching.CompareAndSwap(false, true)
+		wait := unwatched
+		if watcher {
+			wait = poll
+		}
+		t.Reset(min(wait, left))
 		select {
 		case <-ctx.Done():
-			return
 		case <-idle:
-			return
 		case <-g.one:
 		case <-t.C:
 		}
+		if watcher {
+			g.watching.Store(false)
+		}
+		if ctx.Err() != nil || isClosed(idle) {
+			return
+		}
+		if watcher {
+			busy := g.Busy()
+			if !busy && idleSeen {
+				g.wakeAll()
+				return
+			}
+			idleSeen = !busy
+		}
+	}
+}
+
+// isClosed reports whether c is closed.
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -14,8 +14,7 @@ import (
 // context ends.
 func TestGateHoldsDispatchesWhileIngestIsBusy(t *testing.T) {
 	var busy atomic.Bool
-	// Poll is an hour: every wake-up below comes from Acked or the bound.
-	g := &yield.Gate{Busy: busy.Load, Share: 0.5, Poll: time.Hour}
+	g := &yield.Gate{Busy: busy.Load, Share: 0.5, Poll: time.Millisecond}
 	ctx := context.Background()
 	forever := time.Now().Add(time.Hour)
 
@@ -31,8 +30,7 @@ func TestGateHoldsDispatchesWhileIngestIsBusy(t *testing.T) {
 	if g.Waiting() != 1 {
 		t.Fatalf("Waiting = %d, want 1", g.Waiting())
 	}
-	busy.Store(false) // ingest idle after an acknowledgement: the held one goes on
-	g.Acked()
+	busy.Store(false) // ingest idle: the held one goes on
 	select {
 	case <-entered:
 	case <-time.After(time.Second):
@@ -103,13 +101,12 @@ func TestGateSharesAcknowledgements(t *testing.T) {
 	<-held // its bound
 }
 
-// Each dispatch earned wakes one held dispatch, not all of them, and the
-// acknowledgement after which ingest is idle wakes every one; no held
-// dispatch polls in between.
+// Each dispatch earned wakes one held dispatch, not all of them, and ingest
+// found idle wakes every one.
 func TestGateWakesOnePerDispatchEarnedAndAllWhenIdle(t *testing.T) {
 	var busy atomic.Bool
 	busy.Store(true)
-	g := &yield.Gate{Busy: busy.Load, Share: 1, Poll: time.Hour}
+	g := &yield.Gate{Busy: busy.Load, Share: 1, Poll: time.Millisecond}
 	ctx := context.Background()
 	entered := make(chan int, 3)
 	for i := range 3 {
@@ -128,13 +125,38 @@ func TestGateWakesOnePerDispatchEarnedAndAllWhenIdle(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	busy.Store(false)
-	g.Acked() // the last acknowledgement of the burst: idle
 	for range 2 {
 		select {
 		case <-entered:
 		case <-time.After(time.Second):
-			t.Fatal("a held dispatch stayed held after the acknowledgement that left ingest idle")
+			t.Fatal("a held dispatch stayed held after ingest went idle")
 		}
+	}
+}
+
+// Under load Busy is false for a moment between batches (a batch's senders
+// have their answers and have not sent again): one such look is not idle.
+func TestGateHoldsThroughAMomentWithoutSenders(t *testing.T) {
+	var looks, idleFrom atomic.Int64
+	idleFrom.Store(1 << 62)
+	busy := func() bool {
+		n := looks.Add(1)
+		return n != 3 && n < idleFrom.Load() // the third look alone sees no sender
+	}
+	g := &yield.Gate{Busy: busy, Poll: time.Millisecond}
+	entered := make(chan struct{})
+	go func() { g.Enter(context.Background(), time.Now().Add(time.Hour)); close(entered) }()
+	eventually(t, func() bool { return looks.Load() > 10 })
+	select {
+	case <-entered:
+		t.Fatal("one look without a sender let a held dispatch go on")
+	default:
+	}
+	idleFrom.Store(looks.Load())
+	select {
+	case <-entered:
+	case <-time.After(time.Second):
+		t.Fatal("a held dispatch stayed held once ingest stayed idle")
 	}
 }
 
