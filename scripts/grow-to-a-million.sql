@@ -1,0 +1,42 @@
+-- grow-to-a-million.sql copies the deliveries a gateway has stored, each
+-- copy under new delivery ids and entities, to measure the hot paths on a
+-- large database (docs/performance.md, "As the tables grow"): receipts,
+-- watermarks, and dispatches with their completed River jobs (finalized
+-- when the originals were, so within River's hour of completed jobs if the
+-- originals are). Run it against a stopped load, on a database whose
+-- deliveries have all been forwarded:
+--
+--   psql -v copies=49 -f scripts/grow-to-a-million.sql "$DATABASE_URL"
+--
+-- 49 copies of a 15 s run at 16 senders (about 23,000 deliveries) make
+-- about 1.1 million. It never changes a row it did not insert.
+\set ON_ERROR_STOP on
+\if :{?copies}
+\else
+\set copies 49
+\endif
+BEGIN;
+CREATE TEMP TABLE copies ON COMMIT DROP AS SELECT generate_series(1, :copies) AS n;
+INSERT INTO hookgate_receipts (provider, scope, delivery_id, event, entity, event_time, content_type, headers, body, body_sha256, received_at, expires_at)
+  SELECT provider, scope, delivery_id || '-' || n, event, entity || '-' || n, event_time, content_type, headers, body, body_sha256,
+    received_at - make_interval(secs => n * 20), expires_at
+  FROM hookgate_receipts, copies;
+INSERT INTO hookgate_watermarks (route, entity, event_time, provider, delivery_id, updated_at)
+  SELECT route, entity || '-' || n, event_time, provider, delivery_id || '-' || n, updated_at
+  FROM hookgate_watermarks, copies;
+WITH j AS (
+  INSERT INTO river_job (args, attempt, attempted_at, attempted_by, created_at, errors, finalized_at, kind, max_attempts,
+      metadata, priority, queue, state, scheduled_at, tags, unique_key, unique_states)
+  SELECT jsonb_set(args, '{delivery_id}', to_jsonb((args->>'delivery_id') || '-' || n)), attempt, attempted_at, attempted_by,
+    created_at, errors, finalized_at, kind, max_attempts, metadata, priority, queue, state, scheduled_at, tags,
+    CASE WHEN unique_key IS NULL THEN NULL ELSE sha256(unique_key || int4send(n)) END, unique_states
+  FROM river_job, copies WHERE kind = 'hookgate_dispatch' AND state = 'completed'
+  RETURNING id, args, created_at)
+INSERT INTO hookgate_dispatches (provider, delivery_id, route, generation, state, attempts, created_at, updated_at, job_id)
+  SELECT args->>'provider', args->>'delivery_id', args->>'route', (args->>'generation')::int, 'succeeded', 1, created_at, created_at, id
+  FROM j;
+COMMIT;
+VACUUM ANALYZE;
+SELECT (SELECT count(*) FROM hookgate_receipts) AS receipts, (SELECT count(*) FROM hookgate_dispatches) AS dispatches,
+  (SELECT count(*) FROM hookgate_watermarks) AS watermarks, (SELECT count(*) FROM river_job) AS river_jobs,
+  pg_size_pretty(pg_database_size(current_database())) AS size;
