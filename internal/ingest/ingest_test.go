@@ -258,3 +258,57 @@ func TestConcurrentBatchesOfTheSameEventsNeverDeadlock(t *testing.T) {
 		t.Fatalf("dispatches %d (%d distinct), jobs %d; want %d each", dispatches, distinct, jobs, want)
 	}
 }
+
+// Ingest is busy (forwarding yields to it) once BusyAt deliveries wait for
+// their acknowledgement at once, not while fewer do: a few senders whose
+// batch is committing are no load.
+func TestBusyOnceEnoughDeliveriesWait(t *testing.T) {
+	t.Parallel()
+	in, pool := setup(t)
+	ctx := context.Background()
+	acked := make(chan struct{}, ingest.BusyAt)
+	in.Acked = func() { acked <- struct{}{} }
+	// Commits wait behind this lock until it is let go.
+	hold, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hold.Exec(ctx, "LOCK TABLE hookgate_receipts IN EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	waiting := func() int {
+		var n int
+		_ = pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE relation = 'hookgate_receipts'::regclass AND NOT granted`).Scan(&n)
+		return n
+	}
+	for i := range ingest.BusyAt {
+		if in.Busy() {
+			t.Fatalf("busy with %d deliveries waiting", i)
+		}
+		wg.Go(func() {
+			if _, err := in.Accept(ctx, push(fmt.Sprint("busy-", i), "1", `{}`)); err != nil {
+				t.Error(err)
+			}
+		})
+		// Until the delivery's batch waits for the lock (two committers: at
+		// most two batches wait; the others queue for a committer).
+		for deadline := time.Now().Add(5 * time.Second); waiting() < min(i+1, 2); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the delivery's commit never waited for the lock")
+			}
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); !in.Busy(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not busy with %d deliveries waiting", ingest.BusyAt)
+		}
+	}
+	if err := hold.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if in.Busy() || len(acked) != ingest.BusyAt {
+		t.Fatalf("after the commits: busy %v, %d acknowledgements told", in.Busy(), len(acked))
+	}
+}

@@ -1,12 +1,13 @@
 // Package yield makes forwarding yield to acknowledgements. A sender waits
 // for its acknowledgement (GitHub gives up after 10 s and never retries); a
-// forward target waits for nothing. When both compete for the machine, the
-// dispatches of this process hold back while deliveries are waiting for their
-// commit, except a share of them paced by the acknowledgements given (one
-// dispatch per five acknowledgements, say), so that forwarding never stops
-// and keeps pace with the load whatever its size; they go on at full speed as
-// soon as ingest is idle. A dispatch held back holds no database connection
-// and no lease: it waits before its first read.
+// forward target waits for nothing. When both compete for the machine (the
+// ingester's Busy: deliveries queue for a transaction), the dispatches of
+// this process hold back, except a share of them paced by the
+// acknowledgements given (one dispatch per five acknowledgements, say), so
+// that forwarding never stops and its rate grows with the load's; they go on
+// at full speed as soon as ingest is idle, and the backlog left drains then.
+// A dispatch held back holds no database connection and no lease: it waits
+// before its first read.
 package yield
 
 import (
@@ -19,12 +20,13 @@ import (
 // Gate holds dispatches back while ingest is busy. Held dispatches sleep
 // until they are woken: one for each dispatch earned by acknowledgements, all
 // of them once ingest is idle, or each by its bound. Only one of them at a
-// time looks at Busy, every Poll; ingest counts as idle when it saw Busy false
-// twice in a row (Busy is false for a moment between batches under load,
-// when a batch's senders have their answers and have not yet sent again).
+// time looks at Busy, every Poll (the others look every 50 ms whether one
+// still does); ingest counts as idle when it saw Busy false twice in a row
+// (under load Busy is false for a moment each time a transaction takes the
+// deliveries that queued).
 type Gate struct {
-	// Busy reports whether deliveries are waiting for their
-	// acknowledgement's commit in this process.
+	// Busy reports whether ingest is short of the machine in this process
+	// (deliveries queue for a transaction to take them).
 	Busy func() bool
 	// Share is how many dispatches each acknowledgement lets go on while
 	// Busy: 0.2 lets one forward go per five acknowledgements. Zero holds
@@ -136,11 +138,14 @@ func (g *Gate) Enter(ctx context.Context, until time.Time) {
 			wait = poll
 		}
 		t.Reset(min(wait, left))
+		looked := false // the watcher's Poll has passed: time to look at ingest
 		select {
 		case <-ctx.Done():
+			g.wakeOne() // a wake-up it may have been sent goes to another
 		case <-idle:
 		case <-g.one:
 		case <-t.C:
+			looked = watcher
 		}
 		if watcher {
 			g.watching.Store(false)
@@ -148,7 +153,9 @@ func (g *Gate) Enter(ctx context.Context, until time.Time) {
 		if ctx.Err() != nil || isClosed(idle) {
 			return
 		}
-		if watcher {
+		if !watcher {
+			idleSeen = false
+		} else if looked {
 			busy := g.Busy()
 			if !busy && idleSeen {
 				g.wakeAll()
