@@ -4,17 +4,23 @@
 -- watermarks, and dispatches with their completed River jobs (finalized
 -- when the originals were, so within River's hour of completed jobs if the
 -- originals are). Run it against a stopped load, on a database whose
--- deliveries have all been forwarded:
+-- deliveries have all been forwarded (it refuses otherwise):
 --
 --   psql -v copies=49 -f scripts/grow-to-a-million.sql "$DATABASE_URL"
 --
 -- 49 copies of a 15 s run at 16 senders (about 23,000 deliveries) make
--- about 1.1 million. It never changes a row it did not insert.
+-- about 1.1 million. It never changes a row it did not insert; run twice, it
+-- fails on the first copy's ids and changes nothing.
 \set ON_ERROR_STOP on
 \if :{?copies}
 \else
 \set copies 49
 \endif
+DO $$ BEGIN
+  IF EXISTS (SELECT 1 FROM river_job WHERE state IN ('available', 'running', 'retryable', 'scheduled')) THEN
+    RAISE EXCEPTION 'grow-to-a-million: River jobs are still waiting or running; let the gateway forward everything first (gateway bench waits for that)';
+  END IF;
+END $$;
 BEGIN;
 CREATE TEMP TABLE copies ON COMMIT DROP AS SELECT generate_series(1, :copies) AS n;
 INSERT INTO hookgate_receipts (provider, scope, delivery_id, event, entity, event_time, content_type, headers, body, body_sha256, received_at, expires_at)
@@ -32,9 +38,14 @@ WITH j AS (
     CASE WHEN unique_key IS NULL THEN NULL ELSE sha256(unique_key || int4send(n)) END, unique_states
   FROM river_job, copies WHERE kind = 'hookgate_dispatch' AND state = 'completed'
   RETURNING id, args, created_at)
+-- Each copy's dispatch takes its original's state and attempts (a copy's id
+-- is its original's with "-n" appended).
 INSERT INTO hookgate_dispatches (provider, delivery_id, route, generation, state, attempts, created_at, updated_at, job_id)
-  SELECT args->>'provider', args->>'delivery_id', args->>'route', (args->>'generation')::int, 'succeeded', 1, created_at, created_at, id
-  FROM j;
+  SELECT j.args->>'provider', j.args->>'delivery_id', j.args->>'route', (j.args->>'generation')::int, d.state, d.attempts,
+    j.created_at, j.created_at, j.id
+  FROM j JOIN hookgate_dispatches d ON d.provider = j.args->>'provider'
+    AND d.delivery_id = regexp_replace(j.args->>'delivery_id', '-[0-9]+$', '')
+    AND d.route = j.args->>'route' AND d.generation = (j.args->>'generation')::int;
 COMMIT;
 VACUUM ANALYZE;
 SELECT (SELECT count(*) FROM hookgate_receipts) AS receipts, (SELECT count(*) FROM hookgate_dispatches) AS dispatches,

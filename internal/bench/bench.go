@@ -72,6 +72,7 @@ type options struct {
 	concurrency int
 	duration    time.Duration
 	pid         int
+	postmaster  int // the gateway's PostgreSQL server, for its CPU; 0: not on this machine
 	ceiling     bool
 	e2e         bool
 	rate        int
@@ -123,6 +124,7 @@ func Run(ctx context.Context, env Env, args []string) error {
 	if o.pid == 0 {
 		o.pid = listeningPID(o.url)
 	}
+	o.postmaster = findPostmaster(ctx, env)
 	target, err := startSink(o.targetAddr)
 	if err != nil {
 		return err
@@ -140,7 +142,7 @@ func Run(ctx context.Context, env Env, args []string) error {
 		}
 		ceiling = c
 	}
-	before, arrived := readCPU(o.pid), target.count()
+	before, arrived := readCPU(o.pid, o.postmaster), target.count()
 	r := runHTTP(ctx, o, gen)
 	forwarded := target.count() - arrived
 	fmt.Fprintf(env.Stdout, "http:    %s\n", r)
@@ -157,7 +159,7 @@ func Run(ctx context.Context, env Env, args []string) error {
 	// accepted: stopped earlier, every job left would retry for hours.
 	drainErr := drain(ctx, env, o)
 	if drainErr == nil && o.drain > 0 {
-		fmt.Fprintf(env.Stdout, "cpu:     %s, sending and draining\n", cpuPerDelivery(before, readCPU(o.pid), r.ok))
+		fmt.Fprintf(env.Stdout, "cpu:     %s, sending and draining\n", cpuPerDelivery(before, readCPU(o.pid, o.postmaster), r.ok))
 	}
 	if err := mostlyFailed(r); err != nil {
 		return err
@@ -180,9 +182,9 @@ func comparePaused(ctx context.Context, env Env, o options, gen *generator, on r
 	if err := api.setRoutes(ctx, names, "pause"); err != nil {
 		return err
 	}
-	before := readCPU(o.pid)
+	before := readCPU(o.pid, o.postmaster)
 	paused := runHTTP(ctx, o, gen)
-	sent := readCPU(o.pid)
+	sent := readCPU(o.pid, o.postmaster)
 	resumeErr := api.setRoutes(context.WithoutCancel(ctx), names, "resume")
 	fmt.Fprintf(env.Stdout, "paused:  %s\n", paused)
 	if paused.perSecond() > 0 {
@@ -197,7 +199,7 @@ func comparePaused(ctx context.Context, env Env, o options, gen *generator, on r
 	if err := drain(ctx, env, o); err != nil || o.drain <= 0 {
 		return err
 	}
-	fmt.Fprintf(env.Stdout, "cpu:     %s, forward alone (those deliveries, once resumed)\n", cpuPerDelivery(sent, readCPU(o.pid), paused.ok))
+	fmt.Fprintf(env.Stdout, "cpu:     %s, forward alone (those deliveries, once resumed)\n", cpuPerDelivery(sent, readCPU(o.pid, o.postmaster), paused.ok))
 	return nil
 }
 
@@ -245,6 +247,7 @@ func waitReady(ctx context.Context, base string, within time.Duration) error {
 // how long to leave the target up instead.
 func drain(ctx context.Context, env Env, o options) error {
 	if o.drain <= 0 {
+		fmt.Fprintf(env.Stdout, "drain:   not waited for (--drain 0): what the gateway has not forwarded yet retries against a target that is gone, and the next run starts behind it\n")
 		return nil
 	}
 	pool, closeDB, err := env.Open(ctx, 2)
@@ -258,7 +261,8 @@ func drain(ctx context.Context, env Env, o options) error {
 		return fmt.Errorf("bench: the gateway did not forward everything within --drain %s: %w; "+
 			"its jobs retry until they succeed or run out of attempts: stop the gateway and delete its data directory (GATEWAY_DATA_DIR) to start afresh", o.drain, err)
 	}
-	fmt.Fprintf(env.Stdout, "drain:   every accepted delivery forwarded %s after the last request\n", time.Since(t0).Round(time.Millisecond))
+	fmt.Fprintf(env.Stdout, "drain:   no dispatch left to run %s after the last request (each forwarded, or superseded by a newer event of its entity)\n",
+		time.Since(t0).Round(time.Millisecond))
 	return nil
 }
 
@@ -543,6 +547,17 @@ func waitQueueEmpty(ctx context.Context, pool *pgxpool.Pool, within time.Duratio
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// findPostmaster returns the postmaster of the gateway's database server when
+// it runs on this machine, or 0.
+func findPostmaster(ctx context.Context, env Env) int {
+	pool, closeDB, err := env.Open(ctx, 1)
+	if err != nil {
+		return 0
+	}
+	defer closeDB()
+	return postmasterOf(ctx, pool)
 }
 
 // unfinishedStates are the states of a River job that waits or runs.

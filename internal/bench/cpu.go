@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // clockTicks is the kernel's USER_HZ, the unit of /proc/<pid>/stat's times:
@@ -21,36 +23,59 @@ const clockTicks = 100
 // spent so far, read from /proc.
 type cpuTimes struct {
 	gateway, postgres time.Duration
+	postmaster        int // the server whose processes were read; 0: none found
 }
 
-// readCPU reads the CPU time of the gateway (pid; 0: not read) and of every
-// PostgreSQL process on this machine: each postgres process's own time, and
-// for the postmaster the time of the backends it has reaped, so that a
-// connection closed during the run still counts. On a machine that runs
-// other PostgreSQL servers, their time counts too: measure on a quiet one.
-func readCPU(pid int) cpuTimes {
+// readCPU reads the CPU time of the gateway (pid; 0: not read) and of the
+// PostgreSQL server whose postmaster is postmaster (0: not read): the
+// postmaster's own time and that of the backends it has reaped, so that a
+// connection closed during the run still counts, and each of its processes
+// alive now. Other PostgreSQL servers on the machine are not counted.
+func readCPU(pid, postmaster int) cpuTimes {
 	var t cpuTimes
 	if pid != 0 {
 		if s, ok := procStat(pid); ok {
 			t.gateway = s.utime + s.stime
 		}
 	}
+	if postmaster == 0 {
+		return t
+	}
+	pm, ok := procStat(postmaster)
+	if !ok || pm.comm != "postgres" {
+		return t
+	}
+	t.postmaster = postmaster
+	t.postgres = pm.utime + pm.stime + pm.cutime + pm.cstime
 	procs, _ := os.ReadDir("/proc")
 	for _, p := range procs {
 		n, err := strconv.Atoi(p.Name())
 		if err != nil {
 			continue
 		}
-		s, ok := procStat(n)
-		if !ok || s.comm != "postgres" {
-			continue
-		}
-		t.postgres += s.utime + s.stime
-		if parent, ok := procStat(s.ppid); !ok || parent.comm != "postgres" {
-			t.postgres += s.cutime + s.cstime // the postmaster: its reaped backends
+		if s, ok := procStat(n); ok && s.ppid == postmaster {
+			t.postgres += s.utime + s.stime
 		}
 	}
 	return t
+}
+
+// postmasterOf returns the process id of the postmaster of the PostgreSQL
+// server behind pool when it runs on this machine (the parent of its
+// checkpointer), or 0.
+func postmasterOf(ctx context.Context, pool *pgxpool.Pool) int {
+	var checkpointer int
+	if err := pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'`).Scan(&checkpointer); err != nil {
+		return 0
+	}
+	s, ok := procStat(checkpointer)
+	if !ok || s.comm != "postgres" {
+		return 0
+	}
+	if pm, ok := procStat(s.ppid); !ok || pm.comm != "postgres" {
+		return 0
+	}
+	return s.ppid
 }
 
 // stat is what readCPU takes from /proc/<pid>/stat.
@@ -91,6 +116,10 @@ func cpuPerDelivery(before, after cpuTimes, deliveries int) string {
 	}
 	per := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / float64(deliveries) }
 	g, p := after.gateway-before.gateway, after.postgres-before.postgres
+	if after.postmaster == 0 || after.postmaster != before.postmaster {
+		return fmt.Sprintf("gateway %.2f ms per delivery (%.1f s of CPU for %d deliveries); its PostgreSQL not counted: not found on this machine",
+			per(g), g.Seconds(), deliveries)
+	}
 	return fmt.Sprintf("gateway %.2f ms + PostgreSQL %.2f ms = %.2f ms per delivery (%.1f s of CPU for %d deliveries)",
 		per(g), per(p), per(g+p), (g + p).Seconds(), deliveries)
 }
