@@ -293,17 +293,19 @@ func TestBusyOnceEnoughDeliveriesWait(t *testing.T) {
 		})
 		// Until the delivery's batch waits for the lock (two committers: at
 		// most two batches wait; the others queue for a committer).
-		for deadline := time.Now().Add(5 * time.Second); waiting() < min(i+1, 2); time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("the delivery's commit never waited for the lock")
+		dbtest.Eventually(t, 5*time.Second, "the delivery's commit waits for the lock", func() error {
+			if n := waiting(); n < min(i+1, 2) {
+				return fmt.Errorf("%d commits wait", n)
 			}
-		}
+			return nil
+		})
 	}
-	for deadline := time.Now().Add(5 * time.Second); !in.Busy(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not busy with %d deliveries waiting", ingest.BusyAt)
+	dbtest.Eventually(t, 5*time.Second, fmt.Sprintf("busy with %d deliveries waiting", ingest.BusyAt), func() error {
+		if !in.Busy() {
+			return errors.New("not busy")
 		}
-	}
+		return nil
+	})
 	if err := hold.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}

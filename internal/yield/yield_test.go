@@ -2,10 +2,12 @@ package yield_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/yield"
 )
 
@@ -112,7 +114,12 @@ func TestGateWakesOnePerDispatchEarnedAndAllWhenIdle(t *testing.T) {
 	for i := range 3 {
 		go func() { g.Enter(ctx, time.Now().Add(time.Hour)); entered <- i }()
 	}
-	eventually(t, func() bool { return g.Waiting() == 3 })
+	dbtest.Eventually(t, time.Second, "three dispatches held", func() error {
+		if n := g.Waiting(); n != 3 {
+			return fmt.Errorf("%d held", n)
+		}
+		return nil
+	})
 	g.Acked() // one dispatch earned
 	select {
 	case <-entered:
@@ -146,7 +153,12 @@ func TestGateHoldsThroughAMomentWithoutSenders(t *testing.T) {
 	g := &yield.Gate{Busy: busy, Poll: time.Millisecond}
 	entered := make(chan struct{})
 	go func() { g.Enter(context.Background(), time.Now().Add(time.Hour)); close(entered) }()
-	eventually(t, func() bool { return looks.Load() > 10 })
+	dbtest.Eventually(t, time.Second, "ten looks at ingest", func() error {
+		if n := looks.Load(); n <= 10 {
+			return fmt.Errorf("%d looks", n)
+		}
+		return nil
+	})
 	select {
 	case <-entered:
 		t.Fatal("one look without a sender let a held dispatch go on")
@@ -157,15 +169,5 @@ func TestGateHoldsThroughAMomentWithoutSenders(t *testing.T) {
 	case <-entered:
 	case <-time.After(time.Second):
 		t.Fatal("a held dispatch stayed held once ingest stayed idle")
-	}
-}
-
-// eventually waits up to a second for cond.
-func eventually(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within a second")
-		}
 	}
 }
