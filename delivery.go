@@ -113,7 +113,7 @@ func (d Delivery) Decode(v any) error {
 // ctx ends no sooner than the route's time limit (its timeout, else
 // GATEWAY_FORWARD_TIMEOUT, 10 s by default) plus 5 s after the handler is
 // called (plus up to 5 s more: the attempt's limit includes the time it may
-// be held back while deliveries queue for their commit), and when the
+// be held back while ingest is under load), and when the
 // gateway stops. A handler must return when ctx ends: one that does not holds its
 // connection, and Run then stops without it and returns an error. A handler
 // must not have effects outside tx that cannot be repeated: they happen at

@@ -179,15 +179,16 @@ func (g *Gateway) parts(ctx context.Context, pool *pgxpool.Pool) (parts, error) 
 	pt.enqueuer = &dispatch.Enqueuer{Routes: table, MaxAttempts: env.MaxAttempts,
 		Filters: &filter.Reporter{Count: pt.m.FilterFailed, Logger: logger}}
 	pt.ingester = &ingest.Ingester{Pool: pool, Receipts: pt.store, Enqueuer: pt.enqueuer}
-	// Forwarding yields to acknowledgements: while deliveries queue for a
-	// commit, one dispatch goes on per five acknowledgements, the rest when
-	// ingest is idle (or after MaxYield). Measured (docs/performance.md): a fifth of
+	// Forwarding yields to acknowledgements: while ingest is under load
+	// (ingest.BusyAt deliveries wait for their acknowledgement), one dispatch
+	// goes on per five acknowledgements, the rest when ingest is idle (or
+	// after MaxYield). Measured (docs/performance.md): a fifth of
 	// the acknowledged rate reaches the target while sending at 16 and 64
 	// senders; two dispatches at a time instead let 20% through at 16
 	// senders but 6% at 64.
 	pt.yield = &yield.Gate{Busy: pt.ingester.Busy, Share: 0.2}
 	pt.ingester.Acked = pt.yield.Acked
-	pt.m.Gauge("hookgate_dispatch_yielding", "Dispatches held back while deliveries queue for their commit (at most "+
+	pt.m.Gauge("hookgate_dispatch_yielding", "Dispatches held back while eight or more deliveries wait for their acknowledgement (at most "+
 		dispatch.MaxYield.String()+" each).", func() float64 { return float64(pt.yield.Waiting()) })
 	pt.rec = g.recoverer
 	pt.rec.Pool, pt.rec.Ingester, pt.rec.Metrics = pool, pt.ingester, pt.m

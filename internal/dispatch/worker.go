@@ -63,8 +63,8 @@ type Worker struct {
 	// Guard admits each attempt within its route's pause, circuit and rate;
 	// nil admits all.
 	Guard *routes.Guard
-	// Yield holds dispatches back, up to MaxYield, while deliveries queue
-	// for their commit; nil holds none.
+	// Yield holds dispatches back, up to MaxYield, while ingest is under
+	// load; nil holds none.
 	Yield *yield.Gate
 
 	// retryAt holds, per job id, when a target's Retry-After allows the next

@@ -1,8 +1,8 @@
 // Package yield makes forwarding yield to acknowledgements. A sender waits
 // for its acknowledgement (GitHub gives up after 10 s and never retries); a
 // forward target waits for nothing. When both compete for the machine (the
-// ingester's Busy: deliveries queue for a transaction), the dispatches of
-// this process hold back, except a share of them paced by the
+// ingester's Busy: enough deliveries wait for their acknowledgement), the
+// dispatches of this process hold back, except a share of them paced by the
 // acknowledgements given (one dispatch per five acknowledgements, say), so
 // that forwarding never stops and its rate grows with the load's; they go on
 // at full speed as soon as ingest is idle, and the backlog left drains then.
@@ -22,11 +22,11 @@ import (
 // of them once ingest is idle, or each by its bound. Only one of them at a
 // time looks at Busy, every Poll (the others look every 50 ms whether one
 // still does); ingest counts as idle when it saw Busy false twice in a row
-// (under load Busy is false for a moment each time a transaction takes the
-// deliveries that queued).
+// (under load Busy is false for a moment each time a batch's senders get
+// their answers).
 type Gate struct {
-	// Busy reports whether ingest is short of the machine in this process
-	// (deliveries queue for a transaction to take them).
+	// Busy reports whether ingest is under load in this process (the
+	// ingester's: enough deliveries wait for their acknowledgement).
 	Busy func() bool
 	// Share is how many dispatches each acknowledgement lets go on while
 	// Busy: 0.2 lets one forward go per five acknowledgements. Zero holds
