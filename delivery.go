@@ -108,7 +108,16 @@ func (d Delivery) Decode(v any) error {
 // up to the route's attempts (GATEWAY_MAX_ATTEMPTS, 25 by default, about
 // three weeks); an error wrapped by Discard discards the dispatch at once.
 // A panic is an error (its message begins "panic:"), never a crash of the
-// process.
+// process. Every error text is stored and shown cleaned: valid UTF-8, without
+// NUL bytes, at most 2 KiB (cut, ending in "...(truncated)").
+//
+// The transaction is the gateway's, not the handler's: tx's Commit and
+// Rollback refuse (a savepoint the handler begins with tx.Begin is its own),
+// and a handler that calls either fails its attempt, whatever it returns:
+// nothing of the attempt commits, and the dispatch is retried like any error.
+// A handler runs on a goroutine of its own: one that ends it
+// (runtime.Goexit, as t.FailNow does) fails its attempt likewise, and the
+// worker goes on.
 //
 // ctx ends no sooner than the route's time limit (its timeout, else
 // GATEWAY_FORWARD_TIMEOUT, 10 s by default) plus 5 s after the handler is

@@ -80,7 +80,10 @@ func Work(ctx context.Context, tx pgx.Tx, h hookgate.Handler, d hookgate.Deliver
 
 // Work runs h against d inside a savepoint of tx, as the gateway runs it
 // inside its dispatch's transaction: a nil error releases the savepoint (the
-// handler's writes stay in tx), an error or a panic rolls it back. d.Attempt
+// handler's writes stay in tx), an error or a panic rolls it back. As in the
+// gateway, the handler's Commit and Rollback refuse and fail the attempt, a
+// handler that ends its goroutine (runtime.Goexit) fails it too, and the
+// Result's error text is cleaned and bounded as the gateway stores it. d.Attempt
 // says which attempt this is (0 counts as 1). The Result says what the
 // dispatch would record.
 func (a Attempt) Work(ctx context.Context, tx pgx.Tx, h hookgate.Handler, d hookgate.Delivery) Result {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"net/url"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -87,6 +89,35 @@ func TestWorkRecordsWhatADispatchWould(t *testing.T) {
 		{"an error on the last attempt", writeThen(func() error { return failed }), 3, 3, hookgatetest.Discarded, "target database busy", false},
 		{"Discard on the first attempt", writeThen(func() error { return hookgate.Discard(failed) }), 1, 0, hookgatetest.Discarded, "target database busy", false},
 		{"a panic", writeThen(func() error { panic("nil map") }), 1, 0, hookgatetest.Retrying, "panic: nil map", false},
+		// The transaction is the gateway's: the handler's Commit or Rollback
+		// is refused and fails the attempt, whatever the handler returns.
+		{"Commit", func(ctx context.Context, tx pgx.Tx, d hookgate.Delivery) error {
+			_ = writeThen(func() error { return nil })(ctx, tx, d)
+			_ = tx.Commit(ctx)
+			return nil
+		}, 1, 0, hookgatetest.Retrying, "called Commit", false},
+		{"Rollback", func(ctx context.Context, tx pgx.Tx, d hookgate.Delivery) error {
+			_ = tx.Rollback(ctx)
+			return writeThen(func() error { return nil })(ctx, tx, d)
+		}, 1, 0, hookgatetest.Retrying, "called Rollback", false},
+		{"Commit on the last attempt", func(ctx context.Context, tx pgx.Tx, d hookgate.Delivery) error {
+			return writeThen(func() error { return tx.Commit(ctx) })(ctx, tx, d)
+		}, 3, 3, hookgatetest.Discarded, "called Commit", false},
+		{"a savepoint of its own", func(ctx context.Context, tx pgx.Tx, d hookgate.Delivery) error {
+			sp, err := tx.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			if err := writeThen(func() error { return nil })(ctx, sp, d); err != nil {
+				return err
+			}
+			return sp.Commit(ctx)
+		}, 1, 0, hookgatetest.Succeeded, "", true},
+		// A handler that ends its goroutine (t.FailNow in a shared helper)
+		// fails its attempt instead of leaving it running.
+		{"runtime.Goexit", writeThen(func() error { runtime.Goexit(); return nil }), 1, 0, hookgatetest.Retrying, "runtime.Goexit", false},
+		{"an error holding NUL and invalid UTF-8", writeThen(func() error { return errors.New("bad\x00 \xff answer") }), 1, 0, hookgatetest.Retrying, "bad \uFFFD answer", false},
+		{"an error of 32 MiB", writeThen(func() error { return errors.New(strings.Repeat("x", 32<<20)) }), 1, 0, hookgatetest.Retrying, "...(truncated)", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tx := tx(t)
@@ -97,6 +128,9 @@ func TestWorkRecordsWhatADispatchWould(t *testing.T) {
 			}
 			if c.errText == "target database busy" && !errors.Is(res.Err, failed) {
 				t.Errorf("errors.Is(%v, the handler's error) = false", res.Err)
+			}
+			if res.Err != nil && (len(res.Err.Error()) > 2048 || !utf8.ValidString(res.Err.Error()) || strings.Contains(res.Err.Error(), "\x00")) {
+				t.Errorf("an error text the gateway could not store: %q", res.Err)
 			}
 			if n := effects(t, tx); (n == 1) != c.writeKept {
 				t.Errorf("%d effects in the transaction after the attempt, want kept: %v", n, c.writeKept)

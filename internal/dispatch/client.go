@@ -2,16 +2,21 @@ package dispatch
 
 import (
 	"cmp"
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"runtime/debug"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
+	"github.com/hookgate/hookgate/internal/errtext"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/schema"
 )
@@ -95,6 +100,7 @@ func NewClient(pool *pgxpool.Pool, cfg ClientConfig) (*river.Client[pgx.Tx], err
 		JobTimeout:           jobTimeout(cfg.ForwardTimeout),
 		RescueStuckJobsAfter: rescueAfter(cfg.Dispatch.Routes.MaxTimeout(cfg.ForwardTimeout)),
 		PeriodicJobs:         periodic,
+		WorkerMiddleware:     []rivertype.WorkerMiddleware{cleanErrors(cfg.Logger)},
 		Queues:               queues(cfg.Dispatch.Routes, cfg.Workers, cfg.Queues),
 		Workers:              workers,
 	})
@@ -102,6 +108,29 @@ func NewClient(pool *pgxpool.Pool, cfg ClientConfig) (*river.Client[pgx.Tx], err
 		return nil, fmt.Errorf("river client: %w", err)
 	}
 	return client, nil
+}
+
+// cleanErrors is the middleware every job of the client runs through: the
+// error a worker returns, or the value it panics with, reaches River with its
+// text cleaned and bounded (package errtext). River stores that text in the
+// job's errors, in batches of many jobs' completions: one NUL byte or invalid
+// UTF-8 sequence, or a text of many megabytes, would fail every completion of
+// the batch, and River would try the same batch again and again. A panic
+// becomes an error ("panic: " and its value), logged with its stack.
+func cleanErrors(logger *slog.Logger) rivertype.WorkerMiddleware {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return river.WorkerMiddlewareFunc(func(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) (err error) {
+		defer func() {
+			if v := recover(); v != nil {
+				value := errtext.Clean(fmt.Sprint(v))
+				logger.ErrorContext(ctx, "job panicked", "kind", job.Kind, "job_id", job.ID, "panic", value, "stack", string(debug.Stack()))
+				err = errors.New("panic: " + value)
+			}
+		}()
+		return errtext.Wrap(doInner(ctx))
+	})
 }
 
 // defaultQueueWorkers works the default queue: maintenance, bulk replays, and

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,6 +15,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/hookgate/hookgate/internal/batch"
+	"github.com/hookgate/hookgate/internal/errtext"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handlers"
@@ -261,9 +261,9 @@ func (w *Worker) runBuiltin(ctx context.Context, job *river.Job[Args], route fan
 		return err
 	}
 	if err := handlers.Call(ctx, tx, handler, delivery(r, a, job.Attempt)); err != nil {
-		if pe, ok := err.(*handlers.PanicError); ok {
+		if pe := (*handlers.PanicError)(nil); errors.As(err, &pe) {
 			w.Logger.ErrorContext(ctx, "handler panicked", "route", a.Route, "delivery_id", a.DeliveryID,
-				"panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
+				"panic", errtext.Clean(fmt.Sprint(pe.Value)), "stack", string(pe.Stack))
 		}
 		err = fmt.Errorf("handler: %w", err)
 		w.Guard.Done(ctx, route, ticket, routes.Failed, errText(err))
@@ -424,12 +424,13 @@ func guardOutcome(err error) routes.Outcome {
 	return routes.Failed
 }
 
-// errText is an error's text as stored, or "" for none.
+// errText is an error's text as stored and logged (cleaned and bounded:
+// package errtext), or "" for none.
 func errText(err error) string {
 	if err == nil {
 		return ""
 	}
-	return excerpt(err.Error(), 500)
+	return errtext.Clean(err.Error())
 }
 
 // sinceReceipt is the receipt time from which a dispatch's success is
@@ -719,15 +720,4 @@ func (w *Worker) recordFailure(ctx context.Context, job *river.Job[Args], state 
 	}
 	w.Logger.WarnContext(ctx, "dispatch failed", "error", msg, "state", state, "route", job.Args.Route,
 		"provider", job.Args.Provider, "delivery_id", job.Args.DeliveryID, "attempt", job.Attempt)
-}
-
-// excerpt cuts s to at most n bytes on a rune boundary.
-func excerpt(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "..."
 }

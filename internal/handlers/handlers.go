@@ -13,9 +13,12 @@ import (
 	"maps"
 	"runtime/debug"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/hookgate/hookgate/internal/errtext"
 )
 
 // Delivery is what a handler is given: one stored event, as a route sees it.
@@ -42,7 +45,8 @@ type Delivery struct {
 // completion commit together, or not at all. So a handler's database effect
 // happens exactly once even when a process dies at any point and River runs
 // the job again. A handler must not have effects outside tx that cannot be
-// repeated; an error rolls its writes back and the dispatch is retried.
+// repeated; an error rolls its writes back and the dispatch is retried. The
+// transaction is not the handler's to end: see Call.
 type Handler func(ctx context.Context, tx pgx.Tx, d Delivery) error
 
 // DiscardError is a handler's error that retrying cannot mend: its dispatch
@@ -72,16 +76,78 @@ type PanicError struct {
 	Stack []byte
 }
 
-func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
+// Error is "panic: " and the panic's value, cleaned as every error text is
+// (package errtext).
+func (e *PanicError) Error() string { return "panic: " + errtext.Clean(fmt.Sprint(e.Value)) }
 
-// Call runs h, turning a panic into a *PanicError.
-func Call(ctx context.Context, tx pgx.Tx, h Handler, d Delivery) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &PanicError{Value: v, Stack: debug.Stack()}
-		}
+// The ways a handler can fail its attempt besides its error and a panic.
+var (
+	// ErrTxNotOwned means the handler called Commit or Rollback on the
+	// dispatch's transaction: the gateway owns it, and commits the
+	// handler's writes with the dispatch's success, or not at all. The call
+	// is refused and the attempt fails (nothing of it commits); the dispatch
+	// is retried like any error. A savepoint the handler began itself
+	// (tx.Begin) is its own to commit or roll back.
+	ErrTxNotOwned = errors.New("the handler called Commit or Rollback on the dispatch's transaction, which the gateway owns")
+	// ErrTxEnded means the dispatch's transaction was no longer open when
+	// the handler returned: it sent COMMIT or ROLLBACK as SQL. What it
+	// committed is beyond the gateway's reach; the attempt fails.
+	ErrTxEnded = errors.New("the dispatch's transaction was ended by the handler's own SQL")
+	// ErrExited means the handler ended its goroutine (runtime.Goexit, as
+	// t.FailNow does) instead of returning: the attempt fails and is
+	// retried, and the worker goes on.
+	ErrExited = errors.New("the handler ended its goroutine (runtime.Goexit, as t.FailNow does) instead of returning")
+)
+
+// Call runs h with tx as one attempt of a dispatch. h runs in a goroutine of
+// its own, so that one ending itself (runtime.Goexit) fails the attempt
+// instead of taking the worker's goroutine with it; Call waits for it. h
+// gets tx behind a wrapper whose Commit and Rollback refuse (ErrTxNotOwned).
+// A panic is a *PanicError. The error returned, whatever its source, has its
+// text cleaned and bounded (package errtext); errors.Is and errors.As see
+// through it.
+func Call(ctx context.Context, tx pgx.Tx, h Handler, d Delivery) error {
+	owned := &ownedTx{Tx: tx}
+	done := make(chan error, 1)
+	go func() {
+		returned := false
+		defer func() {
+			if v := recover(); v != nil {
+				done <- &PanicError{Value: v, Stack: debug.Stack()}
+			} else if !returned {
+				done <- ErrExited
+			}
+		}()
+		err := h(ctx, owned, d)
+		returned = true
+		done <- err
 	}()
-	return h(ctx, tx, d)
+	err := <-done
+	if method := owned.misused.Load(); method != nil && !errors.Is(err, ErrTxNotOwned) {
+		err = errors.Join(fmt.Errorf("%w (it called %s)", ErrTxNotOwned, *method), err)
+	}
+	if c := tx.Conn(); c != nil && c.PgConn().TxStatus() == 'I' {
+		err = errors.Join(ErrTxEnded, err)
+	}
+	return errtext.Wrap(err)
+}
+
+// ownedTx is the dispatch's transaction as a handler gets it: everything but
+// Commit and Rollback, which are the gateway's.
+type ownedTx struct {
+	pgx.Tx
+	misused atomic.Pointer[string] // the first refused call's name
+}
+
+// Commit refuses: the gateway commits the handler's writes with the dispatch.
+func (t *ownedTx) Commit(context.Context) error { return t.refuse("Commit") }
+
+// Rollback refuses: the attempt's failure rolls the writes back.
+func (t *ownedTx) Rollback(context.Context) error { return t.refuse("Rollback") }
+
+func (t *ownedTx) refuse(method string) error {
+	t.misused.CompareAndSwap(nil, &method)
+	return fmt.Errorf("%w (it called %s)", ErrTxNotOwned, method)
 }
 
 // Registry maps builtin names to handlers.
