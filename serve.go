@@ -150,7 +150,7 @@ func (g *Gateway) build(ctx context.Context, pool *pgxpool.Pool) (*process, erro
 	p.srv = &http.Server{
 		Handler:           g.mux(g.handler(pt, p)),
 		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       60 * time.Second,
+		ReadTimeout:       readTimeout,
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
@@ -251,20 +251,26 @@ func (g *Gateway) handler(pt parts, p *process) http.Handler {
 		riverUI = p.riverUI
 	}
 	return server.New(server.Config{
-		Logger:           g.opts.logger,
-		Providers:        env.Providers,
-		Ingester:         pt.ingester,
-		Ready:            database.Readiness(pt.pool),
-		MaxBodyBytes:     env.MaxBodyBytes,
-		MaxInflightBytes: env.MaxInflightBytes,
-		Metrics:          pt.m,
-		MetricsElsewhere: env.MetricsAddr != "",
-		Rejections:       p.recorder,
-		TrustedProxies:   trusted,
+		Logger:                  g.opts.logger,
+		Providers:               env.Providers,
+		Ingester:                pt.ingester,
+		Ready:                   database.Readiness(pt.pool),
+		MaxBodyBytes:            env.MaxBodyBytes,
+		MaxInflightBytes:        env.MaxInflightBytes,
+		MaxInflightBytesPerAddr: env.InflightBytesPerAddr(),
+		MinBodyRate:             int64(env.MinBodyRate),
+		ReadTimeout:             readTimeout,
+		Metrics:                 pt.m,
+		MetricsElsewhere:        env.MetricsAddr != "",
+		Rejections:              p.recorder,
+		TrustedProxies:          trusted,
 		Admin: server.AdminConfig{Token: env.AdminToken.Value(), Pool: pt.pool, Enqueuer: pt.enqueuer, RiverUI: riverUI, Routes: pt.table,
 			NoConsole: env.Console == "off", PublicURL: env.PublicURL, Recoverer: pt.rec},
 	})
 }
+
+// readTimeout bounds the reading of a whole request, its body included.
+const readTimeout = 60 * time.Second
 
 // run serves until ctx ends, then stops accepting, finishes requests in
 // flight, and stops River softly.

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -52,6 +53,16 @@ type Config struct {
 	// ingest requests together; past it a request answers 503 overloaded.
 	// At least MaxBodyBytes. Defaults to 256 MiB.
 	MaxInflightBytes int64 `envconfig:"GATEWAY_MAX_INFLIGHT_BYTES" default:"268435456"`
+	// MaxInflightBytesPerAddr bounds what one remote address holds of
+	// MaxInflightBytes; past it the address's new requests answer 503
+	// overloaded, and other addresses are unaffected. 0, the default: an
+	// eighth of MaxInflightBytes, and at least MaxBodyBytes.
+	MaxInflightBytesPerAddr int64 `envconfig:"GATEWAY_MAX_INFLIGHT_BYTES_PER_ADDR"`
+	// MinBodyRate is the slowest a request body may arrive, on average,
+	// once its first 10 s have passed: slower, it is answered 408
+	// request_timeout and its connection closed. "0" turns the check off.
+	// Defaults to 1KiB/s.
+	MinBodyRate ByteRate `envconfig:"GATEWAY_MIN_BODY_RATE" default:"1KiB/s"`
 	// MetricsAddr, when set, is the only address /metrics is served on (an
 	// internal port), instead of beside the webhooks on Addr.
 	MetricsAddr string `envconfig:"GATEWAY_METRICS_ADDR"`
@@ -121,6 +132,16 @@ type Config struct {
 	// Providers are the senders configured: GitHub and Stripe from their
 	// variables, then the configuration file's sources.
 	Providers *providers.Registry `ignored:"true"`
+}
+
+// InflightBytesPerAddr is MaxInflightBytesPerAddr, or its default when 0:
+// an eighth of MaxInflightBytes, at least MaxBodyBytes (a body of the largest
+// size from one address must fit), at most MaxInflightBytes.
+func (c Config) InflightBytesPerAddr() int64 {
+	if c.MaxInflightBytesPerAddr > 0 {
+		return c.MaxInflightBytesPerAddr
+	}
+	return min(max(c.MaxInflightBytes/8, c.MaxBodyBytes), c.MaxInflightBytes)
 }
 
 // RouteDefaults are the limits of a route that sets none of its own.
@@ -242,6 +263,10 @@ func (c Config) Validate() error {
 	if c.MaxInflightBytes < c.MaxBodyBytes {
 		bad("GATEWAY_MAX_INFLIGHT_BYTES", "must be at least GATEWAY_MAX_BODY_BYTES (%d), or a body of the largest size could never be taken, got %d",
 			c.MaxBodyBytes, c.MaxInflightBytes)
+	}
+	if c.MaxInflightBytesPerAddr < 0 || c.MaxInflightBytesPerAddr > 0 && (c.MaxInflightBytesPerAddr < c.MaxBodyBytes || c.MaxInflightBytesPerAddr > c.MaxInflightBytes) {
+		bad("GATEWAY_MAX_INFLIGHT_BYTES_PER_ADDR", "must be 0 (an eighth of GATEWAY_MAX_INFLIGHT_BYTES) or from GATEWAY_MAX_BODY_BYTES (%d) to GATEWAY_MAX_INFLIGHT_BYTES (%d), got %d",
+			c.MaxBodyBytes, c.MaxInflightBytes, c.MaxInflightBytesPerAddr)
 	}
 	if c.MetricsAddr != "" && c.MetricsAddr == c.Addr {
 		bad("GATEWAY_METRICS_ADDR", "must differ from GATEWAY_ADDR")
@@ -402,3 +427,31 @@ func (l SecretList) String() string {
 
 // GoString redacts the secrets in %#v.
 func (l SecretList) GoString() string { return l.String() }
+
+// ByteRate is a rate in bytes a second, written as a size per second: "1KiB/s",
+// "512B/s", "2MiB/s", "10kB/s", or "0" for none.
+type ByteRate int64
+
+// byteUnits are the sizes a ByteRate may be written in.
+var byteUnits = map[string]int64{"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "kB": 1000, "KB": 1000, "MB": 1000 * 1000, "GB": 1000 * 1000 * 1000}
+
+// Decode implements envconfig.Decoder.
+func (r *ByteRate) Decode(value string) error {
+	value = strings.TrimSpace(value)
+	if value == "0" {
+		*r = 0
+		return nil
+	}
+	size, ok := strings.CutSuffix(value, "/s")
+	i := strings.IndexFunc(size, func(c rune) bool { return c < '0' || c > '9' })
+	if !ok || i <= 0 {
+		return errors.New("must be a size per second such as 1KiB/s, 512B/s or 2MiB/s, or 0 for none")
+	}
+	unit, known := byteUnits[size[i:]]
+	n, err := strconv.ParseInt(size[:i], 10, 64)
+	if !known || err != nil || n <= 0 || n > (1<<40)/unit {
+		return errors.New("must be a size per second such as 1KiB/s, 512B/s or 2MiB/s (units B, KiB, MiB, GiB, kB, MB, GB), or 0 for none")
+	}
+	*r = ByteRate(n * unit)
+	return nil
+}

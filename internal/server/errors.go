@@ -32,6 +32,7 @@ var (
 	errMethodNotAllowed = errors.New("method not allowed")
 	errUnauthorized     = errors.New("unauthorized")
 	errOverloaded       = errors.New("overloaded")
+	errRequestTimeout   = errors.New("request timeout")
 )
 
 // errorCodes is the one table that turns errors into the contract's status
@@ -56,6 +57,7 @@ var errorCodes = []struct {
 	{receipts.ErrConflict, http.StatusConflict, "delivery_conflict"},
 	{ingest.ErrRefused, http.StatusBadRequest, "bad_request"},
 	{errOverloaded, http.StatusServiceUnavailable, "overloaded"},
+	{errRequestTimeout, http.StatusRequestTimeout, "request_timeout"},
 	{ingest.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
 	{errUnauthorized, http.StatusUnauthorized, "unauthorized"},
 	{deliveries.ErrNotFound, http.StatusNotFound, "not_found"},
@@ -127,7 +129,7 @@ func writeError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err
 		msg = "the server could not complete the request; retry later"
 		switch {
 		case code == "overloaded":
-			msg = "the gateway holds as many request bodies as it may; nothing was stored, retry later"
+			msg = "the gateway holds as many request bodies as it may, in all or from this address; nothing was stored, retry later"
 		case status == http.StatusServiceUnavailable:
 			msg = "the database is unavailable; nothing was stored, retry later"
 		}

@@ -71,6 +71,9 @@ type setupOpts struct {
 	noStripe    bool
 	pool        *pgxpool.Pool // the ingester's pool, when not the test database's
 	maxInflight int64         // the in-flight budget; 0: the default
+	maxPerAddr  int64         // one address's share of it; 0: the default
+	minRate     int64         // the slowest a body may arrive, bytes a second; 0: none
+	grace       time.Duration // before the rate is measured; 0: the default
 	maxBody     int64         // 0: maxBody
 	committers  int           // 0: the default
 	ready       func(context.Context) error
@@ -121,11 +124,14 @@ func setup(t testing.TB, opts setupOpts) *testBundle {
 			Enqueuer:   &dispatch.Enqueuer{Client: client, Routes: routes, MaxAttempts: 5, Filters: opts.filters},
 			Committers: opts.committers,
 		},
-		Ready:            ready,
-		MaxBodyBytes:     cmp.Or(opts.maxBody, maxBody),
-		MaxInflightBytes: opts.maxInflight,
-		Metrics:          opts.metrics,
-		Now:              func() time.Time { return now },
+		Ready:                   ready,
+		MaxBodyBytes:            cmp.Or(opts.maxBody, maxBody),
+		MaxInflightBytes:        opts.maxInflight,
+		MaxInflightBytesPerAddr: opts.maxPerAddr,
+		MinBodyRate:             opts.minRate,
+		MinBodyGrace:            opts.grace,
+		Metrics:                 opts.metrics,
+		Now:                     func() time.Time { return now },
 	})
 	return &testBundle{pool: pool, handler: h}
 }

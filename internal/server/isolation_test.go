@@ -1,13 +1,16 @@
 package server_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -117,20 +120,27 @@ func TestHeadersAreCheckedBeforeTheBody(t *testing.T) {
 	}
 }
 
-// heldBody sends the first half of a body, then waits to be let go before
+// heldBody sends a body's first bytes, then waits to be let go before
 // sending the rest.
 type heldBody struct {
-	rest    io.Reader
+	rest    *bytes.Reader
+	first   int // bytes sent before it waits
 	started chan struct{}
 	release chan struct{}
-	once    sync.Once
+	waited  bool
 }
 
 func (h *heldBody) Read(p []byte) (int, error) {
-	h.once.Do(func() {
+	if !h.waited {
+		if h.first > 0 {
+			n, err := h.rest.Read(p[:min(len(p), h.first)])
+			h.first -= n
+			return n, err
+		}
+		h.waited = true
 		close(h.started)
 		<-h.release
-	})
+	}
 	return h.rest.Read(p)
 }
 
@@ -140,28 +150,30 @@ func signedPing(id string, size int) *http.Request {
 	return githubRequest(ghReq{id: id, event: "ping", body: body})
 }
 
-// Bodies held at once never pass GATEWAY_MAX_INFLIGHT_BYTES: a request that
-// would is answered 503 overloaded with Retry-After before its body is read,
-// and once the held body is answered its bytes are free again.
+// inflightGauge reads hookgate_ingest_inflight_bytes from b's /metrics.
+func inflightGauge(b *testBundle) string {
+	rec := httptest.NewRecorder()
+	b.handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	for line := range strings.Lines(rec.Body.String()) {
+		if v, ok := strings.CutPrefix(line, "hookgate_ingest_inflight_bytes "); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "absent"
+}
+
+// Bodies held at once never pass GATEWAY_MAX_INFLIGHT_BYTES: a request whose
+// bytes would is answered 503 overloaded with Retry-After, nothing of it
+// stored, and once the held body is answered its bytes are free again.
 func TestInflightBodiesAreBounded(t *testing.T) {
 	t.Parallel()
 	const size = 60 << 10
 	m := metrics.New(nil)
-	b := setup(t, setupOpts{maxInflight: 100 << 10, metrics: m})
-	inflight := func() string {
-		rec := httptest.NewRecorder()
-		b.handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-		for line := range strings.Lines(rec.Body.String()) {
-			if v, ok := strings.CutPrefix(line, "hookgate_ingest_inflight_bytes "); ok {
-				return strings.TrimSpace(v)
-			}
-		}
-		return "absent"
-	}
+	b := setup(t, setupOpts{maxInflight: 100 << 10, maxPerAddr: 100 << 10, metrics: m})
 
 	first := signedPing("held", size)
 	raw, _ := io.ReadAll(first.Body)
-	held := &heldBody{rest: bytes.NewReader(raw), started: make(chan struct{}), release: make(chan struct{})}
+	held := &heldBody{rest: bytes.NewReader(raw), first: len(raw) - 1, started: make(chan struct{}), release: make(chan struct{})}
 	first.Body = io.NopCloser(held)
 	first.ContentLength = int64(len(raw))
 	done := make(chan int)
@@ -170,18 +182,15 @@ func TestInflightBodiesAreBounded(t *testing.T) {
 		b.handler.ServeHTTP(rec, first)
 		done <- rec.Code
 	}()
-	<-held.started // the first body's 60 KiB are taken from the budget
-	if got, want := inflight(), fmt.Sprint(len(raw)); got != want {
+	<-held.started // all but the first body's last byte has arrived, and is held
+	if got, want := inflightGauge(b), fmt.Sprint(len(raw)); got != want {
 		t.Fatalf("hookgate_ingest_inflight_bytes = %s while one body is held, want %s", got, want)
 	}
 
-	second := signedPing("refused", size)
-	wire := &tripwire{}
-	second.Body = io.NopCloser(wire)
-	res := b.do(t, second)
+	res := b.do(t, signedPing("refused", size))
 	wantError(t, res, http.StatusServiceUnavailable, "overloaded")
-	if res.header.Get("Retry-After") == "" || wire.read.Load() {
-		t.Fatalf("overloaded: Retry-After %q, body read %v", res.header.Get("Retry-After"), wire.read.Load())
+	if res.header.Get("Retry-After") == "" || res.header.Get("Connection") != "close" {
+		t.Fatalf("overloaded: Retry-After %q, Connection %q", res.header.Get("Retry-After"), res.header.Get("Connection"))
 	}
 	// A small body still fits beside the held one.
 	if res := b.do(t, signedPing("small", 1<<10)); res.status != http.StatusAccepted {
@@ -195,7 +204,7 @@ func TestInflightBodiesAreBounded(t *testing.T) {
 	if res := b.do(t, signedPing("after", size)); res.status != http.StatusAccepted {
 		t.Fatalf("after the held one was answered: %d %v", res.status, res.body)
 	}
-	if got := inflight(); got != "0" {
+	if got := inflightGauge(b); got != "0" {
 		t.Fatalf("hookgate_ingest_inflight_bytes = %s once every request is answered", got)
 	}
 	if n := b.count(t, "SELECT count(*) FROM hookgate_receipts WHERE delivery_id = 'refused'"); n != 0 {
@@ -203,40 +212,159 @@ func TestInflightBodiesAreBounded(t *testing.T) {
 	}
 }
 
-// Slow senders that declare large bodies and send a byte hold only what
-// they sent (and one step of buffer), not what they declared: a few idle
+// Senders that declare large bodies hold only what they sent: one that sent
+// nothing holds nothing, one that sent a byte holds one piece, so idle
 // connections cannot spend the in-flight budget and refuse everyone else.
 func TestSlowSendersCannotReserveTheBudget(t *testing.T) {
 	t.Parallel()
-	b := setup(t, setupOpts{maxBody: 1 << 20, maxInflight: 2 << 20})
-	releases := make([]chan struct{}, 4)
-	answered := make([]chan int, 4)
-	for i := range releases {
+	m := metrics.New(nil)
+	b := setup(t, setupOpts{maxBody: 1 << 20, maxInflight: 2 << 20, maxPerAddr: 2 << 20, metrics: m})
+	var releases []chan struct{}
+	var answered []chan int
+	for i, first := range []int{0, 0, 1, 1} {
 		req := signedPing(fmt.Sprint("slow-", i), 1<<20-100)
 		raw, _ := io.ReadAll(req.Body)
-		held := &heldBody{rest: bytes.NewReader(raw[1:]), started: make(chan struct{}), release: make(chan struct{})}
-		req.Body = io.NopCloser(io.MultiReader(bytes.NewReader(raw[:1]), held))
+		held := &heldBody{rest: bytes.NewReader(raw), first: first, started: make(chan struct{}), release: make(chan struct{})}
+		req.Body = io.NopCloser(held)
 		req.ContentLength = int64(len(raw))
-		releases[i], answered[i] = held.release, make(chan int, 1)
+		release, code := held.release, make(chan int, 1)
+		releases, answered = append(releases, release), append(answered, code)
 		go func() {
 			rec := httptest.NewRecorder()
 			b.handler.ServeHTTP(rec, req)
-			answered[i] <- rec.Code
+			code <- rec.Code
 		}()
-		select { // it declared 1 MiB and sent one byte
+		select { // it declared 1 MiB and sent at most one byte
 		case <-held.started:
-		case code := <-answered[i]:
-			t.Fatalf("slow sender %d refused at once: %d", i, code)
+		case c := <-code:
+			t.Fatalf("slow sender %d refused at once: %d", i, c)
 		}
+	}
+	if got, want := inflightGauge(b), fmt.Sprint(2*16<<10); got != want {
+		t.Errorf("hookgate_ingest_inflight_bytes = %s with two senders that sent nothing and two that sent a byte, want %s (a piece each for the two)", got, want)
 	}
 	if res := b.do(t, signedPing("prompt", 100<<10)); res.status != http.StatusAccepted {
 		t.Fatalf("a prompt delivery beside four slow senders: %d %v", res.status, res.body)
 	}
-	for i := range releases { // each in turn sends the rest, which fits the budget beside the others' first steps
+	for i := range releases { // each in turn sends the rest, which fits the budget beside the others' first pieces
 		close(releases[i])
 		if code := <-answered[i]; code != http.StatusAccepted {
 			t.Errorf("slow sender %d, once it sent everything: %d", i, code)
 		}
+	}
+}
+
+// One address holds at most its share of the budget and 64 requests whose
+// bodies are still arriving: two hundred connections from it that send
+// headers (a well-formed signature that is wrong, 64 KiB declared) and then
+// trickle or stall, more than the whole budget declared, leave signed
+// deliveries from another address accepted as usual; its requests past its
+// share are answered 503 overloaded at once; a body slower than the minimum
+// rate is answered 408 request_timeout once the grace has passed, and its
+// connection closed.
+func TestStalledSendersBesideSignedDeliveries(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(nil)
+	b := setup(t, setupOpts{maxBody: 64 << 10, maxInflight: 4 << 20, metrics: m, minRate: 1 << 10, grace: 2 * time.Second})
+	srv := httptest.NewServer(b.handler)
+	t.Cleanup(srv.Close)
+	addr := srv.Listener.Addr().String()
+
+	const conns = 200
+	var slow []net.Conn
+	answers := make(chan string, conns)
+	for i := range conns {
+		c, err := net.Dial("tcp", addr) // from 127.0.0.1
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		_, err = fmt.Fprintf(c, "POST /webhooks/github HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+			"X-GitHub-Event: push\r\nX-GitHub-Delivery: stall-%d\r\nX-Hub-Signature-256: sha256=%s\r\nContent-Length: 65536\r\n\r\n",
+			i, strings.Repeat("ab", 32))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 1 {
+			_, _ = c.Write([]byte(`{"zen":"`)) // then trickles, below
+			slow = append(slow, c)
+		}
+		go func() {
+			line, _ := bufio.NewReader(c).ReadString('\n')
+			answers <- line
+		}()
+	}
+	// The address's requests past 64 unfinished are refused at once; the 64
+	// wait for their bodies.
+	refused := 0
+	for refused < conns-64 {
+		select {
+		case line := <-answers:
+			if !strings.HasPrefix(line, "HTTP/1.1 503") {
+				t.Fatalf("a stalled sender past the address's 64 was answered %q", line)
+			}
+			refused++
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d stalled senders past the address's 64 refused", refused, conns-64)
+		}
+	}
+	stop := make(chan struct{})
+	var trickling sync.WaitGroup
+	trickling.Go(func() { // a byte every 100 ms each: 10 bytes a second, under the minimum rate
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			for _, c := range slow {
+				_, _ = c.Write([]byte("z"))
+			}
+		}
+	})
+	defer trickling.Wait()
+	defer close(stop)
+
+	other := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{
+		LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}).DialContext}}
+	for i := range 50 {
+		req := signedPing(fmt.Sprint("signed-", i), 6<<10)
+		out, err := http.NewRequest(http.MethodPost, srv.URL+"/webhooks/github", req.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.Header = req.Header
+		res, err := other.Do(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusAccepted {
+			t.Fatalf("signed delivery %d from another address beside %d stalled senders: %s", i, conns, res.Status)
+		}
+	}
+	if got, _ := strconv.ParseFloat(inflightGauge(b), 64); got > 64*16<<10 {
+		t.Errorf("hookgate_ingest_inflight_bytes = %v with stalled senders only, want at most a piece for each of 64", got)
+	}
+
+	// Once the grace has passed, the 64 are too slow: each is answered 408
+	// and its connection closed.
+	for range 64 {
+		select {
+		case line := <-answers:
+			if !strings.HasPrefix(line, "HTTP/1.1 408") {
+				t.Fatalf("a stalled sender was answered %q, want 408", line)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("a stalled sender was not answered 408 after the grace")
+		}
+	}
+	if got := inflightGauge(b); got != "0" {
+		t.Errorf("hookgate_ingest_inflight_bytes = %s once the stalled senders were answered", got)
+	}
+	if n := b.count(t, "SELECT count(*) FROM hookgate_receipts WHERE delivery_id LIKE 'stall-%'"); n != 0 {
+		t.Errorf("%d stalled deliveries stored", n)
 	}
 }
 

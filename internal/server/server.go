@@ -10,15 +10,15 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"sync/atomic"
+	"os"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/hookgate/hookgate/internal/console"
 	"github.com/hookgate/hookgate/internal/guess"
+	"github.com/hookgate/hookgate/internal/inflight"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/providers"
@@ -45,8 +45,25 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxInflightBytes bounds the request bodies held in memory at once, all
 	// ingest requests together; past it a request answers 503 overloaded.
-	// Defaults to 256 MiB.
+	// Only bytes that have arrived count. Defaults to 256 MiB.
 	MaxInflightBytes int64
+	// MaxInflightBytesPerAddr bounds what one remote address holds of it.
+	// Defaults to an eighth of MaxInflightBytes, and at least MaxBodyBytes.
+	MaxInflightBytesPerAddr int64
+	// MaxArrivingPerAddr bounds one remote address's ingest requests whose
+	// bodies are still arriving; past it its new requests answer 503
+	// overloaded. Defaults to 64.
+	MaxArrivingPerAddr int
+	// MinBodyRate is the slowest a body may arrive, in bytes a second on
+	// average, once MinBodyGrace has passed; slower, the request answers 408
+	// request_timeout and its connection is closed. 0: no minimum.
+	MinBodyRate int64
+	// MinBodyGrace is how long a body may take before its rate is
+	// measured. Defaults to 10 s.
+	MinBodyGrace time.Duration
+	// ReadTimeout is the http.Server's, which the body's pace never
+	// extends. 0: none.
+	ReadTimeout time.Duration
 	// Now is the clock for signature timestamps. Defaults to time.Now.
 	Now func() time.Time
 	// Metrics records ingest outcomes and serves /metrics; nil: no /metrics.
@@ -67,8 +84,7 @@ type Config struct {
 type server struct {
 	Config
 	providers map[string]providers.Provider
-	inflight  *semaphore.Weighted
-	held      atomic.Int64 // bytes taken from inflight, for metrics
+	budget    *inflight.Budget
 	ready     *throttle.Value[struct{}]
 	console   *console.Console // nil without a token or a database
 }
@@ -84,6 +100,15 @@ func New(cfg Config) http.Handler {
 	if cfg.MaxInflightBytes <= 0 {
 		cfg.MaxInflightBytes = 256 << 20
 	}
+	if cfg.MaxInflightBytesPerAddr <= 0 {
+		cfg.MaxInflightBytesPerAddr = min(max(cfg.MaxInflightBytes/8, cfg.MaxBodyBytes), cfg.MaxInflightBytes)
+	}
+	if cfg.MaxArrivingPerAddr <= 0 {
+		cfg.MaxArrivingPerAddr = 64
+	}
+	if cfg.MinBodyGrace <= 0 {
+		cfg.MinBodyGrace = 10 * time.Second
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -94,7 +119,7 @@ func New(cfg Config) http.Handler {
 		cfg.Admin.Guesses = &guess.Guard{Logger: cfg.Logger}
 	}
 	s := &server{Config: cfg, providers: map[string]providers.Provider{},
-		inflight: semaphore.NewWeighted(cfg.MaxInflightBytes),
+		budget: inflight.New(cfg.MaxInflightBytes, cfg.MaxInflightBytesPerAddr, cfg.MaxArrivingPerAddr),
 		ready: &throttle.Value[struct{}]{Every: time.Second, Read: func(ctx context.Context) (struct{}, error) {
 			return struct{}{}, cfg.Ready(ctx)
 		}}}
@@ -119,7 +144,7 @@ func New(cfg Config) http.Handler {
 		}
 	}
 	s.Metrics.Gauge("hookgate_ingest_inflight_bytes", "Request bodies held in memory, against GATEWAY_MAX_INFLIGHT_BYTES.",
-		func() float64 { return float64(s.held.Load()) })
+		func() float64 { return float64(s.budget.Held()) })
 	if s.Ingester != nil {
 		s.Metrics.Gauge("hookgate_ingest_waiting", "Deliveries waiting for a transaction to take them (bounded: 1,024 by default).",
 			func() float64 { return float64(s.Ingester.Waiting()) })
@@ -200,7 +225,7 @@ func (s *server) handleIngest(w http.ResponseWriter, r *http.Request) {
 		fail(err)
 		return
 	}
-	body, release, err := s.readBody(w, r)
+	body, release, err := s.readBody(w, r, start)
 	defer release()
 	if err != nil {
 		fail(err)
@@ -244,69 +269,146 @@ func (s *server) metricProvider(name string) string {
 }
 
 // firstPiece and maxPiece bound the pieces a body is read into: the first
-// (all of a small body), and the largest, which later pieces double up to.
+// (all of a small body), and the largest; pieces grow with what has arrived.
+// headBytes is how much is read before any of the budget is taken.
 const (
-	firstPiece = 64 << 10
+	firstPiece = 16 << 10
 	maxPiece   = 1 << 20
+	headBytes  = 512
 )
 
 // readBody reads the raw body within the in-flight budget, and returns a func
 // that gives its bytes back to the budget (call it once the answer is sent).
-// The body is read into pieces as its bytes arrive, each taken from the
-// budget before it is allocated: a client that declares much and sends little
-// holds little, and a slow one cannot reserve the budget with a few bytes.
-// Pieces are never copied into one another (the signature is checked over
-// them as they are), so a body costs its size. When the budget is spent the
-// request is refused as overloaded: the request bodies held never pass
-// MaxInflightBytes, however many arrive at once.
-func (s *server) readBody(w http.ResponseWriter, r *http.Request) (providers.Body, func(), error) {
-	var held int64
-	release := func() {
-		if held > 0 {
-			s.inflight.Release(held)
-			s.held.Add(-held)
-			held = 0
-		}
+// Only bytes that have arrived are held: a piece of the body is taken from
+// the budget, and allocated, once its first bytes are there (read into a
+// small buffer of headBytes), and a piece is at most as large as what has
+// arrived before it (firstPiece at least), so a client that declares much and
+// sends little holds little, and one that sends nothing holds nothing. The
+// request's address may hold its own share of the budget, and have at most
+// MaxArrivingPerAddr requests reading at once. A body must arrive at
+// MinBodyRate on average once MinBodyGrace has passed, or the request is
+// answered 408 and its connection closed. Pieces are never copied into one
+// another (the signature is checked over them as they are), so a body costs
+// its size. When the budget is spent the request is refused as overloaded.
+func (s *server) readBody(w http.ResponseWriter, r *http.Request, start time.Time) (providers.Body, func(), error) {
+	hold, err := s.budget.Enter(inflight.AddressOf(r.RemoteAddr))
+	if err != nil {
+		closeAfter(w)
+		return nil, func() {}, fmt.Errorf("%w: %w", errOverloaded, err)
 	}
+	defer hold.Arrived()
+	body, err := s.readPieces(w, r, hold, s.pace(w, start))
+	if err != nil {
+		closeAfter(w) // what is left of the body is not read
+		body = nil
+	}
+	return body, hold.Release, err
+}
+
+// readPieces reads r's body into pieces taken from hold; see readBody.
+func (s *server) readPieces(w http.ResponseWriter, r *http.Request, hold *inflight.Hold, pace *pacer) (providers.Body, error) {
+	defer pace.done()
 	left := s.MaxBodyBytes + 1 // one byte more tells a body over the limit
 	if r.ContentLength >= 0 {
 		left = r.ContentLength // net/http ends the body there
 	}
 	var body providers.Body
 	var piece []byte
+	var head [headBytes]byte
+	var received int64
 	rd := http.MaxBytesReader(w, r.Body, s.MaxBodyBytes)
 	for {
-		if len(piece) == cap(piece) {
-			if piece != nil {
-				body = append(body, piece)
-			}
-			if left == 0 { // the declared length, all read
-				return body, release, nil
-			}
-			size := min(max(2*int64(cap(piece)), firstPiece), maxPiece, left)
-			if !s.inflight.TryAcquire(size) {
-				return nil, release, fmt.Errorf("%w: %d bytes of request bodies are held already", errOverloaded, s.MaxInflightBytes)
-			}
-			held += size
-			s.held.Add(size)
-			left -= size
-			piece = make([]byte, 0, size)
+		if piece != nil && len(piece) == cap(piece) {
+			body, piece = append(body, piece), nil
 		}
-		n, err := rd.Read(piece[len(piece):cap(piece)])
-		piece = piece[:len(piece)+n]
+		if piece == nil && left == 0 { // the declared length, all read
+			return body, nil
+		}
+		buf := head[:min(headBytes, left)]
+		if piece != nil {
+			buf = piece[len(piece):cap(piece)]
+		}
+		pace.expect(received)
+		n, err := rd.Read(buf)
+		if n > 0 && piece == nil {
+			// The piece's first bytes are here: now it is taken and made.
+			size := min(max(received+int64(n), firstPiece), maxPiece, left)
+			if err := hold.Take(size); err != nil {
+				return nil, fmt.Errorf("%w: %w", errOverloaded, err)
+			}
+			left -= size
+			piece = append(make([]byte, 0, size), head[:n]...)
+		} else if n > 0 {
+			piece = piece[:len(piece)+n]
+		}
+		received += int64(n)
 		var maxErr *http.MaxBytesError
 		switch {
 		case err == io.EOF && r.ContentLength >= 0 && (left > 0 || len(piece) < cap(piece)):
-			return nil, release, fmt.Errorf("%w: the body ended before its declared length", errBadRequest)
+			return nil, fmt.Errorf("%w: the body ended before its declared length", errBadRequest)
 		case err == io.EOF:
 			if len(piece) > 0 {
 				body = append(body, piece)
 			}
-			return body, release, nil
+			return body, nil
 		case errors.As(err, &maxErr):
-			return nil, release, fmt.Errorf("%w: the body is larger than %d bytes", errBodyTooLarge, s.MaxBodyBytes)
+			return nil, fmt.Errorf("%w: the body is larger than %d bytes", errBodyTooLarge, s.MaxBodyBytes)
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return nil, fmt.Errorf("%w: the body arrived slower than %d bytes a second (%d bytes in %s)",
+				errRequestTimeout, s.MinBodyRate, received, time.Since(pace.start).Round(time.Millisecond))
 		case err != nil:
-			return nil, release, fmt.Errorf("%w: could not read the body: %v", errBadRequest, err)
+			return nil, fmt.Errorf("%w: could not read the body: %v", errBadRequest, err)
 		}
+	}
+}
+
+// closeAfter has the connection closed once the answer is sent: the body
+// was not read to its end, and waiting to discard the rest would let a slow
+// sender hold the connection.
+func closeAfter(w http.ResponseWriter) { w.Header().Set("Connection", "close") }
+
+// pacer holds a body to MinBodyRate through the connection's read deadline:
+// after MinBodyGrace, the bytes received must be at least the rate times the
+// time since the request began.
+type pacer struct {
+	rc    *http.ResponseController
+	start time.Time
+	grace time.Duration
+	rate  int64     // bytes a second; 0 paces nothing
+	limit time.Time // the server's own deadline for the whole request, or zero
+	set   time.Time // the deadline last set
+}
+
+// pace returns the pacer of a request that began at start.
+func (s *server) pace(w http.ResponseWriter, start time.Time) *pacer {
+	p := &pacer{rc: http.NewResponseController(w), start: start, grace: s.MinBodyGrace, rate: s.MinBodyRate}
+	if s.ReadTimeout > 0 {
+		p.limit = start.Add(s.ReadTimeout)
+	}
+	return p
+}
+
+// expect sets the deadline by which the bytes after received must arrive.
+func (p *pacer) expect(received int64) {
+	if p.rate <= 0 {
+		return
+	}
+	at := p.start.Add(max(p.grace, time.Duration(float64(received)/float64(p.rate)*float64(time.Second))))
+	if !p.limit.IsZero() && at.After(p.limit) {
+		at = p.limit
+	}
+	if at.Equal(p.set) {
+		return
+	}
+	if p.rc.SetReadDeadline(at) == nil {
+		p.set = at
+	}
+}
+
+// done gives the connection back the server's deadline: the rest of the
+// request (its commit) must not be cut short by the body's.
+func (p *pacer) done() {
+	if !p.set.IsZero() {
+		_ = p.rc.SetReadDeadline(p.limit)
 	}
 }
