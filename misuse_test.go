@@ -1,10 +1,13 @@
 package hookgate_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -320,5 +323,46 @@ func TestAHandlerCannotEndItsTransactionOrItsGoroutine(t *testing.T) {
 	}
 	if took > 7*time.Second {
 		t.Errorf("Run took %s to stop, want at most GATEWAY_FORWARD_TIMEOUT plus 5 s", took)
+	}
+}
+
+// A request carrying both Transfer-Encoding and Content-Length (RFC 9112
+// §6.3: ambiguous framing, the mark of request smuggling) is answered 400
+// bad_request and its connection closed, wherever it comes on a connection;
+// requests framed one way are served on a kept-alive connection as before.
+func TestAmbiguousFramingIsRefusedAndClosed(t *testing.T) {
+	g := runGateway(t, nil)
+	c, err := net.Dial("tcp", g.gw.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	send := func(head, body string) *http.Response {
+		t.Helper()
+		if _, err := io.WriteString(c, "POST /webhooks/stripe HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"+head+"\r\n"+body); err != nil {
+			t.Fatal(err)
+		}
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	// Framed one way, unsigned: refused for its signature, the connection kept.
+	if res := send("Content-Length: 2\r\n", "{}"); res.StatusCode != http.StatusUnauthorized || res.Close {
+		t.Fatalf("a plain request: %s, close %v", res.Status, res.Close)
+	} else {
+		io.Copy(io.Discard, res.Body)
+	}
+	res := send("Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", "0\r\n\r\n")
+	var body struct{ Error string }
+	_ = json.NewDecoder(res.Body).Decode(&body)
+	if res.StatusCode != http.StatusBadRequest || body.Error != "bad_request" || !res.Close {
+		t.Fatalf("both Transfer-Encoding and Content-Length: %s %q, close %v; want 400 bad_request, closed", res.Status, body.Error, res.Close)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("the connection after the refusal: %v, want it closed (EOF)", err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/filter"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/framing"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/proxies"
@@ -148,7 +149,8 @@ func (g *Gateway) build(ctx context.Context, pool *pgxpool.Pool) (*process, erro
 		logger.WarnContext(ctx, "no provider configured: set GITHUB_WEBHOOK_SECRET or STRIPE_WEBHOOK_SECRET, or sources in GATEWAY_CONFIG_FILE")
 	}
 	p.srv = &http.Server{
-		Handler:           g.mux(g.handler(pt, p)),
+		Handler:           server.Framing(logger, g.mux(g.handler(pt, p))),
+		ConnContext:       framing.ConnContext,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      60 * time.Second,
@@ -309,7 +311,7 @@ func (p *process) run(ctx context.Context) error {
 	}
 	p.started(ln.Addr().String())
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- p.srv.Serve(ln) }()
+	go func() { serveErr <- p.srv.Serve(framing.Listen(ln)) }()
 	p.logger.InfoContext(ctx, "gateway listening", append([]any{"addr", ln.Addr().String()}, p.summary...)...)
 
 	select {

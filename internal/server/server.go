@@ -17,6 +17,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/hookgate/hookgate/internal/console"
+	"github.com/hookgate/hookgate/internal/framing"
 	"github.com/hookgate/hookgate/internal/guess"
 	"github.com/hookgate/hookgate/internal/inflight"
 	"github.com/hookgate/hookgate/internal/ingest"
@@ -360,6 +361,25 @@ func (s *server) readPieces(w http.ResponseWriter, r *http.Request, hold *inflig
 			return nil, fmt.Errorf("%w: could not read the body: %v", errBadRequest, err)
 		}
 	}
+}
+
+// Framing refuses a request whose framing is ambiguous (both
+// Transfer-Encoding and Content-Length: package framing) with 400 bad_request
+// and has its connection closed; a connection whose framing can no longer be
+// followed (after a chunked body) is closed after its answer. It goes around
+// every handler of the listener that package framing follows.
+func Framing(logger *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch framing.Of(r) {
+		case framing.Ambiguous:
+			closeAfter(w)
+			writeError(w, r, logger, fmt.Errorf("%w: the request carries both Transfer-Encoding and Content-Length (RFC 9112 6.3); send one", errBadRequest))
+			return
+		case framing.Untracked:
+			closeAfter(w)
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // closeAfter has the connection closed once the answer is sent: the body
