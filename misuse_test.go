@@ -366,3 +366,41 @@ func TestAmbiguousFramingIsRefusedAndClosed(t *testing.T) {
 		t.Fatalf("the connection after the refusal: %v, want it closed (EOF)", err)
 	}
 }
+
+// A service's migration that changes its session (SET search_path to a schema
+// of its own) changes nothing of the gateway's connections: the gateway
+// starts, stores and dispatches, and the migration's table is where it put it.
+func TestAMigrationsSessionSettingsStayOnItsOwnConnection(t *testing.T) {
+	var handled atomic.Int32
+	g := runGateway(t, map[string]string{"GATEWAY_ROUTES": "app=stripe:*>builtin:app"},
+		hookgate.WithMigration(func(ctx context.Context, pool *pgxpool.Pool) error {
+			for _, sql := range []string{`CREATE SCHEMA IF NOT EXISTS app`, `SET search_path = app`,
+				`CREATE TABLE IF NOT EXISTS effects (id text)`} {
+				if _, err := pool.Exec(ctx, sql); err != nil {
+					return err
+				}
+			}
+			return nil
+		}),
+		hookgate.WithHandler("app", func(ctx context.Context, tx pgx.Tx, d hookgate.Delivery) error {
+			handled.Add(1)
+			_, err := tx.Exec(ctx, `INSERT INTO app.effects VALUES ($1)`, d.DeliveryID)
+			return err
+		}))
+	if got := stripeSends(g.gw.Addr(), invoice("m", "invoice.paid")); got != "202 accepted" {
+		t.Fatalf("a delivery: %s", got)
+	}
+	dbtest.Eventually(t, 20*time.Second, "the handler's effect", func() error {
+		var n int
+		if err := g.gw.Pool().QueryRow(context.Background(), `SELECT count(*) FROM app.effects`).Scan(&n); err != nil || n != 1 {
+			return fmt.Errorf("%d effects, %v", n, err)
+		}
+		return nil
+	})
+	for range 8 { // every connection of the pool, as far as a few acquires reach
+		var path string
+		if err := g.gw.Pool().QueryRow(context.Background(), `SHOW search_path`).Scan(&path); err != nil || strings.Contains(path, "app") {
+			t.Fatalf("a gateway connection's search_path: %q, %v", path, err)
+		}
+	}
+}

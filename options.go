@@ -117,7 +117,10 @@ func WithHTTPHandler(pattern string, h http.Handler) Option {
 // it) and hookgate's schema is current, before it serves. It must be safe to
 // run at every start and by several processes at once (CREATE TABLE IF NOT
 // EXISTS under an advisory lock, or a migration library's own lock).
-// Migrations run in the order given; an error (or a panic) stops Run.
+// Migrations run in the order given; an error (or a panic) stops Run. Each
+// gets a pool of its own (up to four connections, closed when it returns),
+// so that its session settings (SET search_path, SET ROLE) never reach the
+// gateway's connections.
 //
 // The service's tables share the database, and its public schema, with
 // hookgate's (hookgate_*) and River's (river_*): give them a prefix of the

@@ -72,15 +72,27 @@ func (g *Gateway) open(ctx context.Context) (*pgxpool.Pool, func(), error) {
 	return pool, closeDB, nil
 }
 
-// runMigration runs one of the service's migrations; a panic is an error, so
-// that the private PostgreSQL is still stopped.
+// runMigration runs one of the service's migrations on a pool of its own,
+// closed when the migration returns, so that whatever session settings it
+// makes (SET search_path, SET ROLE) never reach a connection of the
+// gateway's pool; a panic is an error, so that the private PostgreSQL is
+// still stopped.
 func runMigration(ctx context.Context, pool *pgxpool.Pool, migrate func(context.Context, *pgxpool.Pool) error) (err error) {
+	cfg := pool.Config()
+	// A few: a migration library may hold its lock on one connection and
+	// migrate on another.
+	cfg.MinConns, cfg.MaxConns = 0, 4
+	own, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("open its pool: %w", err)
+	}
+	defer own.Close()
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("panic: %v", v)
 		}
 	}()
-	return migrate(ctx, pool)
+	return migrate(ctx, own)
 }
 
 // process is a gateway built on its database, ready to run.
