@@ -97,7 +97,7 @@ const Usage = `  deliveries list [--provider P] [--event E] [--state S] [--since
   routes resume NAME [--reason TEXT] [--json]
   audit [--limit N] [--cursor C] [--json]
   recover github|stripe [--since T] [--dry-run] [--json]
-  send PROVIDER --event E [--file F] [--url URL] [--json]
+  send PROVIDER --event E [--file F] [--url URL] [--insecure] [--json]
 
   The operator commands talk to a running gateway's operator API: HOOKGATE_URL
   (default http://127.0.0.1:8080) or --url, with the token from GATEWAY_ADMIN_TOKEN,

@@ -65,7 +65,39 @@ func (f connFlags) client(env Env) (*client, error) {
 	if u.Scheme == "http" && !loopback(u.Hostname()) && !*f.insecure {
 		return nil, usageErr("refusing to send the admin token over plain http:// to %s: use https://, or --insecure if the network is private", u.Host)
 	}
-	return &client{base: u, token: token, http: env.httpClient()}, nil
+	return &client{base: u, token: token, http: keepOrigin(env.httpClient())}, nil
+}
+
+// errRedirect means the gateway's URL answered with a redirect to another
+// scheme, host or port, which is not followed: the request carries the admin
+// token (or, for send, a signature or a source's token).
+var errRedirect = errors.New("refusing to follow a redirect to another scheme, host or port")
+
+// keepOrigin returns c following redirects only within the first request's
+// scheme, host and port (Go's own client would follow https:// to http:// on
+// the same host with the Authorization header).
+func keepOrigin(c *http.Client) *http.Client {
+	kept := *c
+	kept.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		first := via[0].URL
+		if req.URL.Scheme != first.Scheme || req.URL.Host != first.Host {
+			return fmt.Errorf("%w: from %s to %s", errRedirect, first.Redacted(), req.URL.Redacted())
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &kept
+}
+
+// reachError is the error of a request that got no answer of the gateway's:
+// a redirect not followed (exit 1), or no connection (exit 3).
+func reachError(where string, err error) error {
+	if errors.Is(err, errRedirect) {
+		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("%s: %w", where, unwrapURL(err))}
+	}
+	return &ExitError{Code: ExitUnreachable, Err: fmt.Errorf("%s cannot be reached: %w", where, unwrapURL(err))}
 }
 
 // token is the admin token: --token-file, else GATEWAY_ADMIN_TOKEN, else the
@@ -172,7 +204,7 @@ func (c *client) send(ctx context.Context, method, path string, query url.Values
 	}
 	res, err := c.http.Do(req)
 	if err != nil {
-		return nil, &ExitError{Code: ExitUnreachable, Err: fmt.Errorf("the gateway at %s cannot be reached: %w", c.base.Redacted(), unwrapURL(err))}
+		return nil, reachError("the gateway at "+c.base.Redacted(), err)
 	}
 	defer res.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(res.Body, maxAnswer+1))

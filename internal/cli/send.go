@@ -26,12 +26,13 @@ func send(ctx context.Context, env Env, args []string) error {
 	file := fs.String("file", "", "send this file's bytes as the payload instead of a sample")
 	target := fs.String("url", "", "the gateway, or its full webhook URL (default: HOOKGATE_URL, else GATEWAY_ADDR on this machine)")
 	asJSON := fs.Bool("json", false, "print the gateway's JSON answer")
+	insecure := fs.Bool("insecure", false, "allow sending over plain http:// to a host that is not loopback")
 	rest, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(rest) != 1 || !env.Providers.Known(rest[0]) {
-		return usageErr("usage: send %s --event E [--file F] [--url URL]", strings.Join(env.Providers.Names(), "|"))
+		return usageErr("usage: send %s --event E [--file F] [--url URL] [--insecure]", strings.Join(env.Providers.Names(), "|"))
 	}
 	provider := rest[0]
 	if *event == "" {
@@ -46,6 +47,11 @@ func send(ctx context.Context, env Env, args []string) error {
 	u, err := url.Parse(*target)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return usageErr("send: --url must be an http(s) URL")
+	}
+	if u.Scheme == "http" && !loopback(u.Hostname()) && !*insecure {
+		// A signature is as good as the secret for replaying this very
+		// delivery, and a GitLab source's header is the secret itself.
+		return usageErr("send: refusing to send a signed delivery over plain http:// to %s: use https://, or --insecure if the network is private", u.Host)
 	}
 	if u.Path == "" || u.Path == "/" {
 		u.Path = "/webhooks/" + provider
@@ -74,10 +80,13 @@ func send(ctx context.Context, env Env, args []string) error {
 		return usageErr("send: %v", err)
 	}
 
-	client := &http.Client{Timeout: 30 * time.Second}
+	client := keepOrigin(&http.Client{Timeout: 30 * time.Second})
+	if env.HTTP != nil {
+		client = keepOrigin(env.HTTP)
+	}
 	res, err := client.Do(req)
 	if err != nil {
-		return &ExitError{Code: ExitUnreachable, Err: fmt.Errorf("send: the gateway at %s cannot be reached: %w", u.Redacted(), unwrapURL(err))}
+		return reachError("send: the gateway at "+u.Redacted(), err)
 	}
 	defer res.Body.Close()
 	answer, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
