@@ -237,7 +237,7 @@ func (g *Gateway) riverClient(pt parts) (*river.Client[pgx.Tx], error) {
 			if err := river.AddWorkerSafely(w, &replay.BatchWorker{Pool: pool, Enqueuer: pt.enqueuer}); err != nil {
 				return fmt.Errorf("register replay worker: %w", err)
 			}
-			if err := river.AddWorkerSafely(w, &retention.Worker{Pool: pool, Retention: env.Retention, Logger: logger}); err != nil {
+			if err := river.AddWorkerSafely(w, &retention.Worker{Pool: pool, Policy: retention.Policy{Retention: env.Retention, IDRetention: env.IDRetention}, Logger: logger}); err != nil {
 				return fmt.Errorf("register retention worker: %w", err)
 			}
 			if err := river.AddWorkerSafely(w, &recovery.Worker{Recoverer: pt.rec}); err != nil {

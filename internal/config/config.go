@@ -68,6 +68,11 @@ type Config struct {
 	MetricsAddr string `envconfig:"GATEWAY_METRICS_ADDR"`
 	// Retention is how long receipts are kept; at least 72h. Defaults to 720h.
 	Retention time.Duration `envconfig:"GATEWAY_RETENTION" default:"720h"`
+	// IDRetention is how long after its receipt a delivery's id (provider,
+	// scope, id, body hash) is kept once its body is gone, so that the
+	// delivery sent again is a duplicate or a conflict, never new. At least
+	// 720h and at least Retention. 0, the default: ten times Retention.
+	IDRetention time.Duration `envconfig:"GATEWAY_ID_RETENTION"`
 	// RouteSpec is GATEWAY_ROUTES, the fan-out table in one line (see
 	// fanout.Parse), unless the configuration file lists routes. Empty:
 	// deliveries are stored and nothing is dispatched. A Secret: a target may
@@ -190,6 +195,10 @@ func expected(perr *envconfig.ParseError) string {
 // and Stripe retries for up to 3 days, and a receipt must outlive both.
 const MinRetention = 72 * time.Hour
 
+// MinIDRetention is the shortest GATEWAY_ID_RETENTION accepted: a captured
+// delivery must stay recognisable well past every sender's retries.
+const MinIDRetention = 30 * 24 * time.Hour
+
 // Load reads the environment and the configuration file, checks them, and
 // returns the configuration with its routes and providers. Its error names
 // every variable, file line and key that is wrong.
@@ -273,6 +282,9 @@ func (c Config) Validate() error {
 	}
 	if c.Retention < MinRetention {
 		bad("GATEWAY_RETENTION", "must be at least %s (providers retry for 3 days), got %s", MinRetention, c.Retention)
+	}
+	if c.IDRetention != 0 && (c.IDRetention < MinIDRetention || c.IDRetention < c.Retention) {
+		bad("GATEWAY_ID_RETENTION", "must be at least %s and at least GATEWAY_RETENTION (%s), got %s", MinIDRetention, c.Retention, c.IDRetention)
 	}
 	if c.ForwardTimeout <= 0 {
 		bad("GATEWAY_FORWARD_TIMEOUT", "must be positive, got %s", c.ForwardTimeout)

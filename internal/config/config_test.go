@@ -19,7 +19,8 @@ func TestLoadDefaults(t *testing.T) {
 		"STRIPE_TOLERANCE", "GATEWAY_ADMIN_TOKEN", "GATEWAY_MAX_BODY_BYTES", "GATEWAY_RETENTION", "GATEWAY_ROUTES",
 		"GATEWAY_FORWARD_SECRET", "GATEWAY_FORWARD_TIMEOUT", "GATEWAY_MAX_ATTEMPTS", "GATEWAY_WORKERS",
 		"GATEWAY_MAX_INFLIGHT_BYTES", "GATEWAY_METRICS_ADDR", "GATEWAY_CONSOLE", "GATEWAY_RECOVERY_INTERVAL", "GATEWAY_RECOVERY_LOOKBACK",
-		"GITHUB_API_URL", "STRIPE_API_URL", "GITHUB_RECOVERY_HOOKS", "GITHUB_TOKEN", "STRIPE_API_KEY", "GATEWAY_CONFIG_FILE"} {
+		"GITHUB_API_URL", "STRIPE_API_URL", "GITHUB_RECOVERY_HOOKS", "GITHUB_TOKEN", "STRIPE_API_KEY", "GATEWAY_CONFIG_FILE",
+		"GATEWAY_ID_RETENTION", "GATEWAY_MIN_BODY_RATE", "GATEWAY_MAX_INFLIGHT_BYTES_PER_ADDR"} {
 		t.Setenv(name, "")
 		os.Unsetenv(name)
 	}
@@ -31,7 +32,8 @@ func TestLoadDefaults(t *testing.T) {
 		c.Retention != 720*time.Hour || c.ForwardTimeout != 10*time.Second || c.MaxAttempts != 25 || c.Workers != 50 ||
 		c.DatabaseURL != "" || len(c.GitHubSecrets) != 0 || len(c.Routes) != 0 || len(c.Providers.Providers()) != 0 || c.MaxInflightBytes != 256<<20 || c.MetricsAddr != "" ||
 		c.Console != "on" || c.RecoveryInterval != 5*time.Minute || c.RecoveryLookback != 72*time.Hour ||
-		c.GitHubAPIURL != "https://api.github.com" || c.StripeAPIURL != "https://api.stripe.com" {
+		c.GitHubAPIURL != "https://api.github.com" || c.StripeAPIURL != "https://api.stripe.com" ||
+		c.IDRetention != 0 || c.MinBodyRate != 1024 || c.InflightBytesPerAddr() != 32<<20 {
 		t.Fatalf("defaults = %+v", c)
 	}
 }
@@ -47,6 +49,12 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		{"GATEWAY_MAX_INFLIGHT_BYTES", "1048576", "GATEWAY_MAX_INFLIGHT_BYTES: must be at least GATEWAY_MAX_BODY_BYTES"},
 		{"GATEWAY_MAX_INFLIGHT_BYTES", "lots", "GATEWAY_MAX_INFLIGHT_BYTES"},
 		{"GATEWAY_METRICS_ADDR", ":8080", "GATEWAY_METRICS_ADDR: must differ from GATEWAY_ADDR"},
+		{"GATEWAY_ID_RETENTION", "100h", "GATEWAY_ID_RETENTION: must be at least 720h0m0s and at least GATEWAY_RETENTION"},
+		{"GATEWAY_ID_RETENTION", "-1h", "GATEWAY_ID_RETENTION: must be at least"},
+		{"GATEWAY_MAX_INFLIGHT_BYTES_PER_ADDR", "1024", "GATEWAY_MAX_INFLIGHT_BYTES_PER_ADDR: must be 0"},
+		{"GATEWAY_MIN_BODY_RATE", "1KiB", "GATEWAY_MIN_BODY_RATE: must be a size per second"},
+		{"GATEWAY_MIN_BODY_RATE", "fast/s", "GATEWAY_MIN_BODY_RATE: must be a size per second"},
+		{"GATEWAY_MIN_BODY_RATE", "3XB/s", "GATEWAY_MIN_BODY_RATE: must be a size per second"},
 		{"GATEWAY_ADMIN_TOKEN", " ", "GATEWAY_ADMIN_TOKEN: must not begin or end with white space"},
 		{"GATEWAY_ADMIN_TOKEN", "topsecret ", "GATEWAY_ADMIN_TOKEN: must not begin or end with white space"},
 		{"GATEWAY_MAX_ATTEMPTS", "0", "GATEWAY_MAX_ATTEMPTS: must be at least 1"},
@@ -246,5 +254,15 @@ func TestErrorsNeverShowAPastedSecret(t *testing.T) {
 				t.Fatalf("the error shows the value: %v", err)
 			}
 		})
+	}
+}
+
+// GATEWAY_MIN_BODY_RATE is a size per second in binary or decimal units, or 0.
+func TestByteRates(t *testing.T) {
+	for in, want := range map[string]config.ByteRate{"0": 0, "512B/s": 512, "1KiB/s": 1024, "2MiB/s": 2 << 20, "10kB/s": 10000, " 3MB/s ": 3000000} {
+		var r config.ByteRate
+		if err := r.Decode(in); err != nil || r != want {
+			t.Errorf("%q: %d, %v; want %d", in, r, err, want)
+		}
 	}
 }

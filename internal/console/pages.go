@@ -326,6 +326,11 @@ func (c *Console) handleDelivery(w http.ResponseWriter, r *http.Request) {
 		c.failWith(w, r, err)
 		return
 	}
+	if detail.Expired { // its body and dispatches are gone; the page says so
+		c.render(w, r, http.StatusOK, "delivery", page{Title: provider + " " + id, Nav: "deliveries",
+			Data: deliveryData{Detail: detail, Path: deliveryPath(provider, id)}})
+		return
+	}
 	body, contentType, err := deliveries.Body(r.Context(), c.Pool, provider, id)
 	if err != nil {
 		c.failWith(w, r, err)

@@ -329,6 +329,14 @@ type Detail struct {
 	EventTime  *time.Time          `json:"event_time"`
 	Receipts   []Receipt           `json:"receipts"`
 	Dispatches []dispatch.Dispatch `json:"dispatches"`
+	// Expired says retention deleted the delivery's receipts and
+	// dispatches; its id is kept (GATEWAY_ID_RETENTION), with the first
+	// receipt's body hash, when it was received and when it expired, so the
+	// delivery sent again is recognised.
+	Expired    bool       `json:"expired"`
+	BodySHA256 string     `json:"body_sha256,omitempty"`
+	ReceivedAt *time.Time `json:"received_at,omitempty"`
+	ExpiredAt  *time.Time `json:"expired_at,omitempty"`
 }
 
 // Show returns a delivery with its receipts (oldest first) and every dispatch
@@ -365,11 +373,30 @@ func Show(ctx context.Context, db DB, provider, deliveryID string) (Detail, erro
 		return Detail{}, fmt.Errorf("show delivery: %w", err)
 	}
 	if len(d.Receipts) == 0 {
-		return Detail{}, ErrNotFound
+		return expired(ctx, db, d)
 	}
 	if d.Dispatches, err = dispatch.ListOf(ctx, db, provider, deliveryID); err != nil {
 		return Detail{}, err
 	}
+	return d, nil
+}
+
+// expired returns d, a delivery without receipts, as its kept id describes
+// it, or ErrNotFound when none is kept.
+func expired(ctx context.Context, db DB, d Detail) (Detail, error) {
+	var sum []byte
+	var receivedAt, expiredAt time.Time
+	err := db.QueryRow(ctx, `
+		SELECT event, body_sha256, received_at, expired_at FROM hookgate_expired_ids
+		WHERE provider = $1 AND delivery_id = $2 ORDER BY received_at, scope LIMIT 1`,
+		d.Provider, d.DeliveryID).Scan(&d.Event, &sum, &receivedAt, &expiredAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Detail{}, ErrNotFound
+	}
+	if err != nil {
+		return Detail{}, fmt.Errorf("show delivery: %w", err)
+	}
+	d.Expired, d.BodySHA256, d.ReceivedAt, d.ExpiredAt = true, hex.EncodeToString(sum), &receivedAt, &expiredAt
 	return d, nil
 }
 

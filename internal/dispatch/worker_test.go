@@ -650,7 +650,7 @@ func TestRetentionKeepsReceiptsOfDispatchesInProgress(t *testing.T) {
 	if _, err := b.pool.Exec(ctx, "UPDATE hookgate_receipts SET expires_at = now() - interval '1 second'"); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := retention.DeleteExpired(ctx, b.pool, 72*time.Hour); err != nil || n != 0 {
+	if n, err := retention.DeleteExpired(ctx, b.pool, retention.Policy{Retention: 72 * time.Hour}); err != nil || n != 0 {
 		t.Fatalf("deleted %d, %v while its dispatch is pending", n, err)
 	}
 	var jobID int64
@@ -660,7 +660,7 @@ func TestRetentionKeepsReceiptsOfDispatchesInProgress(t *testing.T) {
 	if _, err := b.client.JobCancel(ctx, jobID); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := retention.DeleteExpired(ctx, b.pool, 72*time.Hour); err != nil || n != 1 {
+	if n, err := retention.DeleteExpired(ctx, b.pool, retention.Policy{Retention: 72 * time.Hour}); err != nil || n != 1 {
 		t.Fatalf("deleted %d, %v after its dispatch ended", n, err)
 	}
 }

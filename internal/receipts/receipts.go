@@ -83,7 +83,8 @@ func keyOf(d providers.Delivery) key { return key{d.Provider, d.Scope, d.Deliver
 // InsertManyTx stores the receipts of ds in one statement, each unless its key
 // is taken, and returns each delivery's outcome: New, Duplicate (its key is
 // taken by the same body, stored before or earlier in ds) or Conflict (by
-// another body; nothing is changed). The primary key decides, so concurrent
+// another body; nothing is changed). A key whose receipt retention deleted is
+// still taken while its id is kept (hookgate_expired_ids). The primary key decides, so concurrent
 // copies in other transactions resolve the same way.
 func (s *Store) InsertManyTx(ctx context.Context, tx pgx.Tx, ds []providers.Delivery) ([]Outcome, error) {
 	sums := make([][]byte, len(ds))
@@ -188,6 +189,8 @@ func (s *Store) insertRows(ctx context.Context, tx pgx.Tx, rs []row, inserted ma
 			now(), now() + make_interval(secs => $11)
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::text[], $8::text[], $9::bytea[], $10::bytea[])
 			AS t(provider, scope, delivery_id, event, entity, event_time, content_type, headers, body, body_sha256)
+		WHERE NOT EXISTS (SELECT 1 FROM hookgate_expired_ids e
+			WHERE e.provider = t.provider AND e.delivery_id = t.delivery_id AND e.scope = t.scope)
 		ON CONFLICT (provider, scope, delivery_id) DO NOTHING
 		RETURNING provider, scope, delivery_id`,
 		column(rs, func(r *row) string { return r.provider }),
@@ -229,15 +232,19 @@ func column[R, T any](rs []R, field func(*R) T) []T {
 }
 
 // readSums puts in stored the body hash of each receipt of keys, all of
-// which are taken. An insert's ON CONFLICT waited for any concurrent insert
-// of the same key to finish, and this new statement sees its result.
+// which are taken: by a receipt, or by an expired receipt's kept id. An
+// insert's ON CONFLICT waited for any concurrent insert of the same key to
+// finish, and this new statement sees its result.
 func readSums(ctx context.Context, tx pgx.Tx, keys []key, stored map[key][]byte) error {
 	if len(keys) == 0 {
 		return nil
 	}
 	rows, err := tx.Query(ctx, `
-		SELECT r.provider, r.scope, r.delivery_id, r.body_sha256 FROM hookgate_receipts r
-		JOIN unnest($1::text[], $2::text[], $3::text[]) AS t(provider, scope, delivery_id) USING (provider, scope, delivery_id)`,
+		SELECT t.provider, t.scope, t.delivery_id, coalesce(r.body_sha256, e.body_sha256)
+		FROM unnest($1::text[], $2::text[], $3::text[]) AS t(provider, scope, delivery_id)
+		LEFT JOIN hookgate_receipts r ON (r.provider, r.delivery_id, r.scope) = (t.provider, t.delivery_id, t.scope)
+		LEFT JOIN hookgate_expired_ids e ON (e.provider, e.delivery_id, e.scope) = (t.provider, t.delivery_id, t.scope)
+		WHERE r.body_sha256 IS NOT NULL OR e.body_sha256 IS NOT NULL`,
 		column(keys, func(k *key) string { return k.provider }),
 		column(keys, func(k *key) string { return k.scope }),
 		column(keys, func(k *key) string { return k.deliveryID }))

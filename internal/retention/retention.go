@@ -2,7 +2,10 @@
 // past their expires_at (never while a dispatch of their event is in
 // progress) with the dispatches of events left without a receipt, abandoned
 // leases, idle watermarks, old route counts and expired idempotency records.
-// Worker runs it as a periodic River job.
+// A deleted receipt's id (provider, scope, delivery id, event, body hash) is
+// kept until GATEWAY_ID_RETENTION after its receipt, so that the delivery
+// sent again is still recognised (package receipts). Worker runs it as a
+// periodic River job.
 package retention
 
 import (
@@ -36,15 +39,32 @@ type Worker struct {
 	river.WorkerDefaults[Args]
 	// Pool is the database.
 	Pool *pgxpool.Pool
-	// Retention is GATEWAY_RETENTION: watermarks idle longer are dropped.
-	Retention time.Duration
+	// Policy is how long what is kept.
+	Policy
 	// Logger reports what was deleted.
 	Logger *slog.Logger
 }
 
+// Policy is how long retention keeps what.
+type Policy struct {
+	// Retention is GATEWAY_RETENTION: receipts expire on their own
+	// expires_at, set from it at ingest; watermarks idle longer are dropped.
+	Retention time.Duration
+	// IDRetention is GATEWAY_ID_RETENTION: how long after its receipt a
+	// delivery's id is kept. 0: ten times Retention.
+	IDRetention time.Duration
+}
+
+func (p Policy) idRetention() time.Duration {
+	if p.IDRetention > 0 {
+		return p.IDRetention
+	}
+	return 10 * p.Retention
+}
+
 // Work implements river.Worker.
 func (w *Worker) Work(ctx context.Context, _ *river.Job[Args]) error {
-	n, err := DeleteExpired(ctx, w.Pool, w.Retention)
+	n, err := DeleteExpired(ctx, w.Pool, w.Policy)
 	if n > 0 {
 		w.Logger.InfoContext(ctx, "retention deleted expired receipts", "receipts", n)
 	}
@@ -52,17 +72,27 @@ func (w *Worker) Work(ctx context.Context, _ *river.Job[Args]) error {
 }
 
 // DeleteExpired runs retention once and returns how many receipts it deleted.
-func DeleteExpired(ctx context.Context, pool *pgxpool.Pool, retention time.Duration) (int, error) {
+func DeleteExpired(ctx context.Context, pool *pgxpool.Pool, p Policy) (int, error) {
 	total := 0
 	for {
 		var n int
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			// The receipt and the keeping of its id are one statement: at
+			// every moment one of the two holds the key.
 			rows, err := tx.Query(ctx, `
-				DELETE FROM hookgate_receipts WHERE (provider, scope, delivery_id) IN (
-					SELECT provider, scope, delivery_id FROM hookgate_receipts r
-					WHERE expires_at < now() AND NOT EXISTS (`+dispatch.EventInProgressSQL+`)
-					ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)
-				RETURNING provider, delivery_id`, retentionBatch)
+				WITH gone AS (
+					DELETE FROM hookgate_receipts WHERE (provider, scope, delivery_id) IN (
+						SELECT provider, scope, delivery_id FROM hookgate_receipts r
+						WHERE expires_at < now() AND NOT EXISTS (`+dispatch.EventInProgressSQL+`)
+						ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+					RETURNING provider, scope, delivery_id, event, body_sha256, received_at),
+				kept AS (
+					INSERT INTO hookgate_expired_ids AS e (provider, delivery_id, scope, event, body_sha256, received_at, expires_at)
+					SELECT provider, delivery_id, scope, event, body_sha256, received_at, received_at + make_interval(secs => $2) FROM gone
+					WHERE received_at + make_interval(secs => $2) > now()
+					ON CONFLICT (provider, delivery_id, scope) DO UPDATE SET event = excluded.event, body_sha256 = excluded.body_sha256,
+						received_at = excluded.received_at, expired_at = now(), expires_at = excluded.expires_at)
+				SELECT provider, delivery_id FROM gone`, retentionBatch, p.idRetention().Seconds())
 			if err != nil {
 				return err
 			}
@@ -101,10 +131,28 @@ func DeleteExpired(ctx context.Context, pool *pgxpool.Pool, retention time.Durat
 	if _, err := pool.Exec(ctx, "DELETE FROM hookgate_idempotency WHERE expires_at < now()"); err != nil {
 		return total, fmt.Errorf("delete expired idempotency keys: %w", err)
 	}
-	if err := dispatch.DeleteIdleWatermarks(ctx, pool, retention); err != nil {
+	if err := dispatch.DeleteIdleWatermarks(ctx, pool, p.Retention); err != nil {
+		return total, err
+	}
+	if err := deleteExpiredIDs(ctx, pool); err != nil {
 		return total, err
 	}
 	return total, nil
+}
+
+// deleteExpiredIDs deletes the ids kept past their own expiry, a batch at a
+// time.
+func deleteExpiredIDs(ctx context.Context, pool *pgxpool.Pool) error {
+	for {
+		tag, err := pool.Exec(ctx, `DELETE FROM hookgate_expired_ids WHERE (provider, delivery_id, scope) IN (
+			SELECT provider, delivery_id, scope FROM hookgate_expired_ids WHERE expires_at < now() LIMIT $1)`, 10*retentionBatch)
+		if err != nil {
+			return fmt.Errorf("delete expired ids: %w", err)
+		}
+		if tag.RowsAffected() < 10*retentionBatch {
+			return nil
+		}
+	}
 }
 
 // PeriodicJob schedules retention every 10 minutes, and at start.

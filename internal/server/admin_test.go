@@ -3,7 +3,9 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -174,6 +176,15 @@ func (b *adminBundle) adminJSON(t *testing.T, r adminReq, wantStatus int, v any)
 			t.Fatalf("%s: %v", body, err)
 		}
 	}
+}
+
+func (b *adminBundle) count(t *testing.T, sql string) int {
+	t.Helper()
+	var n int
+	if err := b.pool.QueryRow(context.Background(), sql).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
 }
 
 func (b *adminBundle) ingest(t *testing.T, req *http.Request) {
@@ -640,6 +651,11 @@ func TestAdminReplayIdempotencyKey(t *testing.T) {
 	}
 }
 
+// Retention deletes exactly the receipts past their expires_at whose
+// dispatches have ended, with the dispatches of events left without a
+// receipt, and keeps their ids (GATEWAY_ID_RETENTION): a captured delivery
+// re-sent after its body is gone is a duplicate or a conflict, never new,
+// until its id expires too.
 func TestRetentionDeletesExactlyExpired(t *testing.T) {
 	t.Parallel()
 	b := setupAdmin(t, adminToken)
@@ -658,7 +674,7 @@ func TestRetentionDeletesExactlyExpired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := retention.DeleteExpired(context.Background(), b.pool, 72*time.Hour)
+	n, err := retention.DeleteExpired(context.Background(), b.pool, retention.Policy{Retention: 72 * time.Hour})
 	if err != nil || n != 3 {
 		t.Fatalf("deleted %d, %v; want 3", n, err)
 	}
@@ -672,7 +688,59 @@ func TestRetentionDeletesExactlyExpired(t *testing.T) {
 	if strings.Join(dispatched, ",") != "half,keep" {
 		t.Fatalf("dispatches left for %v", dispatched)
 	}
-	// A genuinely late retry of an expired delivery is new again.
+
+	// The expired deliveries' ids are kept: a captured delivery sent again
+	// (same id, body and signature) is a duplicate, another body under the
+	// id is 409, and neither dispatches anything; show says it expired.
+	for _, c := range []struct {
+		req    *http.Request
+		status int
+	}{
+		{githubRequest(ghReq{id: "old-1", hook: "1"}), http.StatusOK},
+		{githubRequest(ghReq{id: "old-2", hook: "1", body: []byte(`{"ref":"refs/heads/other","repository":{"id":5678}}`)}), http.StatusConflict},
+	} {
+		rec := httptest.NewRecorder()
+		b.handler.ServeHTTP(rec, c.req)
+		if rec.Code != c.status {
+			t.Errorf("%s sent again after its receipt expired: %d %s, want %d", c.req.Header.Get("X-GitHub-Delivery"), rec.Code, rec.Body, c.status)
+		}
+	}
+	if n := b.count(t, "SELECT count(*) FROM hookgate_dispatches WHERE delivery_id IN ('old-1', 'old-2')"); n != 0 {
+		t.Errorf("%d dispatches for expired deliveries sent again", n)
+	}
+	var show struct {
+		Expired    bool   `json:"expired"`
+		BodySHA256 string `json:"body_sha256"`
+		Receipts   []any  `json:"receipts"`
+	}
+	b.adminJSON(t, adminReq{path: "/admin/deliveries/github/old-1"}, http.StatusOK, &show)
+	sum := sha256.Sum256(githubRequestBody())
+	if !show.Expired || show.BodySHA256 != hex.EncodeToString(sum[:]) || len(show.Receipts) != 0 {
+		t.Errorf("show of an expired delivery: %+v", show)
+	}
+	b.adminJSON(t, adminReq{path: "/admin/deliveries/github/keep"}, http.StatusOK, &show)
+	if show.Expired {
+		t.Error("show of a kept delivery says expired")
+	}
+	console := newBrowser(t, b.handler)
+	console.signIn(adminToken)
+	if res, page := console.do("GET", "/admin/ui/deliveries/github/old-1", nil); res.StatusCode != 200 ||
+		!strings.Contains(page, `id="expired"`) || !strings.Contains(page, hex.EncodeToString(sum[:])) {
+		t.Errorf("the console's page of an expired delivery: %d\n%s", res.StatusCode, page)
+	}
+
+	// Once its id has expired too, the delivery is forgotten: sent again, it
+	// is new.
+	if _, err := b.pool.Exec(context.Background(), `UPDATE hookgate_expired_ids SET expires_at = now() - interval '1 second'
+		WHERE delivery_id = 'old-1'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := retention.DeleteExpired(context.Background(), b.pool, retention.Policy{Retention: 72 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, "SELECT count(*) FROM hookgate_expired_ids"); n != 2 {
+		t.Errorf("%d ids kept, want 2 (old-2, half/1)", n)
+	}
 	b.ingest(t, githubRequest(ghReq{id: "old-1", hook: "1"}))
 }
 
