@@ -34,8 +34,10 @@ import (
 // Errors returned by Accept besides receipts.ErrConflict.
 var (
 	// ErrUnavailable means the database could not be reached, the commit
-	// failed, or the commit queue was full or too slow: nothing was stored,
-	// and the sender should retry. Never that another delivery was bad.
+	// failed or did not answer in time, or the commit queue was full or too
+	// slow: the sender should retry. Usually nothing was stored, but a batch
+	// that had taken the delivery may still commit after its caller gave up,
+	// and the retry is then a duplicate. Never that another delivery was bad.
 	ErrUnavailable = errors.New("database unavailable")
 	// ErrRefused means the database refused this delivery, alone in its own
 	// transaction (a value it cannot store): a fault of the request, which

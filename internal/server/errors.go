@@ -131,7 +131,9 @@ func writeError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err
 		case code == "overloaded":
 			msg = "the gateway holds as many request bodies as it may, in all or from this address; nothing was stored, retry later"
 		case status == http.StatusServiceUnavailable:
-			msg = "the database is unavailable; nothing was stored, retry later"
+			// Not "nothing was stored": a commit may have succeeded after the
+			// request's time ran out.
+			msg = "the database did not confirm the delivery in time; retry later (a retry of a delivery that was stored after all answers duplicate)"
 		}
 		if status == http.StatusServiceUnavailable {
 			w.Header().Set("Retry-After", retryAfterSeconds)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -474,6 +475,52 @@ func TestIngestCommitFailure(t *testing.T) {
 	}
 	if res := b.do(t, githubRequest(ghReq{})); res.status != http.StatusAccepted {
 		t.Fatalf("retry got %d %v", res.status, res.body)
+	}
+}
+
+// A 503 may follow a commit: a delivery whose commit waited past the
+// request's time (here on a lock another transaction holds, as a stalled
+// database would) is answered 503 unavailable, its answer not claiming that
+// nothing was stored; its batch then commits, and the sender's retry answers
+// duplicate. Nothing answered 2xx is lost, and nothing answered 503 is
+// dispatched twice.
+func TestA503MayFollowACommit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	ctx := context.Background()
+	stall, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same receipt, uncommitted: the delivery's insert waits for it.
+	sum := sha256.Sum256(githubRequestBody())
+	if _, err := stall.Exec(ctx, `INSERT INTO hookgate_receipts (provider, scope, delivery_id, event, content_type, headers, body, body_sha256, received_at, expires_at)
+		VALUES ('github', '', 'stalled', 'push', 'application/json', '{}', '', $1, now(), now() + interval '3 days')`, sum[:]); err != nil {
+		t.Fatal(err)
+	}
+	req := githubRequest(ghReq{id: "stalled"})
+	reqCtx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	res := b.do(t, req.WithContext(reqCtx))
+	wantError(t, res, http.StatusServiceUnavailable, "unavailable")
+	if msg := res.body["message"].(string); strings.Contains(msg, "nothing was stored") || !strings.Contains(msg, "duplicate") {
+		t.Errorf("the 503's message %q: it must not say nothing was stored, and should say a retry is safe", msg)
+	}
+	if err := stall.Rollback(ctx); err != nil { // the database answers again
+		t.Fatal(err)
+	}
+	dbtest.Eventually(t, 10*time.Second, "the delivery answered 503 committed", func() error {
+		if n := b.count(t, "SELECT count(*) FROM hookgate_receipts WHERE delivery_id = 'stalled'"); n != 1 {
+			return fmt.Errorf("%d receipts", n)
+		}
+		return nil
+	})
+	res = b.do(t, githubRequest(ghReq{id: "stalled"}))
+	if res.status != http.StatusOK || res.body["status"] != "duplicate" {
+		t.Fatalf("the retry of a delivery answered 503 and stored: %d %v, want 200 duplicate", res.status, res.body)
+	}
+	if n := b.count(t, "SELECT count(*) FROM river_job"); n != 2 { // ci and audit, once
+		t.Errorf("%d jobs after the 503 and its retry", n)
 	}
 }
 
