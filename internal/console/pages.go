@@ -20,6 +20,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/audit"
 	"github.com/hookgate/hookgate/internal/deliveries"
+	"github.com/hookgate/hookgate/internal/errtext"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/rejections"
 	"github.com/hookgate/hookgate/internal/replay"
@@ -74,7 +75,7 @@ func (c *Console) failWith(w http.ResponseWriter, r *http.Request, err error) {
 		c.serverError(w, r, err)
 		return
 	}
-	c.fail(w, r, status, err.Error())
+	c.fail(w, r, status, errtext.Clean(err.Error()))
 }
 
 func (c *Console) serverError(w http.ResponseWriter, r *http.Request, err error) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/audit"
 	"github.com/hookgate/hookgate/internal/deliveries"
+	"github.com/hookgate/hookgate/internal/errtext"
 	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/providers"
@@ -121,7 +122,7 @@ func databaseUnavailable(err error) bool {
 // or a payload. Server-side errors are logged, and their text is not sent.
 func writeError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err error) (int, string) {
 	status, code := classify(err)
-	msg := err.Error()
+	msg := errtext.Clean(err.Error()) // it may quote what the request held
 	if status >= 500 {
 		if code != "overloaded" { // counted in metrics; one line each would flood the log
 			logger.ErrorContext(r.Context(), "request failed", "error", err, "method", r.Method, "path", r.URL.Path, "status", status)
