@@ -157,6 +157,11 @@ func show(ctx context.Context, env Env, args []string) error {
 	if d.EventTime != nil {
 		fmt.Fprintf(tw, "event time\t%s\n", d.EventTime.UTC().Format(time.RFC3339))
 	}
+	if d.Expired && d.ReceivedAt != nil && d.ExpiredAt != nil {
+		fmt.Fprintf(tw, "expired\t%s: its body and dispatches were deleted; its id is kept, so the same delivery sent again is a duplicate\n"+
+			"received at\t%s\nbody sha256\t%s\n", d.ExpiredAt.UTC().Format(time.RFC3339), d.ReceivedAt.UTC().Format(time.RFC3339), d.BodySHA256)
+		return tw.Flush()
+	}
 	fmt.Fprintln(tw, "\nRECEIVED_AT\tSCOPE\tCONTENT_TYPE\tBODY_SHA256")
 	for _, r := range d.Receipts {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.ReceivedAt.UTC().Format(time.RFC3339), dash(printable(r.Scope)), printable(r.ContentType), r.BodySHA256)
