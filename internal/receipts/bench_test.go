@@ -15,21 +15,34 @@ import (
 // BenchmarkInsertManyTx times one transaction storing a batch of receipts,
 // as the ingester commits them: a batch of one, a full batch (64, the
 // ingester's MaxBatch) of new deliveries, and a full batch half of whose keys
-// are already stored (their hashes are read back and compared).
+// are already stored (their hashes are read back and compared); and a full
+// batch of new deliveries beside a million kept ids of expired receipts
+// (hookgate_expired_ids, which each new receipt's key is looked up in).
 //
 //	go test -run '^$' -bench InsertManyTx -benchmem ./internal/receipts/
 func BenchmarkInsertManyTx(b *testing.B) {
 	for _, c := range []struct {
-		name         string
-		size, stored int
+		name                  string
+		size, stored, expired int
 	}{
-		{"new_1", 1, 0},
-		{"new_64", 64, 0},
-		{"half_stored_64", 64, 32},
+		{"new_1", 1, 0, 0},
+		{"new_64", 64, 0, 0},
+		{"half_stored_64", 64, 32, 0},
+		{"new_64_beside_1M_expired_ids", 64, 0, 1_000_000},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			ctx := context.Background()
 			pool := dbtest.NewPool(b)
+			if c.expired > 0 {
+				if _, err := pool.Exec(ctx, `INSERT INTO hookgate_expired_ids (provider, delivery_id, scope, event, body_sha256, received_at, expires_at)
+					SELECT 'github', 'expired-' || i, '7', 'push', sha256(i::text::bytea), now() - interval '40 days', now() + interval '300 days'
+					FROM generate_series(1, $1) i`, c.expired); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := pool.Exec(ctx, `VACUUM ANALYZE hookgate_expired_ids`); err != nil {
+					b.Fatal(err)
+				}
+			}
 			s := &receipts.Store{Retention: 72 * time.Hour}
 			body := []byte(`{"ref":"refs/heads/main","pad":"` + strings.Repeat("x", 2048) + `"}`)
 			batch := func(n int) []providers.Delivery {
