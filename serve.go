@@ -323,7 +323,9 @@ func (p *process) run(ctx context.Context) error {
 	}
 	p.started(ln.Addr().String())
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- p.srv.Serve(framing.Listen(ln)) }()
+	// A head longer than net/http takes (MaxHeaderBytes and its 4 KiB of
+	// slack) is handed on as it comes, for net/http to refuse.
+	go func() { serveErr <- p.srv.Serve(framing.Listen(ln, p.srv.MaxHeaderBytes+4<<10)) }()
 	p.logger.InfoContext(ctx, "gateway listening", append([]any{"addr", ln.Addr().String()}, p.summary...)...)
 
 	select {

@@ -41,7 +41,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if len(os.Args) < 2 || os.Args[1] == "serve" {
+	if len(os.Args) == 2 && os.Args[1] == "serve" || len(os.Args) < 2 {
 		limitMemory()
 	}
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
@@ -111,6 +111,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("unknown command %q", command)}
 	}
 
+	if (command == "serve" || command == "migrate") && len(args) > 1 {
+		// Their configuration is the environment: an argument is a mistake,
+		// or a request for help, never a reason to start a database.
+		if args[1] == "-h" || args[1] == "--help" || args[1] == "help" {
+			fmt.Fprint(stdout, usage)
+			return nil
+		}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("%s takes no arguments (its configuration is the environment: gateway help), got %q", command, args[1])}
+	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	if command == "serve" {
 		// The gateway runs through the public package, as a library user's

@@ -16,6 +16,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -146,7 +147,12 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	fs.SetOutput(io.Discard)
 	var positional []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+			var flags strings.Builder
+			fs.SetOutput(&flags)
+			fs.PrintDefaults()
+			return nil, usageErr("%s takes:\n%s", fs.Name(), strings.TrimRight(flags.String(), "\n"))
+		} else if err != nil {
 			return nil, usageErr("%s: %v", fs.Name(), err)
 		}
 		args = fs.Args()

@@ -122,7 +122,9 @@ func shown(id string) string {
 
 // visible drops what a terminal would act on from text a provider sent.
 func visible(r rune) rune {
-	if unicode.IsControl(r) {
+	if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+		// Control characters, and format ones: a bidirectional override
+		// (U+202E) in a target's answer would reorder the line it is on.
 		return -1
 	}
 	return r

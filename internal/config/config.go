@@ -195,6 +195,11 @@ func expected(perr *envconfig.ParseError) string {
 // and Stripe retries for up to 3 days, and a receipt must outlive both.
 const MinRetention = 72 * time.Hour
 
+// MaxRetention is the longest GATEWAY_RETENTION accepted, ten years: a
+// longer one is a mistake, and ten times it (the default id retention) must
+// still be a duration.
+const MaxRetention = 10 * 365 * 24 * time.Hour
+
 // MinIDRetention is the shortest GATEWAY_ID_RETENTION accepted: a captured
 // delivery must stay recognisable well past every sender's retries.
 const MinIDRetention = 30 * 24 * time.Hour
@@ -280,11 +285,12 @@ func (c Config) Validate() error {
 	if c.MetricsAddr != "" && c.MetricsAddr == c.Addr {
 		bad("GATEWAY_METRICS_ADDR", "must differ from GATEWAY_ADDR")
 	}
-	if c.Retention < MinRetention {
-		bad("GATEWAY_RETENTION", "must be at least %s (providers retry for 3 days), got %s", MinRetention, c.Retention)
+	if c.Retention < MinRetention || c.Retention > MaxRetention {
+		bad("GATEWAY_RETENTION", "must be from %s (providers retry for 3 days) to %s, got %s", MinRetention, MaxRetention, c.Retention)
 	}
-	if c.IDRetention != 0 && (c.IDRetention < MinIDRetention || c.IDRetention < c.Retention) {
-		bad("GATEWAY_ID_RETENTION", "must be at least %s and at least GATEWAY_RETENTION (%s), got %s", MinIDRetention, c.Retention, c.IDRetention)
+	if c.IDRetention != 0 && (c.IDRetention < MinIDRetention || c.IDRetention < c.Retention || c.IDRetention > 10*MaxRetention) {
+		bad("GATEWAY_ID_RETENTION", "must be at least %s and at least GATEWAY_RETENTION (%s), and at most %s, got %s",
+			MinIDRetention, c.Retention, 10*MaxRetention, c.IDRetention)
 	}
 	if c.ForwardTimeout <= 0 {
 		bad("GATEWAY_FORWARD_TIMEOUT", "must be positive, got %s", c.ForwardTimeout)

@@ -42,7 +42,8 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 	tests := []struct {
 		name, value, want string
 	}{
-		{"GATEWAY_RETENTION", "24h", "GATEWAY_RETENTION: must be at least 72h"},
+		{"GATEWAY_RETENTION", "24h", "GATEWAY_RETENTION: must be from 72h"},
+		{"GATEWAY_RETENTION", "1000000h", "GATEWAY_RETENTION: must be from 72h0m0s (providers retry for 3 days) to 87600h0m0s"},
 		{"GATEWAY_RETENTION", "soon", "GATEWAY_RETENTION"},
 		{"STRIPE_TOLERANCE", "0s", "STRIPE_TOLERANCE: must be positive"},
 		{"GATEWAY_MAX_BODY_BYTES", "-1", "GATEWAY_MAX_BODY_BYTES: must be positive"},

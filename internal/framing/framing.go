@@ -1,18 +1,23 @@
-// Package framing follows how each HTTP/1.x request on a connection says
-// where its body ends, by reading the request heads as their bytes arrive,
-// before net/http parses them. net/http serves a request that carries both
-// Transfer-Encoding and Content-Length by dropping the Content-Length, and
-// keeps the connection open; RFC 9112 §6.3 says such a message "ought to be
-// handled as an error" and that the server "MUST close the connection after
-// responding", since a proxy in front may have framed it by the other header
-// (request smuggling). net/http does not tell a handler that the header was
-// there, so a listener from Listen records it per connection, and Of tells
-// the handler.
+// Package framing stands between a listener's connections and net/http, and
+// reads each HTTP/1.x request head before net/http does. net/http serves a
+// request that carries both Transfer-Encoding and Content-Length by dropping
+// the Content-Length (or answers a plain 501 for a coding it does not know),
+// and keeps the connection open; RFC 9112 §6.3 says such a message "ought to
+// be handled as an error" and that the server "MUST close the connection
+// after responding", since a proxy in front may have framed it by the other
+// header (request smuggling).
 //
-// Only heads are read, and a body only counted through, until the framing
-// cannot be followed without decoding it (a chunked body) or a head is not
-// one to follow (folded header lines, one too large): from then on the
-// connection is Untracked, and must be closed after its answer.
+// A connection from Listen holds each request head back until it has arrived
+// whole, then hands it on. A head holding both headers is handed on without
+// its Transfer-Encoding lines and with the header Marker added, so that
+// net/http frames it by its Content-Length and serves it like any other, and
+// the handler (Ambiguous) refuses it and closes the connection; the requests
+// before it on the connection are served as they are. A body is counted
+// through by its Content-Length, never held. A chunked body cannot be
+// counted through without decoding it: after one, and after a head that is
+// not one to follow (too large, or a request line net/http refuses), the
+// connection's bytes pass untouched and the connection is Untracked: it must
+// be closed after its answer.
 package framing
 
 import (
@@ -24,45 +29,38 @@ import (
 	"sync/atomic"
 )
 
-// Framing is what a connection's requests so far say of their framing.
-type Framing int32
+// Marker is the header a head that carried both Transfer-Encoding and
+// Content-Length is handed on with, in their place; a head that carried it
+// itself is handed on without it.
+const Marker = "X-Hookgate-Framing"
 
-// The framings Of reports.
-const (
-	// Followed: every request so far said where its body ends one way only.
-	Followed Framing = iota
-	// Untracked: a request's body could not be counted through (a chunked
-	// body, a folded or oversized head): the connection's later requests
-	// cannot be followed, so it is closed after its answer.
-	Untracked
-	// Ambiguous: a request carried both Transfer-Encoding and
-	// Content-Length: it is refused and the connection closed.
-	Ambiguous
-)
+// markerLine is Marker as a header line.
+var markerLine = []byte(Marker + ": ambiguous\r\n")
 
-// maxHead bounds the head that is followed: past it net/http refuses the
-// request (MaxHeaderBytes, plus its own slack), and the connection is
-// Untracked.
-const maxHead = 1 << 20
+// Listen returns ln with each accepted connection's request heads read
+// before net/http reads them (see the package documentation). maxHead bounds
+// a head that is held back: a longer one is handed on as it comes (net/http
+// refuses it: its MaxHeaderBytes plus 4 KiB is the right bound). Serve with
+// ConnContext so that Untracked finds the connection.
+func Listen(ln net.Listener, maxHead int) net.Listener { return listener{ln, maxHead} }
 
-// Listen returns ln with each accepted connection followed (see the package
-// documentation); serve with ConnContext so that Of finds it.
-func Listen(ln net.Listener) net.Listener { return listener{ln} }
-
-type listener struct{ net.Listener }
+type listener struct {
+	net.Listener
+	maxHead int
+}
 
 func (l listener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
-	return &conn{Conn: c, first: true}, nil
+	return &conn{Conn: c, maxHead: l.maxHead}, nil
 }
 
 type connKey struct{}
 
-// ConnContext is for http.Server's ConnContext: it puts a followed
-// connection where Of finds it.
+// ConnContext is for http.Server's ConnContext: it puts a connection from
+// Listen where Untracked finds it.
 func ConnContext(ctx context.Context, c net.Conn) context.Context {
 	if fc, ok := c.(*conn); ok {
 		return context.WithValue(ctx, connKey{}, fc)
@@ -70,133 +68,219 @@ func ConnContext(ctx context.Context, c net.Conn) context.Context {
 	return ctx
 }
 
-// Of returns what the framing of r's connection is, as far as its bytes
-// have arrived (a request's head has, by the time it is served).
-// A request that did not come through Listen and ConnContext is Followed.
-func Of(r *http.Request) Framing {
+// Ambiguous reports whether r carried both Transfer-Encoding and
+// Content-Length: it came through Listen with Marker.
+func Ambiguous(r *http.Request) bool { return r.Header.Get(Marker) != "" }
+
+// Untracked reports whether r's connection can no longer be followed (a
+// chunked body, a head not to follow): it must be closed after r's answer.
+// A request that did not come through Listen and ConnContext is not.
+func Untracked(r *http.Request) bool {
 	c, _ := r.Context().Value(connKey{}).(*conn)
-	if c == nil {
-		return Followed
-	}
-	return Framing(c.framing.Load())
+	return c != nil && c.untracked.Load()
 }
 
-// conn follows the requests read from it. Read is never called by two
-// goroutines at once (net/http reads a connection from one at a time); Of
-// reads only the framing.
+// mode is what a connection's next bytes are.
+type mode int
+
+const (
+	heads   mode = iota // a request head, held back until it has arrived whole
+	body                // a body of known length, counted through
+	through             // anything: passed untouched
+)
+
+// conn is a connection whose request heads are read before net/http reads
+// them. net/http reads a connection from one goroutine at a time, so Read
+// needs no lock; Untracked reads only the flag.
 type conn struct {
 	net.Conn
-	framing atomic.Int32
+	maxHead   int
+	untracked atomic.Bool
 
-	body    int64 // bytes of the current body still to count through
-	inBody  bool
-	first   bool // the next line is a request line
-	head    int  // bytes of the current head so far
-	line    []byte
-	long    bool // the current line is longer than is kept
-	cl, te  bool // the current head's Content-Length and Transfer-Encoding
-	length  int64
-	badSize bool // a Content-Length net/http refuses
+	mode    mode
+	body    int64  // in body mode: the bytes of the body still to come
+	head    []byte // the head so far, held back
+	line    int    // where in head its last line, not yet ended, begins
+	scratch []byte // what the connection's reads go into
+	in      []byte // bytes read and not yet looked at (in scratch)
+	out     []byte // bytes looked at, for the reader
+	err     error  // the connection's error, once in and out are given
 }
 
 func (c *conn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if n > 0 && c.framing.Load() == int32(Followed) {
-		c.scan(p[:n])
+	for len(c.out) == 0 {
+		if len(c.in) == 0 {
+			if c.err != nil {
+				return 0, c.err
+			}
+			switch {
+			case c.mode == through:
+				return c.Conn.Read(p)
+			case c.mode == body:
+				// Straight into p, no further than the body's end.
+				n, err := c.Conn.Read(p[:min(int64(len(p)), c.body)])
+				if c.body -= int64(n); c.body == 0 {
+					c.mode = heads
+				}
+				return n, err
+			}
+			if c.scratch == nil {
+				c.scratch = make([]byte, 4<<10)
+			}
+			n, err := c.Conn.Read(c.scratch)
+			if n == 0 {
+				return 0, err // a head cut short is not handed on: net/http sees the end
+			}
+			c.in, c.err = c.scratch[:n], err
+		}
+		c.step()
 	}
-	return n, err
+	n := copy(p, c.out)
+	c.out = c.out[n:]
+	return n, nil
 }
 
-// keepLine is how much of a line is kept: enough for a header's name and a
-// Content-Length's value.
-const keepLine = 128
+// step looks at the bytes read, moving them to out as the mode allows.
+// Called with out empty, so out never holds bytes of scratch or head that a
+// later step overwrites.
+func (c *conn) step() {
+	switch c.mode {
+	case through:
+		c.out, c.in = c.in, nil
+	case body:
+		k := min(int64(len(c.in)), c.body)
+		c.out, c.in = c.in[:k], c.in[k:]
+		if c.body -= k; c.body == 0 {
+			c.mode = heads
+		}
+	case heads:
+		i := bytes.IndexByte(c.in, '\n')
+		if i < 0 {
+			c.head = append(c.head, c.in...)
+			c.in = nil
+			if len(c.head) > c.maxHead {
+				c.stop() // net/http refuses it
+			}
+			return
+		}
+		start := c.line
+		c.head = append(c.head, c.in[:i+1]...)
+		c.in = c.in[i+1:]
+		c.line = len(c.head)
+		line := bytes.TrimRight(c.head[start:], "\r\n")
+		switch {
+		case len(c.head) > c.maxHead:
+			c.stop()
+		case start == 0 && len(line) == 0:
+			c.stop() // an empty request line: net/http refuses it
+		case start > 0 && len(line) == 0:
+			c.endHead()
+		}
+	}
+}
 
-// scan follows b, the next bytes of the connection.
-func (c *conn) scan(b []byte) {
-	for len(b) > 0 && c.framing.Load() == int32(Followed) {
-		if c.inBody {
-			k := min(int64(len(b)), c.body)
-			c.body -= k
-			b = b[k:]
-			if c.body == 0 {
-				c.inBody = false
+// stop hands on what is held and passes the rest untouched.
+func (c *conn) stop() {
+	c.out, c.head, c.line = c.head, nil, 0
+	c.mode = through
+	c.untracked.Store(true)
+}
+
+// endHead decides on a head whose blank line has arrived, and hands it on.
+func (c *conn) endHead() {
+	h := readHead(c.head)
+	switch {
+	case h.te && h.cl:
+		c.out = h.without(c.head, true)
+		c.mode = through // refused and closed: nothing after it is served
+		c.untracked.Store(true)
+	case h.te, h.badLength:
+		c.out = h.without(c.head, false)
+		c.mode = through
+		c.untracked.Store(true)
+	default:
+		c.out = h.without(c.head, false)
+		if h.length > 0 {
+			c.mode, c.body = body, h.length
+		}
+	}
+	c.head, c.line = nil, 0
+}
+
+// head is what a request head says of its framing.
+type head struct {
+	te, cl, badLength bool
+	length            int64
+	marked            bool // it carries Marker itself
+}
+
+// readHead reads a whole head (request line, header lines, blank line), as
+// net/http would: names are matched without regard to case; a line that
+// begins with a space or tab continues the header before it (obs-fold).
+func readHead(b []byte) head {
+	var h head
+	lines := bytes.SplitAfter(b, []byte("\n"))
+	last := "" // the name of the header a folded line continues
+	for _, raw := range lines[1:] {
+		line := bytes.TrimRight(raw, "\r\n")
+		if len(line) == 0 {
+			break
+		}
+		if line[0] == ' ' || line[0] == '\t' {
+			if last == "content-length" {
+				h.badLength = true // net/http joins it to the value: not a number
 			}
 			continue
 		}
-		i := bytes.IndexByte(b, '\n')
-		part := b
-		if i >= 0 {
-			part = b[:i]
-		}
-		c.head += len(part)
-		if len(c.line)+len(part) <= keepLine {
-			c.line = append(c.line, part...)
-		} else {
-			c.long = true
-		}
-		if c.head > maxHead {
-			c.stop(Untracked)
-			return
-		}
-		if i < 0 {
-			return
-		}
-		b = b[i+1:]
-		c.head++
-		c.endLine()
-	}
-}
-
-// endLine reads the line just ended.
-func (c *conn) endLine() {
-	line := bytes.TrimSuffix(c.line, []byte("\r"))
-	long := c.long
-	c.line, c.long = c.line[:0], false
-	switch {
-	case c.first:
-		if len(line) == 0 || long {
-			// net/http refuses it and closes the connection; nothing
-			// more to follow.
-			c.stop(Untracked)
-			return
-		}
-		c.first = false
-	case len(line) == 0:
-		c.endHead()
-	case line[0] == ' ' || line[0] == '\t':
-		c.stop(Untracked) // a folded line: its value joins the one before
-	default:
 		name, value, _ := bytes.Cut(line, []byte(":"))
 		switch {
 		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
-			c.te = true
+			h.te, last = true, "transfer-encoding"
 		case bytes.EqualFold(name, []byte("Content-Length")):
 			n, err := strconv.ParseInt(string(bytes.TrimSpace(value)), 10, 64)
-			if long || err != nil || n < 0 || c.cl && n != c.length {
-				c.badSize = true // net/http refuses it
+			if err != nil || n < 0 || h.cl && n != h.length {
+				h.badLength = true // net/http refuses it
 			}
-			c.cl, c.length = true, n
+			h.cl, h.length, last = true, n, "content-length"
+		case bytes.EqualFold(name, []byte(Marker)):
+			h.marked, last = true, ""
+		default:
+			last = ""
 		}
 	}
+	return h
 }
 
-// endHead decides on a head whose blank line has arrived.
-func (c *conn) endHead() {
-	switch {
-	case c.te && c.cl:
-		c.stop(Ambiguous)
-		return
-	case c.te, c.badSize:
-		c.stop(Untracked)
-		return
+// without returns b, the head h was read from, without the lines of Marker
+// and, when ambiguous, of Transfer-Encoding (their folded lines with them),
+// and then with Marker added. A head with nothing to take out or add is b.
+func (h head) without(b []byte, ambiguous bool) []byte {
+	if !ambiguous && !h.marked {
+		return b
 	}
-	if c.cl && c.length > 0 {
-		c.inBody, c.body = true, c.length
+	out := make([]byte, 0, len(b)+len(markerLine))
+	dropping := false
+	for i, raw := range bytes.SplitAfter(b, []byte("\n")) {
+		line := bytes.TrimRight(raw, "\r\n")
+		switch {
+		case i == 0:
+		case len(line) == 0:
+			if ambiguous {
+				out = append(out, markerLine...)
+			}
+			return append(out, raw...)
+		case line[0] == ' ' || line[0] == '\t':
+			if dropping {
+				continue
+			}
+		default:
+			name, _, _ := bytes.Cut(line, []byte(":"))
+			dropping = bytes.EqualFold(name, []byte(Marker)) || ambiguous && bytes.EqualFold(name, []byte("Transfer-Encoding"))
+			if dropping {
+				continue
+			}
+		}
+		out = append(out, raw...)
 	}
-	c.first, c.head, c.cl, c.te, c.length = true, 0, false, false, 0
-}
-
-func (c *conn) stop(f Framing) {
-	c.framing.Store(int32(f))
-	c.line = nil
+	return out
 }

@@ -83,8 +83,10 @@ func keyOf(d providers.Delivery) key { return key{d.Provider, d.Scope, d.Deliver
 // InsertManyTx stores the receipts of ds in one statement, each unless its key
 // is taken, and returns each delivery's outcome: New, Duplicate (its key is
 // taken by the same body, stored before or earlier in ds) or Conflict (by
-// another body; nothing is changed). A key whose receipt retention deleted is
-// still taken while its id is kept (hookgate_expired_ids). The primary key decides, so concurrent
+// another body; nothing is changed). A key is also taken while an expired
+// receipt of its event has its id kept (hookgate_expired_ids), whatever the
+// scope: a captured delivery sent again with another (unsigned) hook id is
+// no new delivery. The primary key decides, so concurrent
 // copies in other transactions resolve the same way.
 func (s *Store) InsertManyTx(ctx context.Context, tx pgx.Tx, ds []providers.Delivery) ([]Outcome, error) {
 	sums := make([][]byte, len(ds))
@@ -104,13 +106,14 @@ func (s *Store) InsertManyTx(ctx context.Context, tx pgx.Tx, ds []providers.Deli
 		return nil, err
 	}
 	var taken []key
+	var takenSums [][]byte
 	for _, r := range rs {
 		if !inserted[r.key] {
-			taken = append(taken, r.key)
+			taken, takenSums = append(taken, r.key), append(takenSums, r.bodySHA256)
 		}
 	}
 	stored := make(map[key][]byte, len(taken))
-	if err := readSums(ctx, tx, taken, stored); err != nil {
+	if err := readSums(ctx, tx, taken, takenSums, stored); err != nil {
 		return nil, err
 	}
 
@@ -189,8 +192,7 @@ func (s *Store) insertRows(ctx context.Context, tx pgx.Tx, rs []row, inserted ma
 			now(), now() + make_interval(secs => $11)
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::text[], $8::text[], $9::bytea[], $10::bytea[])
 			AS t(provider, scope, delivery_id, event, entity, event_time, content_type, headers, body, body_sha256)
-		WHERE NOT EXISTS (SELECT 1 FROM hookgate_expired_ids e
-			WHERE e.provider = t.provider AND e.delivery_id = t.delivery_id AND e.scope = t.scope)
+		WHERE NOT EXISTS (SELECT 1 FROM hookgate_expired_ids e WHERE e.provider = t.provider AND e.delivery_id = t.delivery_id)
 		ON CONFLICT (provider, scope, delivery_id) DO NOTHING
 		RETURNING provider, scope, delivery_id`,
 		column(rs, func(r *row) string { return r.provider }),
@@ -232,22 +234,27 @@ func column[R, T any](rs []R, field func(*R) T) []T {
 }
 
 // readSums puts in stored the body hash of each receipt of keys, all of
-// which are taken: by a receipt, or by an expired receipt's kept id. An
-// insert's ON CONFLICT waited for any concurrent insert of the same key to
-// finish, and this new statement sees its result.
-func readSums(ctx context.Context, tx pgx.Tx, keys []key, stored map[key][]byte) error {
+// which are taken: by a receipt, or by the kept id of an expired receipt of
+// the same event (provider and delivery id, whichever hook delivered it: the
+// sender's id names the delivery, and a hook id is not signed), preferring
+// one whose hash is sums' (the delivery's own). An insert's ON CONFLICT
+// waited for any concurrent insert of the same key to finish, and this new
+// statement sees its result.
+func readSums(ctx context.Context, tx pgx.Tx, keys []key, sums [][]byte, stored map[key][]byte) error {
 	if len(keys) == 0 {
 		return nil
 	}
 	rows, err := tx.Query(ctx, `
 		SELECT t.provider, t.scope, t.delivery_id, coalesce(r.body_sha256, e.body_sha256)
-		FROM unnest($1::text[], $2::text[], $3::text[]) AS t(provider, scope, delivery_id)
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[]) AS t(provider, scope, delivery_id, body_sha256)
 		LEFT JOIN hookgate_receipts r ON (r.provider, r.delivery_id, r.scope) = (t.provider, t.delivery_id, t.scope)
-		LEFT JOIN hookgate_expired_ids e ON (e.provider, e.delivery_id, e.scope) = (t.provider, t.delivery_id, t.scope)
+		LEFT JOIN LATERAL (SELECT e.body_sha256 FROM hookgate_expired_ids e
+			WHERE e.provider = t.provider AND e.delivery_id = t.delivery_id
+			ORDER BY e.body_sha256 = t.body_sha256 DESC, e.scope = t.scope DESC LIMIT 1) e ON r.body_sha256 IS NULL
 		WHERE r.body_sha256 IS NOT NULL OR e.body_sha256 IS NOT NULL`,
 		column(keys, func(k *key) string { return k.provider }),
 		column(keys, func(k *key) string { return k.scope }),
-		column(keys, func(k *key) string { return k.deliveryID }))
+		column(keys, func(k *key) string { return k.deliveryID }), sums)
 	if err != nil {
 		return fmt.Errorf("read conflicting receipts: %w", err)
 	}

@@ -698,6 +698,11 @@ func TestRetentionDeletesExactlyExpired(t *testing.T) {
 	}{
 		{githubRequest(ghReq{id: "old-1", hook: "1"}), http.StatusOK},
 		{githubRequest(ghReq{id: "old-2", hook: "1", body: []byte(`{"ref":"refs/heads/other","repository":{"id":5678}}`)}), http.StatusConflict},
+		// The hook id is not signed: a capture sent again under another
+		// hook's id (or none) is the same delivery.
+		{githubRequest(ghReq{id: "old-1", hook: "3"}), http.StatusOK},
+		{githubRequest(ghReq{id: "old-1"}), http.StatusOK},
+		{githubRequest(ghReq{id: "old-2", hook: "9", body: []byte(`{"ref":"refs/heads/other","repository":{"id":5678}}`)}), http.StatusConflict},
 	} {
 		rec := httptest.NewRecorder()
 		b.handler.ServeHTTP(rec, c.req)

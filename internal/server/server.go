@@ -367,15 +367,15 @@ func (s *server) readPieces(w http.ResponseWriter, r *http.Request, hold *inflig
 // Transfer-Encoding and Content-Length: package framing) with 400 bad_request
 // and has its connection closed; a connection whose framing can no longer be
 // followed (after a chunked body) is closed after its answer. It goes around
-// every handler of the listener that package framing follows.
+// every handler of a listener from framing.Listen.
 func Framing(logger *slog.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch framing.Of(r) {
-		case framing.Ambiguous:
+		switch {
+		case framing.Ambiguous(r):
 			closeAfter(w)
 			writeError(w, r, logger, fmt.Errorf("%w: the request carries both Transfer-Encoding and Content-Length (RFC 9112 6.3); send one", errBadRequest))
 			return
-		case framing.Untracked:
+		case framing.Untracked(r):
 			closeAfter(w)
 		}
 		next.ServeHTTP(w, r)
