@@ -181,7 +181,7 @@ func (c *conn) step() {
 
 // stop hands on what is held and passes the rest untouched.
 func (c *conn) stop() {
-	c.out, c.head, c.line = c.head, nil, 0
+	c.out, c.head, c.line = c.head, nil, 0 // no more heads: out keeps it
 	c.mode = through
 	c.untracked.Store(true)
 }
@@ -204,7 +204,9 @@ func (c *conn) endHead() {
 			c.mode, c.body = body, h.length
 		}
 	}
-	c.head, c.line = nil, 0
+	// out may be head itself: it is reused only once out is read (step
+	// runs with out empty).
+	c.head, c.line = c.head[:0], 0
 }
 
 // head is what a request head says of its framing.
@@ -219,14 +221,15 @@ type head struct {
 // begins with a space or tab continues the header before it (obs-fold).
 func readHead(b []byte) head {
 	var h head
-	lines := bytes.SplitAfter(b, []byte("\n"))
 	last := "" // the name of the header a folded line continues
-	for _, raw := range lines[1:] {
+	for i, raw := range lines(b) {
 		line := bytes.TrimRight(raw, "\r\n")
-		if len(line) == 0 {
-			break
-		}
-		if line[0] == ' ' || line[0] == '\t' {
+		switch {
+		case i == 0:
+			continue
+		case len(line) == 0:
+			return h
+		case line[0] == ' ' || line[0] == '\t':
 			if last == "content-length" {
 				h.badLength = true // net/http joins it to the value: not a number
 			}
@@ -251,6 +254,22 @@ func readHead(b []byte) head {
 	return h
 }
 
+// lines yields b's lines, each with its line feed.
+func lines(b []byte) func(yield func(int, []byte) bool) {
+	return func(yield func(int, []byte) bool) {
+		for i := 0; len(b) > 0; i++ {
+			n := bytes.IndexByte(b, '\n') + 1
+			if n == 0 {
+				n = len(b)
+			}
+			if !yield(i, b[:n]) {
+				return
+			}
+			b = b[n:]
+		}
+	}
+}
+
 // without returns b, the head h was read from, without the lines of Marker
 // and, when ambiguous, of Transfer-Encoding (their folded lines with them),
 // and then with Marker added. A head with nothing to take out or add is b.
@@ -260,7 +279,7 @@ func (h head) without(b []byte, ambiguous bool) []byte {
 	}
 	out := make([]byte, 0, len(b)+len(markerLine))
 	dropping := false
-	for i, raw := range bytes.SplitAfter(b, []byte("\n")) {
+	for i, raw := range lines(b) {
 		line := bytes.TrimRight(raw, "\r\n")
 		switch {
 		case i == 0:
