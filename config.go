@@ -1,40 +1,76 @@
 package hookgate
 
 import (
+	"errors"
 	"fmt"
+	"os"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/providers"
 )
 
-// Config is the gateway's configuration: exactly what `gateway serve` reads,
-// the environment (DATABASE_URL, GATEWAY_ADDR, the providers' secrets,
-// GATEWAY_ROUTES, ...: docs/configuration.md) and the configuration file
-// GATEWAY_CONFIG_FILE names (routes with their limits and filters, sources).
-// Get one from ConfigFromEnv; the zero Config is not usable.
-type Config struct {
-	env config.Config
-}
+// Config is the gateway's configuration, a plain struct a service fills in
+// code, or from the environment with ConfigFromEnv (exactly what `gateway
+// serve` reads). Its zero fields take the documented defaults: the zero
+// Config runs a gateway on a private PostgreSQL under ./.data, on :8080,
+// with no provider and no route. Each field's comment names its default and
+// the variable ConfigFromEnv reads it from (docs/configuration.md lists
+// them). New checks it, reporting every error at once.
+//
+//	cfg := hookgate.Config{
+//		DatabaseURL:   hookgate.Secret(os.Getenv("DATABASE_URL")),
+//		StripeSecrets: hookgate.SecretList{os.Getenv("STRIPE_WEBHOOK_SECRET")},
+//		Routes: []hookgate.Route{
+//			{Name: "ledger", Match: []string{"stripe:invoice.*"}, Target: "builtin:ledger"},
+//		},
+//	}
+type Config = config.Config
 
-// ConfigFromEnv reads and checks the configuration as `gateway serve` does.
-// Its error names every variable, file line and key that is wrong, never a
-// value that may be a secret. A route whose target names a Go handler
-// (builtin:<name>) is checked by New, once the handlers are known.
+// Route is one route of Config.Routes: the deliveries whose provider and
+// event match one of its Match pairs (and its Filter, when set) go to its
+// Target, an http(s) URL or builtin:<name>, a handler given WithHandler. Its
+// zero limits take the Config's.
+type Route = config.Route
+
+// Circuit is a route's circuit breaker (Route.Circuit).
+type Circuit = config.Circuit
+
+// Source is a sender besides GitHub and Stripe (Config.Sources): its Name
+// (its endpoint is /webhooks/<name>), Kind (standard-webhooks, shopify,
+// slack, gitlab or hmac), Secrets, and what its kind asks for: a signed
+// time's Tolerance, the Order paths of its entity and time, an hmac kind's
+// HMAC scheme (docs/sources.md).
+type Source = config.Source
+
+// OrderPaths name a source's entity and event time in its payload
+// (Source.Order).
+type OrderPaths = providers.OrderPaths
+
+// HMACScheme is how an hmac source signs (Source.HMAC).
+type HMACScheme = providers.HMACScheme
+
+// Secret is a string that never prints (fmt shows "[redacted]").
+type Secret = config.Secret
+
+// SecretList is a list of secrets, the first one primary, that never
+// prints.
+type SecretList = config.SecretList
+
+// ByteRate is a rate in bytes a second (Config.MinBodyRate); negative is
+// none.
+type ByteRate = config.ByteRate
+
+// ConfigFromEnv reads the configuration as `gateway serve` does: the
+// environment (a secret's _FILE variant read as its value, the environment
+// never written) and the configuration file GATEWAY_CONFIG_FILE names. Its
+// error names every variable, file line and key that is wrong, one line each,
+// never a value that may be a secret. A route whose target names a Go
+// handler (builtin:<name>) is checked by New, once the handlers are known.
 func ConfigFromEnv() (Config, error) {
-	env, err := config.Load()
-	if err != nil {
+	c, err := config.FromEnv(os.LookupEnv)
+	_, rerr := c.Resolve()
+	if err := errors.Join(err, rerr); err != nil {
 		return Config{}, fmt.Errorf("configuration: %w", err)
 	}
-	return Config{env: env}, nil
-}
-
-// Addr is the address the gateway listens on (GATEWAY_ADDR).
-func (c Config) Addr() string { return c.env.Addr }
-
-// Routes are the names of the configured routes, in their order.
-func (c Config) Routes() []string {
-	names := make([]string, len(c.env.Routes))
-	for i, r := range c.env.Routes {
-		names[i] = r.Name
-	}
-	return names
+	return c, nil
 }

@@ -20,15 +20,17 @@ import (
 // row even when an operator forces a replay. The service's table is created
 // by its own migration, which Run calls once the database is up.
 func Example() {
-	// The configuration is what `gateway serve` reads: the environment (and
-	// GATEWAY_CONFIG_FILE). DATABASE_URL names the database; without it Run
-	// starts a private PostgreSQL under GATEWAY_DATA_DIR.
-	os.Setenv("STRIPE_WEBHOOK_SECRET", stripeSecret)
-	os.Setenv("GATEWAY_ROUTES", "ledger=stripe:invoice.paid>builtin:ledger")
-	os.Setenv("GATEWAY_ADDR", "127.0.0.1:0")
-	cfg, err := hookgate.ConfigFromEnv()
-	if err != nil {
-		log.Fatal(err)
+	// The configuration, filled in code: its zero fields take their
+	// defaults (hookgate.ConfigFromEnv reads it as `gateway serve` does,
+	// from the environment). Without DatabaseURL, Run starts a private
+	// PostgreSQL under DataDir.
+	cfg := hookgate.Config{
+		DatabaseURL:   hookgate.Secret(os.Getenv("DATABASE_URL")),
+		Addr:          "127.0.0.1:0",
+		StripeSecrets: hookgate.SecretList{stripeSecret},
+		Routes: []hookgate.Route{
+			{Name: "ledger", Match: []string{"stripe:invoice.paid"}, Target: "builtin:ledger"},
+		},
 	}
 
 	gw, err := hookgate.New(cfg,

@@ -10,7 +10,6 @@ require (
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/google/go-github/v88 v88.0.0
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/kelseyhightower/envconfig v1.4.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
@@ -19,7 +18,6 @@ require (
 	github.com/stripe/stripe-go/v84 v84.4.1
 	github.com/tidwall/gjson v1.20.0
 	go.yaml.in/yaml/v3 v3.0.6
-	golang.org/x/sync v0.24.0
 	riverqueue.com/riverui v0.22.0
 )
 
@@ -52,6 +50,7 @@ require (
 	github.com/tidwall/sjson v1.2.5 // indirect
 	golang.org/x/crypto v0.52.0 // indirect
 	golang.org/x/exp v0.0.0-20240823005443-9b4947da3948 // indirect
+	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20240826202546-f6391c0de4c7 // indirect

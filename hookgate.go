@@ -55,6 +55,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/recovery"
@@ -65,7 +66,7 @@ import (
 // Gateway is one gateway process: its HTTP server, its River client and its
 // database, built by New and run by Run.
 type Gateway struct {
-	cfg       Config
+	cfg       config.Resolved
 	opts      options
 	handlers  handlers.Registry
 	recoverer *recovery.Recoverer
@@ -85,8 +86,9 @@ type Gateway struct {
 // naming the route and the handler; so are a bad option and recovery set up
 // halfway.
 func New(cfg Config, opts ...Option) (*Gateway, error) {
-	if cfg.env.Addr == "" {
-		return nil, errors.New("hookgate.New: the Config is not loaded (use ConfigFromEnv)")
+	resolved, err := cfg.Resolve()
+	if err != nil {
+		return nil, fmt.Errorf("configuration: %w", err)
 	}
 	var o options
 	for i, opt := range opts {
@@ -107,12 +109,8 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		}
 		builtins[name] = builtinHandler(h)
 	}
-	if err := cfg.env.Routes.CheckBuiltins(builtins.Names()); err != nil {
-		where := "GATEWAY_ROUTES"
-		if cfg.env.RouteSpec == "" {
-			where = "configuration file " + cfg.env.ConfigFile
-		}
-		return nil, fmt.Errorf("configuration: %s: %w", where, err)
+	if err := resolved.CheckBuiltins(builtins.Names()); err != nil {
+		return nil, fmt.Errorf("configuration: %w", err)
 	}
 	if err := checkRiver(o); err != nil {
 		return nil, fmt.Errorf("hookgate.New: %w", err)
@@ -120,16 +118,16 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	if err := checkPatterns(o.http); err != nil {
 		return nil, fmt.Errorf("hookgate.New: %w", err)
 	}
-	recoverer := &recovery.Recoverer{Lookback: cfg.env.RecoveryLookback, Retention: cfg.env.Retention, Logger: o.logger}
-	var err error
+	env := resolved
+	recoverer := &recovery.Recoverer{Lookback: env.RecoveryLookback, Retention: env.Retention, Logger: o.logger}
 	if recoverer.GitHub, recoverer.Stripe, err = recovery.Clients(recovery.Settings{
-		GitHubHooks: cfg.env.GitHubRecoveryHooks, GitHubToken: cfg.env.GitHubToken.Value(), GitHubAppID: cfg.env.GitHubAppID,
-		GitHubAppKeyFile: cfg.env.GitHubAppKeyFile, GitHubAPIURL: cfg.env.GitHubAPIURL,
-		StripeAPIKey: cfg.env.StripeAPIKey.Value(), StripeAPIURL: cfg.env.StripeAPIURL, MaxBodyBytes: cfg.env.MaxBodyBytes,
+		GitHubHooks: env.GitHubRecoveryHooks, GitHubToken: env.GitHubToken.Value(), GitHubAppID: env.GitHubAppID,
+		GitHubAppKeyFile: env.GitHubAppKeyFile, GitHubAPIURL: env.GitHubAPIURL,
+		StripeAPIKey: env.StripeAPIKey.Value(), StripeAPIURL: env.StripeAPIURL, MaxBodyBytes: env.MaxBodyBytes,
 	}); err != nil {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}
-	return &Gateway{cfg: cfg, opts: o, handlers: builtins, recoverer: recoverer, started: make(chan struct{})}, nil
+	return &Gateway{cfg: resolved, opts: o, handlers: builtins, recoverer: recoverer, started: make(chan struct{})}, nil
 }
 
 // Run starts the database (the private PostgreSQL when DATABASE_URL is

@@ -72,8 +72,17 @@ func TestNewRefusesWhatCannotWork(t *testing.T) {
 			}
 		})
 	}
-	if _, err := hookgate.New(hookgate.Config{}); err == nil {
-		t.Error("New accepted a Config that was not loaded")
+	// The zero Config is a gateway on its defaults; New checks what a
+	// Config filled in code holds, every error at once.
+	if _, err := hookgate.New(hookgate.Config{}); err != nil {
+		t.Errorf("New refused the zero Config: %v", err)
+	}
+	_, err := hookgate.New(hookgate.Config{Workers: -1, Retention: time.Hour,
+		Routes: []hookgate.Route{{Name: "a", Match: []string{"github:push"}, Target: "ftp://x/"}, {Name: "B"}}})
+	for _, want := range []string{"GATEWAY_WORKERS: must be 1 to 10000", "GATEWAY_RETENTION: must be from 72h", `route 1 ("a"): key target`, `route 2 ("B"): key name`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("New of a Config with four mistakes: %v; want it to say %q", err, want)
+		}
 	}
 }
 

@@ -41,13 +41,13 @@ var shutdownTimeout = 30 * time.Second
 // open starts or connects to the database, sized for the gateway and the
 // service, and brings both schemas up to date.
 func (g *Gateway) open(ctx context.Context) (*pgxpool.Pool, func(), error) {
-	env := g.cfg.env
+	env := g.cfg
 	// A builtin dispatch holds a connection while its handler runs; a forward
 	// holds none while its target answers, only for its brief reads and
 	// writes. Ingest's committers, the outcome recorder, River and the
 	// routes' guard need more.
 	builtins := 0
-	for _, r := range g.cfg.env.Routes {
+	for _, r := range g.cfg.Table {
 		if _, ok := r.Builtin(); ok {
 			builtins += cmp.Or(r.Concurrency, env.Workers)
 		}
@@ -126,7 +126,7 @@ type parts struct {
 // build makes every part of the gateway on pool: the route table synced to
 // the database, ingest, dispatch, recovery, River, and the HTTP server.
 func (g *Gateway) build(ctx context.Context, pool *pgxpool.Pool) (*process, error) {
-	env, logger := g.cfg.env, g.opts.logger
+	env, logger := g.cfg, g.opts.logger
 	pt, err := g.parts(ctx, pool)
 	if err != nil {
 		return nil, err
@@ -177,7 +177,7 @@ func (g *Gateway) build(ctx context.Context, pool *pgxpool.Pool) (*process, erro
 // dispatch share: metrics, receipts, the routes' guard, the enqueuer (its
 // River client set once there is one), ingest and recovery.
 func (g *Gateway) parts(ctx context.Context, pool *pgxpool.Pool) (parts, error) {
-	env, table, logger := g.cfg.env, g.cfg.env.Routes, g.opts.logger
+	env, table, logger := g.cfg, g.cfg.Table, g.opts.logger
 	if err := routes.Sync(ctx, pool, table); err != nil {
 		return parts{}, err
 	}
@@ -222,7 +222,7 @@ func (g *Gateway) parts(ctx context.Context, pool *pgxpool.Pool) (parts, error) 
 // replay, retention and recovery, and the service's own workers, queues and
 // periodic jobs (WithRiverWorkers, WithRiverQueues, WithPeriodicJobs).
 func (g *Gateway) riverClient(pt parts) (*river.Client[pgx.Tx], error) {
-	env, logger, pool := g.cfg.env, g.opts.logger, pt.pool
+	env, logger, pool := g.cfg, g.opts.logger, pt.pool
 	return dispatch.NewClient(pool, dispatch.ClientConfig{
 		Dispatch: &dispatch.Worker{
 			Pool: pool, Routes: pt.table, Handlers: g.handlers, Receipts: pt.store, Logger: logger, Metrics: pt.m, Guard: pt.guard,
@@ -258,8 +258,8 @@ func (g *Gateway) riverClient(pt parts) (*river.Client[pgx.Tx], error) {
 // handler is the gateway's HTTP handler: webhooks, health, metrics and,
 // with GATEWAY_ADMIN_TOKEN, the operator API, console and River UI.
 func (g *Gateway) handler(pt parts, p *process) http.Handler {
-	env := g.cfg.env
-	trusted, _ := proxies.Parse(env.TrustedProxies) // checked by config.Load
+	env := g.cfg
+	trusted, _ := proxies.Parse(env.TrustedProxies) // checked by Resolve
 	var riverUI http.Handler
 	if p.riverUI != nil {
 		riverUI = p.riverUI
@@ -271,8 +271,8 @@ func (g *Gateway) handler(pt parts, p *process) http.Handler {
 		Ready:                   database.Readiness(pt.pool),
 		MaxBodyBytes:            env.MaxBodyBytes,
 		MaxInflightBytes:        env.MaxInflightBytes,
-		MaxInflightBytesPerAddr: env.InflightBytesPerAddr(),
-		MinBodyRate:             int64(env.MinBodyRate),
+		MaxInflightBytesPerAddr: env.MaxInflightBytesPerAddr,
+		MinBodyRate:             env.BodyRate(),
 		ReadTimeout:             readTimeout,
 		Metrics:                 pt.m,
 		MetricsElsewhere:        env.MetricsAddr != "",

@@ -27,7 +27,7 @@ func defaultAddr(t *testing.T) string {
 	t.Helper()
 	ct := reflect.TypeFor[config.Config]()
 	for i := range ct.NumField() {
-		if f := ct.Field(i); f.Tag.Get("envconfig") == "GATEWAY_ADDR" {
+		if f := ct.Field(i); f.Tag.Get("env") == "GATEWAY_ADDR" {
 			return f.Tag.Get("default")
 		}
 	}

@@ -73,7 +73,7 @@ func declaredDefaults() map[string]string {
 	ct := reflect.TypeFor[config.Config]()
 	for i := range ct.NumField() {
 		f := ct.Field(i)
-		name, def := f.Tag.Get("envconfig"), f.Tag.Get("default")
+		name, def := f.Tag.Get("env"), f.Tag.Get("default")
 		if name != "" && def != "" {
 			defaults[name] = def
 		}

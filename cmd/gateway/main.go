@@ -25,6 +25,8 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -41,7 +43,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if len(os.Args) == 2 && os.Args[1] == "serve" || len(os.Args) < 2 {
+	if len(os.Args) < 2 || len(os.Args) == 2 && os.Args[1] == "serve" {
 		limitMemory()
 	}
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
@@ -67,15 +69,18 @@ const memoryHeadroom = 64 << 20
 // budget: without it the collector lets the heap grow to twice what is live,
 // and a burst of large bodies peaked near twice the budget. Only the gateway
 // binary does this; the library never sets a process-wide limit inside
-// another service. A configuration that does not load is left to run, which
-// reports it.
+// another service.
+// It reads GATEWAY_MAX_INFLIGHT_BYTES alone; a value that does not parse
+// is left to the configuration's check, which reports it.
 func limitMemory() {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return // the runtime has read it already
 	}
-	if cfg, err := config.Load(); err == nil {
-		debug.SetMemoryLimit(cfg.MaxInflightBytes + memoryHeadroom)
+	inflight := int64(256 << 20) // the default
+	if n, err := strconv.ParseInt(strings.TrimSpace(os.Getenv("GATEWAY_MAX_INFLIGHT_BYTES")), 10, 64); err == nil && n > 0 {
+		inflight = n
 	}
+	debug.SetMemoryLimit(inflight + memoryHeadroom)
 }
 
 const usage = `usage: gateway [command]

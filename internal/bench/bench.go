@@ -44,7 +44,7 @@ import (
 
 // Env is what the tool needs from the program.
 type Env struct {
-	Config config.Config
+	Config config.Resolved
 	// Providers are the gateway's providers (Config.Providers): the bench
 	// signs its deliveries with theirs, as their senders sign.
 	Providers *providers.Registry
@@ -108,10 +108,10 @@ func Run(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if o.comparePaused && (env.Config.AdminToken == "" || len(env.Config.Routes) == 0) {
+	if o.comparePaused && (env.Config.AdminToken == "" || len(env.Config.Table) == 0) {
 		return fmt.Errorf("bench: --compare-paused pauses the gateway's routes through its operator API: set GATEWAY_ADMIN_TOKEN and GATEWAY_ROUTES as the gateway has them")
 	}
-	if o.ceiling && len(env.Config.Routes) == 0 {
+	if o.ceiling && len(env.Config.Table) == 0 {
 		// Without routes the ceiling would store receipts alone, no dispatch
 		// rows or River jobs, and come out several times too high.
 		return fmt.Errorf("bench: --ceiling does the gateway's database work: set GATEWAY_ROUTES as the gateway has it")
@@ -176,7 +176,7 @@ func Run(ctx context.Context, env Env, args []string) error {
 func comparePaused(ctx context.Context, env Env, o options, gen *generator, on result) error {
 	api := &operatorAPI{base: strings.TrimSuffix(o.url, "/"), token: env.Config.AdminToken.Value()}
 	var names []string
-	for _, r := range env.Config.Routes {
+	for _, r := range env.Config.Table {
 		names = append(names, r.Name)
 	}
 	if err := api.setRoutes(ctx, names, "pause"); err != nil {
@@ -456,7 +456,7 @@ func runCeiling(ctx context.Context, env Env, o options, gen *generator) (float6
 		return 0, err
 	}
 	defer closeDB()
-	routes := env.Config.Routes
+	routes := env.Config.Table
 	if err := routes.CheckBuiltins(handlers.Default(nil).Names()); err != nil {
 		return 0, err
 	}

@@ -89,7 +89,7 @@ func TestCeilingHasAConnectionPerSender(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env.Config.Routes = routes
+	env.Config.Table = routes
 	var conns int
 	env.Open = func(_ context.Context, n int) (*pgxpool.Pool, func(), error) {
 		conns = n
@@ -165,8 +165,8 @@ func benchEnv(t *testing.T) Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := config.Config{GitHubSecrets: config.SecretList{"gh"}, StripeSecrets: config.SecretList{"whsec_s"}, StripeTolerance: time.Minute,
-		Providers: registry}
+	cfg := config.Resolved{Config: config.Config{GitHubSecrets: config.SecretList{"gh"}, StripeSecrets: config.SecretList{"whsec_s"},
+		StripeTolerance: time.Minute}, Providers: registry}
 	return Env{
 		Config:    cfg,
 		Providers: registry,

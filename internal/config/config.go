@@ -1,11 +1,14 @@
-// Package config is hookgate's one configuration loader: Load reads the
+// Package config is hookgate's configuration: Config, a plain struct a
+// library user may fill in code (the root package's hookgate.Config), whose
+// zero fields take the documented defaults; FromEnv, which fills it from the
 // environment and the YAML configuration file GATEWAY_CONFIG_FILE names
-// (routes with their limits and filters, sources) into one Config, with the
-// fan-out table and the provider registry ready, and says what is wrong by
-// variable, file line and key, never by a value that may be a secret.
-// Secrets are redacted whenever the configuration is printed, and each secret
-// may instead be read from the file named by its _FILE variant
-// (GITHUB_WEBHOOK_SECRET_FILE).
+// (routes with their limits and filters, sources), reading secrets from the
+// files their _FILE variants name without ever writing to the environment;
+// and Resolve, which fills in the defaults, checks everything, reporting
+// every error at once, and makes the fan-out table and the provider registry
+// the gateway runs by. Errors name the variable, file line and key that is
+// wrong, never a value that may be a secret; secrets are redacted whenever
+// the configuration is printed.
 package config
 
 import (
@@ -18,135 +21,240 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/kelseyhightower/envconfig"
-
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/proxies"
 	"github.com/hookgate/hookgate/internal/verify"
 )
 
-// Config is the gateway's configuration. The envconfig tag is the variable;
-// the default tag its default.
+// Config is the gateway's configuration. Each field's env tag is the
+// variable FromEnv reads it from; a field left at its zero value takes the
+// default its comment states (and its default tag, as the environment
+// writes it: a test holds the two together).
 type Config struct {
 	// DatabaseURL is the PostgreSQL URL. Empty: a private PostgreSQL is started
 	// under DataDir.
-	DatabaseURL Secret `envconfig:"DATABASE_URL"`
+	DatabaseURL Secret `env:"DATABASE_URL" secret:"true"`
 	// DataDir is where the private PostgreSQL lives. Defaults to ./.data.
-	DataDir string `envconfig:"GATEWAY_DATA_DIR" default:"./.data"`
+	DataDir string `env:"GATEWAY_DATA_DIR" default:"./.data"`
 	// Addr is the listen address. Defaults to :8080.
-	Addr string `envconfig:"GATEWAY_ADDR" default:":8080"`
-	// GitHubSecrets are GitHub's webhook secrets, comma-separated; any may
-	// match. Empty: GitHub is not configured.
-	GitHubSecrets SecretList `envconfig:"GITHUB_WEBHOOK_SECRET"`
-	// StripeSecrets are Stripe's whsec_... secrets, comma-separated. Empty:
-	// Stripe is not configured.
-	StripeSecrets SecretList `envconfig:"STRIPE_WEBHOOK_SECRET"`
+	Addr string `env:"GATEWAY_ADDR" default:":8080"`
+	// GitHubSecrets are GitHub's webhook secrets (comma-separated in the
+	// environment); any may match. None: GitHub is not configured.
+	GitHubSecrets SecretList `env:"GITHUB_WEBHOOK_SECRET" secret:"true"`
+	// StripeSecrets are Stripe's whsec_... secrets. None: Stripe is not
+	// configured.
+	StripeSecrets SecretList `env:"STRIPE_WEBHOOK_SECRET" secret:"true"`
 	// StripeTolerance is how far a Stripe signature's time may be from the
 	// clock. Defaults to 5m.
-	StripeTolerance time.Duration `envconfig:"STRIPE_TOLERANCE" default:"5m"`
+	StripeTolerance time.Duration `env:"STRIPE_TOLERANCE" default:"5m" zero:"must be positive"`
 	// AdminToken is the bearer token for /admin. Empty: operator endpoints off.
-	AdminToken Secret `envconfig:"GATEWAY_ADMIN_TOKEN"`
+	AdminToken Secret `env:"GATEWAY_ADMIN_TOKEN" secret:"true"`
 	// MaxBodyBytes is the largest accepted body. Defaults to 25 MiB, GitHub's cap.
-	MaxBodyBytes int64 `envconfig:"GATEWAY_MAX_BODY_BYTES" default:"26214400"`
+	MaxBodyBytes int64 `env:"GATEWAY_MAX_BODY_BYTES" default:"26214400" zero:"must be positive"`
 	// MaxInflightBytes bounds the request bodies held in memory at once, all
-	// ingest requests together; past it a request answers 503 overloaded.
-	// At least MaxBodyBytes. Defaults to 256 MiB.
-	MaxInflightBytes int64 `envconfig:"GATEWAY_MAX_INFLIGHT_BYTES" default:"268435456"`
+	// ingest requests together, counting only bytes that have arrived; past
+	// it a request answers 503 overloaded. At least MaxBodyBytes. Defaults to
+	// 256 MiB.
+	MaxInflightBytes int64 `env:"GATEWAY_MAX_INFLIGHT_BYTES" default:"268435456" zero:"must be positive"`
 	// MaxInflightBytesPerAddr bounds what one remote address holds of
 	// MaxInflightBytes; past it the address's new requests answer 503
-	// overloaded, and other addresses are unaffected. 0, the default: an
-	// eighth of MaxInflightBytes, and at least MaxBodyBytes.
-	MaxInflightBytesPerAddr int64 `envconfig:"GATEWAY_MAX_INFLIGHT_BYTES_PER_ADDR"`
+	// overloaded, and other addresses are unaffected. Defaults to an eighth
+	// of MaxInflightBytes, and at least MaxBodyBytes.
+	MaxInflightBytesPerAddr int64 `env:"GATEWAY_MAX_INFLIGHT_BYTES_PER_ADDR"`
 	// MinBodyRate is the slowest a request body may arrive, on average,
 	// once its first 10 s have passed: slower, it is answered 408
-	// request_timeout and its connection closed. "0" turns the check off.
-	// Defaults to 1KiB/s.
-	MinBodyRate ByteRate `envconfig:"GATEWAY_MIN_BODY_RATE" default:"1KiB/s"`
+	// request_timeout and its connection closed. Negative (the environment's
+	// "0"): no minimum. Defaults to 1KiB/s.
+	MinBodyRate ByteRate `env:"GATEWAY_MIN_BODY_RATE" default:"1KiB/s"`
 	// MetricsAddr, when set, is the only address /metrics is served on (an
 	// internal port), instead of beside the webhooks on Addr.
-	MetricsAddr string `envconfig:"GATEWAY_METRICS_ADDR"`
-	// Retention is how long receipts are kept; at least 72h. Defaults to 720h.
-	Retention time.Duration `envconfig:"GATEWAY_RETENTION" default:"720h"`
+	MetricsAddr string `env:"GATEWAY_METRICS_ADDR"`
+	// Retention is how long receipts are kept, 72h to 87600h. Defaults to 720h.
+	Retention time.Duration `env:"GATEWAY_RETENTION" default:"720h" zero:"must be from 72h0m0s (providers retry for 3 days) to 87600h0m0s"`
 	// IDRetention is how long after its receipt a delivery's id (provider,
 	// scope, id, body hash) is kept once its body is gone, so that the
 	// delivery sent again is a duplicate or a conflict, never new. At least
-	// 720h and at least Retention. 0, the default: ten times Retention.
-	IDRetention time.Duration `envconfig:"GATEWAY_ID_RETENTION"`
-	// RouteSpec is GATEWAY_ROUTES, the fan-out table in one line (see
-	// fanout.Parse), unless the configuration file lists routes. Empty:
-	// deliveries are stored and nothing is dispatched. A Secret: a target may
-	// carry a credential.
-	RouteSpec Secret `envconfig:"GATEWAY_ROUTES"`
-	// ForwardSecrets sign what the forwarder sends, comma-separated: each
-	// forward carries one signature per secret, so a target holding any one
-	// of them verifies it (rotation: add the new secret after the old, then
-	// remove the old). A whsec_<base64> secret is keyed, for the Standard
-	// Webhooks webhook-signature, by its decoded bytes. Empty: not signed.
-	ForwardSecrets SecretList `envconfig:"GATEWAY_FORWARD_SECRET"`
+	// 720h and at least Retention. Defaults to ten times Retention.
+	IDRetention time.Duration `env:"GATEWAY_ID_RETENTION"`
+	// Routes are the fan-out table, in order. FromEnv reads them from the
+	// configuration file when it lists routes, else from GATEWAY_ROUTES.
+	// None: deliveries are stored and nothing is dispatched.
+	Routes []Route `env:"-"`
+	// Sources are the senders besides GitHub and Stripe (the configuration
+	// file's sources), which routes may name.
+	Sources []Source `env:"-"`
+	// ForwardSecrets sign what the forwarder sends: each forward carries one
+	// signature per secret, so a target holding any one of them verifies it
+	// (rotation: add the new secret after the old, then remove the old). A
+	// whsec_<base64> secret is keyed, for the Standard Webhooks
+	// webhook-signature, by its decoded bytes. None: not signed.
+	ForwardSecrets SecretList `env:"GATEWAY_FORWARD_SECRET" secret:"true"`
 	// ForwardTimeout is one forward attempt's time limit. Defaults to 10s.
-	ForwardTimeout time.Duration `envconfig:"GATEWAY_FORWARD_TIMEOUT" default:"10s"`
+	ForwardTimeout time.Duration `env:"GATEWAY_FORWARD_TIMEOUT" default:"10s" zero:"must be positive"`
 	// MaxAttempts is the attempts per dispatch before it is discarded.
 	// Defaults to 25.
-	MaxAttempts int `envconfig:"GATEWAY_MAX_ATTEMPTS" default:"25"`
+	MaxAttempts int `env:"GATEWAY_MAX_ATTEMPTS" default:"25" zero:"must be at least 1"`
 	// Workers is how many dispatches of one route one process works at once,
 	// unless the route sets its own concurrency. Defaults to 50.
-	Workers int `envconfig:"GATEWAY_WORKERS" default:"50"`
-	// ConfigFile names the YAML configuration file (routes with their
-	// limits). Empty: none.
-	ConfigFile string `envconfig:"GATEWAY_CONFIG_FILE"`
+	Workers int `env:"GATEWAY_WORKERS" default:"50" zero:"must be 1 to 10000"`
 
-	// Console is "on" (the default) or "off": the operator console in the
-	// browser at /admin/, when GATEWAY_ADMIN_TOKEN is set.
-	Console string `envconfig:"GATEWAY_CONSOLE" default:"on"`
+	// Console is "on" or "off": the operator console in the browser at
+	// /admin/, when AdminToken is set. Defaults to on.
+	Console string `env:"GATEWAY_CONSOLE" default:"on"`
 	// PublicURL is the URL people reach the gateway at (https://... behind a
 	// TLS-terminating proxy): the console's origin for its CSRF check, and its
 	// cookie Secure when https. Empty: the request's own.
-	PublicURL string `envconfig:"GATEWAY_PUBLIC_URL"`
+	PublicURL string `env:"GATEWAY_PUBLIC_URL"`
 	// TrustedProxies are the reverse proxies (CIDRs or addresses,
 	// comma-separated) whose X-Forwarded-For names the remote address that
-	// the rejections log, logs and guessing budgets see. Empty: the
+	// the rejections log, logs, budgets and guessing limits see. Empty: the
 	// connection's address, and X-Forwarded-For is ignored.
-	TrustedProxies string `envconfig:"GATEWAY_TRUSTED_PROXIES"`
+	TrustedProxies string `env:"GATEWAY_TRUSTED_PROXIES"`
 
 	// GitHubRecoveryHooks are the GitHub hooks whose deliveries recovery
 	// lists: repo:OWNER/NAME:HOOK_ID, org:ORG:HOOK_ID or app, space-separated.
-	GitHubRecoveryHooks string `envconfig:"GITHUB_RECOVERY_HOOKS"`
+	GitHubRecoveryHooks string `env:"GITHUB_RECOVERY_HOOKS"`
 	// GitHubToken authenticates recovery's GitHub API requests; or a GitHub
 	// App: GitHubAppID and GitHubAppKeyFile (its private key, PEM).
-	GitHubToken      Secret `envconfig:"GITHUB_TOKEN"`
-	GitHubAppID      int64  `envconfig:"GITHUB_APP_ID"`
-	GitHubAppKeyFile string `envconfig:"GITHUB_APP_PRIVATE_KEY_FILE"`
+	GitHubToken      Secret `env:"GITHUB_TOKEN" secret:"true"`
+	GitHubAppID      int64  `env:"GITHUB_APP_ID"`
+	GitHubAppKeyFile string `env:"GITHUB_APP_PRIVATE_KEY_FILE"`
 	// GitHubAPIURL is GitHub's REST API (a GitHub Enterprise Server's is
-	// https://HOST/api/v3).
-	GitHubAPIURL string `envconfig:"GITHUB_API_URL" default:"https://api.github.com"`
+	// https://HOST/api/v3). Defaults to https://api.github.com.
+	GitHubAPIURL string `env:"GITHUB_API_URL" default:"https://api.github.com"`
 	// StripeAPIKey is a key that can read Stripe's events, for recovery.
-	StripeAPIKey Secret `envconfig:"STRIPE_API_KEY"`
-	// StripeAPIURL is Stripe's API.
-	StripeAPIURL string `envconfig:"STRIPE_API_URL" default:"https://api.stripe.com"`
-	// RecoveryInterval is how often recovery runs; RecoveryLookback how far
-	// back a run looks at most.
-	RecoveryInterval time.Duration `envconfig:"GATEWAY_RECOVERY_INTERVAL" default:"5m"`
-	RecoveryLookback time.Duration `envconfig:"GATEWAY_RECOVERY_LOOKBACK" default:"72h"`
+	StripeAPIKey Secret `env:"STRIPE_API_KEY" secret:"true"`
+	// StripeAPIURL is Stripe's API. Defaults to https://api.stripe.com.
+	StripeAPIURL string `env:"STRIPE_API_URL" default:"https://api.stripe.com"`
+	// RecoveryInterval is how often recovery runs, at least 1m. Defaults to
+	// 5m.
+	RecoveryInterval time.Duration `env:"GATEWAY_RECOVERY_INTERVAL" default:"5m" zero:"must be at least 1m"`
+	// RecoveryLookback is how far back a recovery run looks at most, 1h to
+	// 720h. Defaults to 72h.
+	RecoveryLookback time.Duration `env:"GATEWAY_RECOVERY_LOOKBACK" default:"72h" zero:"must be 1h to 720h"`
 
-	// Routes is the fan-out table, from the configuration file or
-	// GATEWAY_ROUTES, each route's limits defaulting to RouteDefaults. A
-	// builtin target's handler is not checked: the handlers are known only
-	// to who runs them (fanout.Table.CheckBuiltins).
-	Routes fanout.Table `ignored:"true"`
-	// Providers are the senders configured: GitHub and Stripe from their
-	// variables, then the configuration file's sources.
-	Providers *providers.Registry `ignored:"true"`
+	// routesFrom says where FromEnv read Routes ("GATEWAY_ROUTES", or the
+	// configuration file), for Resolve's messages; empty for routes set in
+	// code.
+	routesFrom string
 }
 
-// InflightBytesPerAddr is MaxInflightBytesPerAddr, or its default when 0:
-// an eighth of MaxInflightBytes, at least MaxBodyBytes (a body of the largest
-// size from one address must fit), at most MaxInflightBytes.
-func (c Config) InflightBytesPerAddr() int64 {
-	if c.MaxInflightBytesPerAddr > 0 {
-		return c.MaxInflightBytesPerAddr
+// Route is one route of the fan-out table, as configured: deliveries whose
+// provider and event match any of Match (and Filter, when set) are sent to
+// Target. A limit left at zero takes the Config's.
+type Route struct {
+	// Name identifies the route: 1-64 of a-z, 0-9, _ and -.
+	Name string
+	// Match are provider:pattern pairs: a provider (github, stripe, a
+	// source's name, or *) and an event pattern ("pull_request",
+	// "invoice.*"; a pattern matches an event it equals or is a
+	// dot-separated prefix of, * any run of characters).
+	Match []string
+	// Target is an http(s) URL or builtin:<name>, a Go handler.
+	Target string
+	// Concurrency is how many of the route's dispatches one process works
+	// at once, 1 to 10000. Defaults to the Config's Workers.
+	Concurrency int
+	// Rate limits the attempts started, all processes together: "N/s" or
+	// "N/m". Empty: no limit.
+	Rate string
+	// Timeout bounds one attempt, at most 1h. Defaults to the Config's
+	// ForwardTimeout.
+	Timeout time.Duration
+	// MaxAttempts is the attempts per dispatch, 1 to 1000. Defaults to the
+	// Config's MaxAttempts.
+	MaxAttempts int
+	// Circuit stops the route's attempts for a while after consecutive
+	// failures. Nil: 20 failures, then 30 s.
+	Circuit *Circuit
+	// Filter is a CEL expression over the delivery's provider, event,
+	// headers and payload that must be true for it. Empty: none.
+	Filter string
+}
+
+// String names the route and its matches, never its target, which may
+// carry a credential (in its path too): a configuration printed with %v or
+// %+v must not show it.
+func (r Route) String() string {
+	return "route " + r.Name + "[" + strings.Join(r.Match, " ") + "]"
+}
+
+// GoString is String, for %#v.
+func (r Route) GoString() string { return r.String() }
+
+// Circuit is a route's circuit breaker: after Failures consecutive failed
+// attempts no attempt starts for Cooldown, then one probe decides.
+type Circuit struct {
+	// Failures, 0 to 1000000; 0 turns the circuit off.
+	Failures int
+	// Cooldown, at most 24h. Defaults to 30 s.
+	Cooldown time.Duration
+}
+
+// Source is a sender besides GitHub and Stripe: its name (its endpoint is
+// /webhooks/<name>), its kind (standard-webhooks, shopify, slack, gitlab,
+// hmac), its secrets, and what its kind asks for.
+type Source = providers.SourceConfig
+
+// The bounds of the values that are not a route's.
+const (
+	// MinRetention is the shortest Retention accepted: GitHub redelivers
+	// and Stripe retries for up to 3 days, and a receipt must outlive both.
+	MinRetention = 72 * time.Hour
+	// MaxRetention is the longest Retention accepted, ten years: a longer
+	// one is a mistake, and ten times it (the default IDRetention) must
+	// still be a duration.
+	MaxRetention = 10 * 365 * 24 * time.Hour
+	// MinIDRetention is the shortest IDRetention accepted: a captured
+	// delivery must stay recognisable well past every sender's retries.
+	MinIDRetention = 30 * 24 * time.Hour
+)
+
+// withDefaults returns c with its zero fields at their defaults.
+func (c Config) withDefaults() Config {
+	str := func(v *string, d string) {
+		if *v == "" {
+			*v = d
+		}
 	}
-	return min(max(c.MaxInflightBytes/8, c.MaxBodyBytes), c.MaxInflightBytes)
+	str(&c.DataDir, "./.data")
+	str(&c.Addr, ":8080")
+	str(&c.Console, "on")
+	str(&c.GitHubAPIURL, "https://api.github.com")
+	str(&c.StripeAPIURL, "https://api.stripe.com")
+	dur := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	dur(&c.StripeTolerance, 5*time.Minute)
+	dur(&c.Retention, 720*time.Hour)
+	dur(&c.ForwardTimeout, 10*time.Second)
+	dur(&c.RecoveryInterval, 5*time.Minute)
+	dur(&c.RecoveryLookback, 72*time.Hour)
+	if c.IDRetention == 0 {
+		c.IDRetention = max(10*min(c.Retention, MaxRetention), MinIDRetention)
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 25 << 20
+	}
+	if c.MaxInflightBytes == 0 {
+		c.MaxInflightBytes = 256 << 20
+	}
+	if c.MaxInflightBytesPerAddr == 0 {
+		c.MaxInflightBytesPerAddr = min(max(c.MaxInflightBytes/8, c.MaxBodyBytes), c.MaxInflightBytes)
+	}
+	if c.MinBodyRate == 0 {
+		c.MinBodyRate = 1 << 10
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 25
+	}
+	if c.Workers == 0 {
+		c.Workers = 50
+	}
+	return c
 }
 
 // RouteDefaults are the limits of a route that sets none of its own.
@@ -154,90 +262,78 @@ func (c Config) RouteDefaults() fanout.Defaults {
 	return fanout.Defaults{Concurrency: c.Workers, Timeout: c.ForwardTimeout, MaxAttempts: c.MaxAttempts}
 }
 
-// registry returns the gateway's provider registry: the built-in providers
-// the environment configures, as sources like the configuration file's
-// (GITHUB_WEBHOOK_SECRET makes the source github, of kind github;
-// STRIPE_WEBHOOK_SECRET with STRIPE_TOLERANCE the source stripe, of kind
-// stripe), then sources, the configuration file's.
-func (c Config) registry(sources []providers.Provider) (*providers.Registry, error) {
-	var configured []providers.Provider
-	for _, src := range []providers.SourceConfig{
-		{Name: "github", Kind: "github", Secrets: verify.Secrets(c.GitHubSecrets)},
-		{Name: "stripe", Kind: "stripe", Secrets: verify.Secrets(c.StripeSecrets), Tolerance: c.StripeTolerance},
-	} {
-		if len(src.Secrets) == 0 {
-			continue // not configured
+// Resolved is a Config with its defaults filled in and checked, and what the
+// gateway runs by made from it.
+type Resolved struct {
+	Config
+	// Table is the fan-out table, each route's limits defaulting to
+	// RouteDefaults. A builtin target's handler is not checked: the handlers
+	// are known only to who runs them (fanout.Table.CheckBuiltins).
+	Table fanout.Table
+	// Providers are the senders configured: GitHub and Stripe from their
+	// secrets, then the sources.
+	Providers *providers.Registry
+}
+
+// CheckBuiltins reports a route whose builtin:<name> target names no
+// handler of names, saying where the route was configured.
+func (r Resolved) CheckBuiltins(names []string) error {
+	if err := r.Table.CheckBuiltins(names); err != nil {
+		if r.routesFrom != "" {
+			return fmt.Errorf("%s: %w", r.routesFrom, err)
 		}
-		p, err := providers.New(src)
+		return err
+	}
+	return nil
+}
+
+// BodyRate is MinBodyRate in bytes a second, 0 for none.
+func (r Resolved) BodyRate() int64 { return max(int64(r.MinBodyRate), 0) }
+
+// Resolve fills in c's defaults, checks every value, and makes the fan-out
+// table and the provider registry. Its error names every value that is
+// wrong, one line each, by its variable (or route and key), never by a value
+// that may be a secret.
+func (c Config) Resolve() (Resolved, error) {
+	c = c.withDefaults()
+	r := Resolved{Config: c}
+	errs := c.validate()
+	reg, sourceNames, err := c.registry()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	r.Providers = reg
+	d := c.RouteDefaults()
+	d.Sources = sourceNames
+	seen := map[string]bool{}
+	for i, route := range c.Routes {
+		where := fmt.Sprintf("route %d (%q)", i+1, route.Name)
+		if c.routesFrom == "GATEWAY_ROUTES" {
+			where = fmt.Sprintf("GATEWAY_ROUTES: bad route, entry %d (%q)", i+1, route.Name)
+		} else if c.routesFrom != "" {
+			where = fmt.Sprintf("%s: route %q", c.routesFrom, route.Name)
+		}
+		fr, err := resolveRoute(route, d)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", providers.Kinds[src.Kind].Env, err)
+			errs = append(errs, fmt.Errorf("%s: %w", where, err))
+			continue
 		}
-		configured = append(configured, p)
-	}
-	return providers.NewRegistry(append(configured, sources...)...)
-}
-
-// expected says what a variable that could not be read should hold, without
-// its value (it may be a secret).
-func expected(perr *envconfig.ParseError) string {
-	switch perr.TypeName {
-	case "int", "int64", "int32":
-		return "must be a whole number"
-	case "time.Duration":
-		return "must be a duration such as 30s, 5m or 72h"
-	case "bool":
-		return "must be true or false"
-	}
-	return perr.Err.Error() // the type's own decoder: its message names no secret
-}
-
-// MinRetention is the shortest GATEWAY_RETENTION accepted: GitHub redelivers
-// and Stripe retries for up to 3 days, and a receipt must outlive both.
-const MinRetention = 72 * time.Hour
-
-// MaxRetention is the longest GATEWAY_RETENTION accepted, ten years: a
-// longer one is a mistake, and ten times it (the default id retention) must
-// still be a duration.
-const MaxRetention = 10 * 365 * 24 * time.Hour
-
-// MinIDRetention is the shortest GATEWAY_ID_RETENTION accepted: a captured
-// delivery must stay recognisable well past every sender's retries.
-const MinIDRetention = 30 * 24 * time.Hour
-
-// Load reads the environment and the configuration file, checks them, and
-// returns the configuration with its routes and providers. Its error names
-// every variable, file line and key that is wrong.
-func Load() (Config, error) {
-	var c Config
-	restore, err := readSecretFiles()
-	defer restore()
-	if err != nil {
-		return c, err
-	}
-	if err := envconfig.Process("", &c); err != nil {
-		var perr *envconfig.ParseError
-		if errors.As(err, &perr) {
-			// Not perr.Value: it may be a secret.
-			return c, fmt.Errorf("%s: %s", perr.KeyName, expected(perr))
+		if seen[route.Name] {
+			errs = append(errs, fmt.Errorf("%s: the name %s is used by another route", where, route.Name))
+			continue
 		}
-		return c, err
+		seen[route.Name] = true
+		r.Table = append(r.Table, fr)
 	}
-	if err := c.Validate(); err != nil {
-		return c, err
+	if err := errors.Join(errs...); err != nil {
+		return Resolved{}, err
 	}
-	routes, sources, err := routesAndSources(c.RouteSpec.Value(), c.ConfigFile, c.RouteDefaults())
-	if err != nil {
-		return c, err
-	}
-	if c.Providers, err = c.registry(sources); err != nil {
-		return c, err
-	}
-	c.Routes = routes
-	return c, nil
+	return r, nil
 }
 
-// Validate checks the values that parse but make no sense.
-func (c Config) Validate() error {
+// validate checks the values that are not routes', each error naming its
+// variable.
+func (c Config) validate() []error {
 	var errs []error
 	bad := func(name, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{name}, args...)...))
@@ -245,13 +341,18 @@ func (c Config) Validate() error {
 	if c.DatabaseURL == "" && strings.TrimSpace(c.DataDir) == "" {
 		bad("GATEWAY_DATA_DIR", "must not be empty when DATABASE_URL is unset")
 	}
-	if c.Addr == "" {
-		bad("GATEWAY_ADDR", "must not be empty")
-	}
 	for _, s := range c.StripeSecrets {
 		if !strings.HasPrefix(s, "whsec_") {
 			bad("STRIPE_WEBHOOK_SECRET", "each secret must be a whsec_... signing secret")
 			break
+		}
+	}
+	for name, list := range map[string]SecretList{"GITHUB_WEBHOOK_SECRET": c.GitHubSecrets, "STRIPE_WEBHOOK_SECRET": c.StripeSecrets, "GATEWAY_FORWARD_SECRET": c.ForwardSecrets} {
+		for _, s := range list {
+			if strings.TrimSpace(s) == "" {
+				bad(name, "an empty secret in the list")
+				break
+			}
 		}
 	}
 	if c.StripeTolerance <= 0 {
@@ -278,7 +379,7 @@ func (c Config) Validate() error {
 		bad("GATEWAY_MAX_INFLIGHT_BYTES", "must be at least GATEWAY_MAX_BODY_BYTES (%d), or a body of the largest size could never be taken, got %d",
 			c.MaxBodyBytes, c.MaxInflightBytes)
 	}
-	if c.MaxInflightBytesPerAddr < 0 || c.MaxInflightBytesPerAddr > 0 && (c.MaxInflightBytesPerAddr < c.MaxBodyBytes || c.MaxInflightBytesPerAddr > c.MaxInflightBytes) {
+	if c.MaxInflightBytesPerAddr < c.MaxBodyBytes || c.MaxInflightBytesPerAddr > c.MaxInflightBytes {
 		bad("GATEWAY_MAX_INFLIGHT_BYTES_PER_ADDR", "must be 0 (an eighth of GATEWAY_MAX_INFLIGHT_BYTES) or from GATEWAY_MAX_BODY_BYTES (%d) to GATEWAY_MAX_INFLIGHT_BYTES (%d), got %d",
 			c.MaxBodyBytes, c.MaxInflightBytes, c.MaxInflightBytesPerAddr)
 	}
@@ -288,7 +389,7 @@ func (c Config) Validate() error {
 	if c.Retention < MinRetention || c.Retention > MaxRetention {
 		bad("GATEWAY_RETENTION", "must be from %s (providers retry for 3 days) to %s, got %s", MinRetention, MaxRetention, c.Retention)
 	}
-	if c.IDRetention != 0 && (c.IDRetention < MinIDRetention || c.IDRetention < c.Retention || c.IDRetention > 10*MaxRetention) {
+	if c.IDRetention < MinIDRetention || c.IDRetention < c.Retention || c.IDRetention > 10*MaxRetention {
 		bad("GATEWAY_ID_RETENTION", "must be at least %s and at least GATEWAY_RETENTION (%s), and at most %s, got %s",
 			MinIDRetention, c.Retention, 10*MaxRetention, c.IDRetention)
 	}
@@ -322,16 +423,45 @@ func (c Config) Validate() error {
 	if c.GitHubAppID < 0 {
 		bad("GITHUB_APP_ID", "must be a positive number, got %d", c.GitHubAppID)
 	}
-	if c.ConfigFile != "" {
-		if _, err := os.Stat(c.ConfigFile); err != nil {
-			// The reason without the path, which may be a secret pasted there.
-			if pe := (*os.PathError)(nil); errors.As(err, &pe) {
-				err = pe.Err
-			}
-			bad("GATEWAY_CONFIG_FILE", "the file it names cannot be read: %v", err)
+	return errs
+}
+
+// registry returns the gateway's provider registry, and the sources' names:
+// the built-in providers the secrets configure, as sources (GitHubSecrets
+// make the source github, of kind github; StripeSecrets with
+// StripeTolerance the source stripe, of kind stripe), then Sources.
+func (c Config) registry() (*providers.Registry, []string, error) {
+	var configured []providers.Provider
+	var errs []error
+	for _, src := range []providers.SourceConfig{
+		{Name: "github", Kind: "github", Secrets: verify.Secrets(c.GitHubSecrets)},
+		{Name: "stripe", Kind: "stripe", Secrets: verify.Secrets(c.StripeSecrets), Tolerance: c.StripeTolerance},
+	} {
+		if len(src.Secrets) == 0 {
+			continue // not configured
 		}
+		p, err := providers.New(src)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", providers.Kinds[src.Kind].Env, err))
+			continue
+		}
+		configured = append(configured, p)
 	}
-	return errors.Join(errs...)
+	var names []string
+	for i, src := range c.Sources {
+		p, err := providers.NewSource(src)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("source %d (%q): %w", i+1, src.Name, err))
+			continue
+		}
+		configured = append(configured, p)
+		names = append(names, src.Name)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, names, err
+	}
+	reg, err := providers.NewRegistry(configured...)
+	return reg, names, err
 }
 
 // publicURL reports whether s is an origin: scheme and host, nothing more.
@@ -339,59 +469,6 @@ func publicURL(s string) bool {
 	u, err := url.Parse(s)
 	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Hostname() != "" && u.User == nil &&
 		(u.Path == "" || u.Path == "/") && u.RawPath == "" && u.RawQuery == "" && !u.ForceQuery && u.Fragment == "" && u.Opaque == ""
-}
-
-// secretVars may be given as files through their _FILE variants.
-var secretVars = []string{"DATABASE_URL", "GITHUB_WEBHOOK_SECRET", "STRIPE_WEBHOOK_SECRET", "GATEWAY_ADMIN_TOKEN", "GATEWAY_FORWARD_SECRET",
-	"GITHUB_TOKEN", "STRIPE_API_KEY"}
-
-// readSecretFiles sets each secret variable from its _FILE variant, when that
-// is set; setting both is an error. Its errors do not show the _FILE
-// variant's value: the secret itself may have been put there instead of
-// its file's path.
-//
-// It returns a func that unsets what it set: Load may run more than once in a
-// process (the gateway binary reads GATEWAY_MAX_INFLIGHT_BYTES before serving;
-// a library user may load twice), and a variable left set would then count
-// as given beside its _FILE variant.
-func readSecretFiles() (restore func(), err error) {
-	var set []string
-	restore = func() {
-		for _, name := range set {
-			os.Unsetenv(name)
-		}
-	}
-	defer func() {
-		if err != nil {
-			restore()
-		}
-	}()
-	for _, name := range secretVars {
-		path, ok := os.LookupEnv(name + "_FILE")
-		if !ok || path == "" {
-			continue
-		}
-		if v, both := os.LookupEnv(name); both && v != "" {
-			return restore, fmt.Errorf("%s and %s_FILE are both set; set one", name, name)
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			if pe := (*os.PathError)(nil); errors.As(err, &pe) {
-				err = pe.Err
-			}
-			return restore, fmt.Errorf("%s_FILE: the file it names cannot be read: %w", name, err)
-		}
-		value := strings.TrimSpace(string(b))
-		if value == "" {
-			// A secret not mounted yet must not pass for a choice to leave it unset.
-			return restore, fmt.Errorf("%s_FILE: the file it names is empty", name)
-		}
-		if err := os.Setenv(name, value); err != nil {
-			return restore, fmt.Errorf("%s_FILE: %w", name, err)
-		}
-		set = append(set, name)
-	}
-	return restore, nil
 }
 
 // Secret is a string that never prints.
@@ -411,12 +488,13 @@ func (s Secret) GoString() string { return s.String() }
 // Value returns the secret itself.
 func (s Secret) Value() string { return string(s) }
 
-// SecretList is a comma-separated list of secrets, the first one primary.
+// SecretList is a list of secrets, the first one primary; in the
+// environment, comma-separated.
 type SecretList []string
 
-// Decode implements envconfig.Decoder: commas separate, surrounding spaces
-// are dropped, and an empty item, or a value of white space only, is an error.
-func (l *SecretList) Decode(value string) error {
+// decode reads a comma-separated list: surrounding spaces are dropped, and
+// an empty item, or a value of white space only, is an error.
+func (l *SecretList) decode(value string) error {
 	*l = nil
 	if value == "" {
 		return nil
@@ -446,18 +524,19 @@ func (l SecretList) String() string {
 // GoString redacts the secrets in %#v.
 func (l SecretList) GoString() string { return l.String() }
 
-// ByteRate is a rate in bytes a second, written as a size per second: "1KiB/s",
-// "512B/s", "2MiB/s", "10kB/s", or "0" for none.
+// ByteRate is a rate in bytes a second; in the environment, a size per
+// second: "1KiB/s", "512B/s", "2MiB/s", "10kB/s", or "0" for none (a negative
+// ByteRate).
 type ByteRate int64
 
 // byteUnits are the sizes a ByteRate may be written in.
 var byteUnits = map[string]int64{"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "kB": 1000, "KB": 1000, "MB": 1000 * 1000, "GB": 1000 * 1000 * 1000}
 
-// Decode implements envconfig.Decoder.
+// Decode reads a rate as the environment writes it.
 func (r *ByteRate) Decode(value string) error {
 	value = strings.TrimSpace(value)
 	if value == "0" {
-		*r = 0
+		*r = -1
 		return nil
 	}
 	size, ok := strings.CutSuffix(value, "/s")
@@ -472,4 +551,11 @@ func (r *ByteRate) Decode(value string) error {
 	}
 	*r = ByteRate(n * unit)
 	return nil
+}
+
+// statOK reports why a file cannot be read, without its path (which may be
+// a secret pasted there), or nil.
+func statOK(path string) error {
+	_, err := os.Stat(path)
+	return withoutPath(err)
 }

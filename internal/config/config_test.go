@@ -1,9 +1,12 @@
 package config_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,33 +15,41 @@ import (
 	"github.com/hookgate/hookgate/internal/providers"
 )
 
-// Not parallel: these tests set the process environment.
+// env loads the configuration from vars alone (as the environment would
+// hold them), never from the process's environment: the tests run in
+// parallel.
+func env(vars map[string]string) (config.Resolved, error) {
+	c, err := config.FromEnv(func(name string) (string, bool) { v, ok := vars[name]; return v, ok })
+	r, rerr := c.Resolve()
+	if err := errors.Join(err, rerr); err != nil {
+		return config.Resolved{}, err
+	}
+	return r, nil
+}
 
 func TestLoadDefaults(t *testing.T) {
-	for _, name := range []string{"DATABASE_URL", "GATEWAY_DATA_DIR", "GATEWAY_ADDR", "GITHUB_WEBHOOK_SECRET", "STRIPE_WEBHOOK_SECRET",
-		"STRIPE_TOLERANCE", "GATEWAY_ADMIN_TOKEN", "GATEWAY_MAX_BODY_BYTES", "GATEWAY_RETENTION", "GATEWAY_ROUTES",
-		"GATEWAY_FORWARD_SECRET", "GATEWAY_FORWARD_TIMEOUT", "GATEWAY_MAX_ATTEMPTS", "GATEWAY_WORKERS",
-		"GATEWAY_MAX_INFLIGHT_BYTES", "GATEWAY_METRICS_ADDR", "GATEWAY_CONSOLE", "GATEWAY_RECOVERY_INTERVAL", "GATEWAY_RECOVERY_LOOKBACK",
-		"GITHUB_API_URL", "STRIPE_API_URL", "GITHUB_RECOVERY_HOOKS", "GITHUB_TOKEN", "STRIPE_API_KEY", "GATEWAY_CONFIG_FILE",
-		"GATEWAY_ID_RETENTION", "GATEWAY_MIN_BODY_RATE", "GATEWAY_MAX_INFLIGHT_BYTES_PER_ADDR"} {
-		t.Setenv(name, "")
-		os.Unsetenv(name)
-	}
-	c, err := config.Load()
+	t.Parallel()
+	c, err := env(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.DataDir != "./.data" || c.Addr != ":8080" || c.StripeTolerance != 5*time.Minute || c.MaxBodyBytes != 26214400 ||
 		c.Retention != 720*time.Hour || c.ForwardTimeout != 10*time.Second || c.MaxAttempts != 25 || c.Workers != 50 ||
-		c.DatabaseURL != "" || len(c.GitHubSecrets) != 0 || len(c.Routes) != 0 || len(c.Providers.Providers()) != 0 || c.MaxInflightBytes != 256<<20 || c.MetricsAddr != "" ||
+		c.DatabaseURL != "" || len(c.GitHubSecrets) != 0 || len(c.Table) != 0 || len(c.Providers.Providers()) != 0 || c.MaxInflightBytes != 256<<20 || c.MetricsAddr != "" ||
 		c.Console != "on" || c.RecoveryInterval != 5*time.Minute || c.RecoveryLookback != 72*time.Hour ||
 		c.GitHubAPIURL != "https://api.github.com" || c.StripeAPIURL != "https://api.stripe.com" ||
-		c.IDRetention != 0 || c.MinBodyRate != 1024 || c.InflightBytesPerAddr() != 32<<20 {
+		c.IDRetention != 7200*time.Hour || c.BodyRate() != 1024 || c.MaxInflightBytesPerAddr != 32<<20 {
 		t.Fatalf("defaults = %+v", c)
+	}
+	// The zero Config, as a library user's code leaves it, is the same.
+	z, err := config.Config{}.Resolve()
+	if err != nil || fmt.Sprintf("%+v", z.Config) != fmt.Sprintf("%+v", c.Config) {
+		t.Fatalf("the zero Config: %v\n%+v\nwant\n%+v", err, z.Config, c.Config)
 	}
 }
 
 func TestLoadErrorsNameTheVariable(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, value, want string
 	}{
@@ -84,8 +95,8 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name+"="+tt.value, func(t *testing.T) {
-			t.Setenv(tt.name, tt.value)
-			_, err := config.Load()
+			t.Parallel()
+			_, err := env(map[string]string{tt.name: tt.value})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err = %v, want it to contain %q", err, tt.want)
 			}
@@ -98,19 +109,39 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 
 // GATEWAY_PUBLIC_URL is an origin, with or without its last slash.
 func TestLoadPublicURL(t *testing.T) {
+	t.Parallel()
 	for _, v := range []string{"https://hooks.example.com", "http://127.0.0.1:8080/"} {
-		t.Setenv("GATEWAY_PUBLIC_URL", v)
-		if c, err := config.Load(); err != nil || c.PublicURL != v {
+		if c, err := env(map[string]string{"GATEWAY_PUBLIC_URL": v}); err != nil || c.PublicURL != v {
 			t.Fatalf("GATEWAY_PUBLIC_URL=%s: %v, %q", v, err, c.PublicURL)
 		}
+	}
+}
+
+// Every error is reported at once, one line each, a value that does not
+// parse among them.
+func TestLoadReportsEveryErrorAtOnce(t *testing.T) {
+	t.Parallel()
+	_, err := env(map[string]string{"STRIPE_TOLERANCE": "5", "GATEWAY_RETENTION": "1h", "GATEWAY_WORKERS": "0",
+		"GATEWAY_MAX_ATTEMPTS": "many", "GATEWAY_ROUTES": "a=nowhere:x>builtin:log"})
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{"STRIPE_TOLERANCE: must be a duration", "GATEWAY_RETENTION: must be from 72h", "GATEWAY_WORKERS: must be 1 to 10000",
+		"GATEWAY_MAX_ATTEMPTS: must be a whole number", `GATEWAY_ROUTES: bad route, entry 1 ("a"): key match: a match must be provider:pattern`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error lacks %q:\n%v", want, err)
+		}
+	}
+	if n := strings.Count(err.Error(), "\n") + 1; n != 5 {
+		t.Errorf("%d lines, want one for each of the 5 errors:\n%v", n, err)
 	}
 }
 
 // GATEWAY_FORWARD_SECRET takes comma-separated secrets, the old and the new
 // one during a rotation, and never prints them.
 func TestLoadForwardSecrets(t *testing.T) {
-	t.Setenv("GATEWAY_FORWARD_SECRET", "whsec_b2xkLWZvcndhcmQta2V5, new-forward-key")
-	c, err := config.Load()
+	t.Parallel()
+	c, err := env(map[string]string{"GATEWAY_FORWARD_SECRET": "whsec_b2xkLWZvcndhcmQta2V5, new-forward-key"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,11 +156,10 @@ func TestLoadForwardSecrets(t *testing.T) {
 }
 
 func TestSecretsNeverPrint(t *testing.T) {
-	t.Setenv("GITHUB_WEBHOOK_SECRET", "gh-one, gh-two")
-	t.Setenv("GATEWAY_ADMIN_TOKEN", "admintoken")
-	t.Setenv("DATABASE_URL", "postgres://u:dbpassword@h/db")
-	t.Setenv("GATEWAY_ROUTES", "billing=github:push>https://u:targetpassword@billing.internal/hook?token=targettoken")
-	c, err := config.Load()
+	t.Parallel()
+	c, err := env(map[string]string{"GITHUB_WEBHOOK_SECRET": "gh-one, gh-two", "GATEWAY_ADMIN_TOKEN": "admintoken",
+		"DATABASE_URL": "postgres://u:dbpassword@h/db",
+		"GATEWAY_ROUTES": "billing=github:push>https://u:targetpassword@billing.internal/hook?token=targettoken"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,50 +167,61 @@ func TestSecretsNeverPrint(t *testing.T) {
 		t.Fatalf("secrets = %v %v", []string(c.GitHubSecrets), c.AdminToken.Value())
 	}
 	for _, format := range []string{"%v", "%+v", "%#v", "%s"} {
-		out := fmt.Sprintf(format, c)
-		for _, secret := range []string{"gh-one", "gh-two", "admintoken", "dbpassword", "targetpassword", "targettoken"} {
-			if strings.Contains(out, secret) {
-				t.Fatalf("%s shows %q: %s", format, secret, out)
+		for what, v := range map[string]any{"the resolved configuration": c, "the configuration": c.Config} {
+			out := fmt.Sprintf(format, v)
+			for _, secret := range []string{"gh-one", "gh-two", "admintoken", "dbpassword", "targetpassword", "targettoken"} {
+				if strings.Contains(out, secret) {
+					t.Fatalf("%s of %s shows %q: %s", format, what, secret, out)
+				}
 			}
 		}
 	}
 }
 
+// A secret may be read from the file its _FILE variant names, without the
+// environment being written; an empty file, or both set, is an error.
 func TestSecretFromFile(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "secret")
 	if err := os.WriteFile(path, []byte("whsec_fromfile\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("STRIPE_WEBHOOK_SECRET", "")
-	os.Unsetenv("STRIPE_WEBHOOK_SECRET")
-	t.Setenv("STRIPE_WEBHOOK_SECRET_FILE", path)
-	c, err := config.Load()
+	c, err := env(map[string]string{"STRIPE_WEBHOOK_SECRET_FILE": path})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(c.StripeSecrets) != 1 || c.StripeSecrets[0] != "whsec_fromfile" {
 		t.Fatalf("secrets = %v", []string(c.StripeSecrets))
 	}
-	// Loaded again (the gateway binary loads twice): the file's value did
-	// not stay behind in the variable, to count as given twice.
-	if _, set := os.LookupEnv("STRIPE_WEBHOOK_SECRET"); set {
-		t.Error("Load left STRIPE_WEBHOOK_SECRET set from its file")
-	}
-	if again, err := config.Load(); err != nil || len(again.StripeSecrets) != 1 || again.StripeSecrets[0] != "whsec_fromfile" {
-		t.Fatalf("loaded again: %v, %v", []string(again.StripeSecrets), err)
-	}
 	empty := filepath.Join(t.TempDir(), "empty")
 	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("STRIPE_WEBHOOK_SECRET_FILE", empty)
-	if _, err := config.Load(); err == nil || !strings.Contains(err.Error(), "STRIPE_WEBHOOK_SECRET_FILE: the file it names is empty") {
+	if _, err := env(map[string]string{"STRIPE_WEBHOOK_SECRET_FILE": empty}); err == nil || !strings.Contains(err.Error(), "STRIPE_WEBHOOK_SECRET_FILE: the file it names is empty") {
 		t.Fatalf("an empty secret file: %v", err)
 	}
-	t.Setenv("STRIPE_WEBHOOK_SECRET_FILE", path)
-	t.Setenv("STRIPE_WEBHOOK_SECRET", "whsec_both")
-	if _, err := config.Load(); err == nil || !strings.Contains(err.Error(), "both set") {
+	if _, err := env(map[string]string{"STRIPE_WEBHOOK_SECRET_FILE": path, "STRIPE_WEBHOOK_SECRET": "whsec_both"}); err == nil || !strings.Contains(err.Error(), "both set") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// Reading the configuration never writes the process's environment, from a
+// secret's file least of all.
+func TestLoadNeverWritesTheEnvironment(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(path, []byte("whsec_fromfile\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("STRIPE_WEBHOOK_SECRET_FILE", path)
+	t.Setenv("STRIPE_WEBHOOK_SECRET", "")
+	os.Unsetenv("STRIPE_WEBHOOK_SECRET")
+	before := os.Environ()
+	c, err := config.Load()
+	if err != nil || len(c.StripeSecrets) != 1 {
+		t.Fatalf("Load: %v, %v", err, c.StripeSecrets)
+	}
+	if after := os.Environ(); !slices.Equal(before, after) {
+		t.Fatalf("Load changed the environment")
 	}
 }
 
@@ -194,9 +235,8 @@ func TestSecretFileErrorsNeverShowTheValue(t *testing.T) {
 		{"DATABASE_URL", "postgres://hookgate:B7E1F0A9C3D2E1F0A9B8C7D6E5F4A3B2@db/hookgate", "DATABASE_URL_FILE: the file it names cannot be read"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			t.Setenv(tt.name, "")
-			t.Setenv(tt.name+"_FILE", tt.value)
-			_, err := config.Load()
+			t.Parallel()
+			_, err := env(map[string]string{tt.name + "_FILE": tt.value})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err = %v, want it to contain %q", err, tt.want)
 			}
@@ -213,11 +253,8 @@ func TestSecretFileErrorsNeverShowTheValue(t *testing.T) {
 func TestEveryBuiltinKindIsConfiguredByItsVariable(t *testing.T) {
 	for _, k := range providers.Builtins() {
 		t.Run(k, func(t *testing.T) {
-			for _, other := range providers.Builtins() {
-				t.Setenv(providers.Kinds[other].Env, "")
-			}
-			t.Setenv(providers.Kinds[k].Env, "whsec_one,whsec_two")
-			c, err := config.Load()
+			t.Parallel()
+			c, err := env(map[string]string{providers.Kinds[k].Env: "whsec_one,whsec_two"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -243,11 +280,12 @@ func TestErrorsNeverShowAPastedSecret(t *testing.T) {
 		{"GATEWAY_METRICS_ADDR", "GATEWAY_METRICS_ADDR: must differ from GATEWAY_ADDR"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			t.Setenv(tt.name, pasted)
+			t.Parallel()
+			vars := map[string]string{tt.name: pasted}
 			if tt.name == "GATEWAY_METRICS_ADDR" {
-				t.Setenv("GATEWAY_ADDR", pasted)
+				vars["GATEWAY_ADDR"] = pasted
 			}
-			_, err := config.Load()
+			_, err := env(vars)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err = %v, want it to contain %q", err, tt.want)
 			}
@@ -258,12 +296,40 @@ func TestErrorsNeverShowAPastedSecret(t *testing.T) {
 	}
 }
 
-// GATEWAY_MIN_BODY_RATE is a size per second in binary or decimal units, or 0.
+// GATEWAY_MIN_BODY_RATE is a size per second in binary or decimal units, or
+// 0 for none (a negative rate: zero is the default).
 func TestByteRates(t *testing.T) {
-	for in, want := range map[string]config.ByteRate{"0": 0, "512B/s": 512, "1KiB/s": 1024, "2MiB/s": 2 << 20, "10kB/s": 10000, " 3MB/s ": 3000000} {
+	t.Parallel()
+	for in, want := range map[string]config.ByteRate{"0": -1, "512B/s": 512, "1KiB/s": 1024, "2MiB/s": 2 << 20, "10kB/s": 10000, " 3MB/s ": 3000000} {
 		var r config.ByteRate
 		if err := r.Decode(in); err != nil || r != want {
 			t.Errorf("%q: %d, %v; want %d", in, r, err, want)
+		}
+	}
+}
+
+// Each variable's default tag, read as the environment would give it, is the
+// value a zero field takes: the documentation's defaults (docs test them
+// against these tags) are the gateway's.
+func TestDefaultTagsAreTheDefaults(t *testing.T) {
+	t.Parallel()
+	ct := reflect.TypeFor[config.Config]()
+	for i := range ct.NumField() {
+		f := ct.Field(i)
+		name, def := f.Tag.Get("env"), f.Tag.Get("default")
+		if def == "" {
+			continue
+		}
+		fromTag, err := env(map[string]string{name: def})
+		if err != nil {
+			t.Fatalf("%s=%s: %v", name, def, err)
+		}
+		zero, err := config.Config{}.Resolve()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := reflect.ValueOf(zero.Config).Field(i).Interface(), reflect.ValueOf(fromTag.Config).Field(i).Interface(); got != want {
+			t.Errorf("%s: a zero field takes %v, its default tag says %v", name, got, want)
 		}
 	}
 }

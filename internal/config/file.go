@@ -9,14 +9,12 @@ import (
 	"os"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/hookgate/hookgate/internal/fanout"
-	"github.com/hookgate/hookgate/internal/filter"
 	"github.com/hookgate/hookgate/internal/providers"
 )
 
@@ -54,58 +52,48 @@ type fileRoute struct {
 	Filter *string `yaml:"filter"`
 }
 
-// routesAndSources returns the fan-out table and the configuration file's
-// sources: the routes from the file at path when it lists routes, else from
-// GATEWAY_ROUTES (spec), which may name the file's sources. Both at once is
-// an error. A builtin target's name is left to fanout.Table.CheckBuiltins,
-// once the handlers are known.
-func routesAndSources(spec, path string, d fanout.Defaults) (fanout.Table, []providers.Provider, error) {
+// routesAndSources returns the routes and the configuration file's sources,
+// and where the routes were read: the routes from the file at path when it
+// lists routes, else from GATEWAY_ROUTES (spec), which may name the file's
+// sources. Both at once is an error. Each route is checked as Resolve checks
+// it, so that a file's error names its line.
+func routesAndSources(spec, path string, lookup Lookup) ([]Route, []Source, string, error) {
 	if path == "" {
-		t, err := parseSpec(spec, d)
-		return t, nil, err
+		rs, err := parseSpec(spec)
+		return rs, nil, "GATEWAY_ROUTES", err
 	}
-	f, err := readFile(path, d)
+	if err := statOK(path); err != nil {
+		return nil, nil, "", fmt.Errorf("GATEWAY_CONFIG_FILE: the file it names cannot be read: %w", err)
+	}
+	f, err := readFile(path, lookup)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	if !f.routesListed {
-		for _, src := range f.sources {
-			d.Sources = append(d.Sources, src.Name())
-		}
-		t, err := parseSpec(spec, d)
-		return t, f.sources, err
+		rs, err := parseSpec(spec)
+		return rs, f.sources, "GATEWAY_ROUTES", err
 	}
 	if strings.TrimSpace(spec) != "" {
-		return nil, nil, fmt.Errorf("%w %s: routes are given both here and in GATEWAY_ROUTES; keep one", ErrBadFile, path)
+		return nil, nil, "", fmt.Errorf("%w %s: routes are given both here and in GATEWAY_ROUTES; keep one", ErrBadFile, path)
 	}
-	return f.routes, f.sources, nil
-}
-
-// parseSpec parses GATEWAY_ROUTES, its errors named by the variable.
-func parseSpec(spec string, d fanout.Defaults) (fanout.Table, error) {
-	t, err := fanout.Parse(spec, nil, d)
-	if err != nil {
-		return nil, fmt.Errorf("GATEWAY_ROUTES: %w", err)
-	}
-	return t, nil
+	return f.routes, f.sources, "configuration file " + path, nil
 }
 
 // file is what the configuration file holds.
 type file struct {
 	// routes are the file's routes; routesListed says whether it has a
 	// routes key at all.
-	routes       fanout.Table
+	routes       []Route
 	routesListed bool
-	// sources are the senders besides GitHub and Stripe, checked and ready.
-	sources []providers.Provider
+	// sources are the senders besides GitHub and Stripe, checked.
+	sources []Source
 }
 
-// readFile reads the YAML configuration file at path. Each route's limits
-// left out are d's, its circuit fanout.DefaultCircuit's. A target_env names the
+// readFile reads the YAML configuration file at path. A target_env names the
 // variable holding the target's URL (or its _FILE variant, a file holding
 // it), so that a URL carrying a credential stays out of the file; a source's
 // secret_env names the variable holding its secrets, likewise.
-func readFile(path string, d fanout.Defaults) (file, error) {
+func readFile(path string, lookup Lookup) (file, error) {
 	var f file
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -135,6 +123,7 @@ func readFile(path string, d fanout.Defaults) (file, error) {
 	if err := checkKeys(top, fileKeys); err != nil {
 		return f, bad("%w", err)
 	}
+	var names []string
 	if list := value(top, "sources"); list != nil {
 		if list.Kind != yaml.SequenceNode {
 			return f, bad("line %d: sources must be a list of sources", list.Line)
@@ -142,16 +131,16 @@ func readFile(path string, d fanout.Defaults) (file, error) {
 		seen := map[string]bool{}
 		for i, n := range list.Content {
 			where := itemName("source", i, n)
-			src, err := readSource(n)
+			src, err := readSource(n, lookup)
 			if err != nil {
 				return f, bad("%s: %w", where, err)
 			}
-			if seen[src.Name()] {
-				return f, bad("%s: %w", where, keyErrors(n)("name", "%s is used by another source", src.Name()))
+			if seen[src.Name] {
+				return f, bad("%s: %w", where, keyErrors(n)("name", "%s is used by another source", src.Name))
 			}
-			seen[src.Name()] = true
+			seen[src.Name] = true
 			f.sources = append(f.sources, src)
-			d.Sources = append(d.Sources, src.Name())
+			names = append(names, src.Name)
 		}
 	}
 	list := value(top, "routes")
@@ -165,7 +154,7 @@ func readFile(path string, d fanout.Defaults) (file, error) {
 	seen := map[string]bool{}
 	for i, n := range list.Content {
 		where := itemName("route", i, n)
-		r, err := readRoute(n, d)
+		r, err := readRoute(n, names, lookup)
 		if err != nil {
 			return f, bad("%s: %w", where, err)
 		}
@@ -210,18 +199,19 @@ type fileSource struct {
 
 // readSource reads and checks one source of the file, its secrets from the
 // variable it names.
-func readSource(n *yaml.Node) (providers.Provider, error) {
+func readSource(n *yaml.Node, lookup Lookup) (Source, error) {
+	var none Source
 	if err := checkKeys(n, sourceKeys); err != nil {
-		return nil, err
+		return none, err
 	}
 	if o := value(n, "order"); o != nil {
 		if err := checkKeys(o, orderKeys); err != nil {
-			return nil, fmt.Errorf("order: %w", err)
+			return none, fmt.Errorf("order: %w", err)
 		}
 	}
 	var fs fileSource
 	if err := n.Decode(&fs); err != nil {
-		return nil, errors.New(strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n  "))
+		return none, errors.New(strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n  "))
 	}
 	bad := keyErrors(n)
 	c := providers.SourceConfig{Name: fs.Name, Kind: fs.Kind, HMAC: providers.HMACScheme{
@@ -234,70 +224,62 @@ func readSource(n *yaml.Node) (providers.Provider, error) {
 	if fs.Tolerance != "" {
 		t, err := time.ParseDuration(fs.Tolerance)
 		if err != nil || t <= 0 || t > time.Hour {
-			return nil, bad("tolerance", "must be a duration above 0 and at most 1h, got %q", fs.Tolerance)
+			return none, bad("tolerance", "must be a duration above 0 and at most 1h, got %q", fs.Tolerance)
 		}
 		c.Tolerance = t
 	}
 	if fs.SecretEnv == "" {
-		return nil, bad("secret_env", "name the variable that holds the source's secrets")
+		return none, bad("secret_env", "name the variable that holds the source's secrets")
 	}
-	secrets, err := fromEnv(fs.SecretEnv)
+	secrets, err := fromEnv(fs.SecretEnv, lookup)
 	if err != nil {
-		return nil, bad("secret_env", "%w", err)
+		return none, bad("secret_env", "%w", err)
 	}
 	for secret := range strings.SplitSeq(secrets, ",") {
 		if secret = strings.TrimSpace(secret); secret == "" {
-			return nil, bad("secret_env", "the variable it names holds an empty secret in its list")
+			return none, bad("secret_env", "the variable it names holds an empty secret in its list")
 		}
 		c.Secrets = append(c.Secrets, secret)
 	}
-	p, err := providers.NewSource(c)
-	if ke := (*providers.KeyError)(nil); errors.As(err, &ke) {
-		return nil, bad(ke.Key, "%s", ke.Problem)
+	if _, err := providers.NewSource(c); err != nil {
+		if ke := (*providers.KeyError)(nil); errors.As(err, &ke) {
+			return none, bad(ke.Key, "%s", ke.Problem)
+		}
+		return none, err
 	}
-	return p, err
+	return c, nil
 }
 
-// readRoute reads and checks one route of the file.
-func readRoute(n *yaml.Node, d fanout.Defaults) (fanout.Route, error) {
+// readRoute reads one route of the file and checks it as Resolve does, its
+// errors naming the key's line; sources are the file's sources' names,
+// which a match may name.
+func readRoute(n *yaml.Node, sources []string, lookup Lookup) (Route, error) {
+	var r Route
 	if err := checkKeys(n, routeKeys); err != nil {
-		return fanout.Route{}, err
+		return r, err
 	}
 	if c := value(n, "circuit"); c != nil {
 		if err := checkKeys(c, circuitKeys); err != nil {
-			return fanout.Route{}, fmt.Errorf("circuit: %w", err)
+			return r, fmt.Errorf("circuit: %w", err)
 		}
 	}
 	bad := keyErrors(n)
 	for _, key := range []string{"concurrency", "max_attempts", "circuit.failures"} {
 		// The decoder would cut 8.5 down to 8.
 		if v := valueAt(n, key); v != nil && v.Kind == yaml.ScalarNode && v.ShortTag() == "!!float" {
-			return fanout.Route{}, bad(key, "must be a whole number, got %s", v.Value)
+			return r, bad(key, "must be a whole number, got %s", v.Value)
 		}
 	}
 	var f fileRoute
 	if err := n.Decode(&f); err != nil {
-		return fanout.Route{}, errors.New(strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n  "))
+		return r, errors.New(strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n  "))
 	}
-	r := fanout.Route{Name: f.Name, Concurrency: d.Concurrency, Timeout: d.Timeout, MaxAttempts: d.MaxAttempts, Circuit: fanout.DefaultCircuit}
-	if err := fanout.CheckName(f.Name); err != nil {
-		return r, bad("name", "%w", err)
-	}
-	if len(f.Match) == 0 {
-		return r, bad("match", "list at least one provider:pattern")
-	}
-	for _, m := range f.Match {
-		match, err := fanout.ParseMatch(m, d.Sources)
-		if err != nil {
-			return r, bad("match", "%w", err)
-		}
-		r.Matches = append(r.Matches, match)
-	}
+	r = Route{Name: f.Name, Match: f.Match, Rate: f.Rate}
 	switch {
 	case f.Target != "" && f.TargetEnv != "":
 		return r, errors.New("keys target and target_env: give one")
 	case f.TargetEnv != "":
-		target, err := fromEnv(f.TargetEnv)
+		target, err := fromEnv(f.TargetEnv, lookup)
 		if err != nil {
 			return r, bad("target_env", "%w", err)
 		}
@@ -310,26 +292,18 @@ func readRoute(n *yaml.Node, d fanout.Defaults) (fanout.Route, error) {
 			// Secrets never go in the file.
 			return r, bad("target", "a URL with a user or password is a credential; put it in a variable and name it with target_env")
 		}
-		if err := fanout.CheckTarget(f.Target); err != nil {
-			return r, bad("target", "%w", err)
-		}
 		r.Target = f.Target
 	default:
 		return r, bad("target", "give target or target_env")
 	}
-	if f.Concurrency != nil {
-		if *f.Concurrency < 1 || *f.Concurrency > fanout.MaxConcurrency {
-			return r, bad("concurrency", "must be 1 to %d, got %d", fanout.MaxConcurrency, *f.Concurrency)
-		}
-		r.Concurrency = *f.Concurrency
+	// Written out, a zero is a mistake: in code it would mean the default.
+	if f.Concurrency != nil && *f.Concurrency < 1 {
+		return r, bad("concurrency", "must be 1 to %d, got %d", fanout.MaxConcurrency, *f.Concurrency)
 	}
-	if f.Rate != "" {
-		rate, err := parseRate(f.Rate)
-		if err != nil {
-			return r, bad("rate", "%w", err)
-		}
-		r.Rate = rate
+	if f.MaxAttempts != nil && *f.MaxAttempts < 1 {
+		return r, bad("max_attempts", "must be 1 to %d, got %d", fanout.MaxMaxAttempts, *f.MaxAttempts)
 	}
+	r.Concurrency, r.MaxAttempts = deref(f.Concurrency), deref(f.MaxAttempts)
 	if f.Timeout != "" {
 		timeout, err := time.ParseDuration(f.Timeout)
 		if err != nil || timeout <= 0 || timeout > fanout.MaxTimeout {
@@ -337,24 +311,15 @@ func readRoute(n *yaml.Node, d fanout.Defaults) (fanout.Route, error) {
 		}
 		r.Timeout = timeout
 	}
-	if f.MaxAttempts != nil {
-		if *f.MaxAttempts < 1 || *f.MaxAttempts > fanout.MaxMaxAttempts {
-			return r, bad("max_attempts", "must be 1 to %d, got %d", fanout.MaxMaxAttempts, *f.MaxAttempts)
-		}
-		r.MaxAttempts = *f.MaxAttempts
-	}
 	if f.Filter != nil {
-		filter, err := filter.Compile(*f.Filter)
-		if err != nil {
-			return r, bad("filter", "%w", err)
+		if strings.TrimSpace(*f.Filter) == "" {
+			return r, bad("filter", "is empty: give a CEL expression, or leave the key out")
 		}
-		r.Filter = filter
+		r.Filter = *f.Filter
 	}
 	if c := f.Circuit; c != nil {
+		r.Circuit = &Circuit{Failures: fanout.DefaultCircuit.Failures}
 		if c.Failures != nil {
-			if *c.Failures < 0 || *c.Failures > 1_000_000 {
-				return r, bad("circuit.failures", "must be 0 (off) to 1000000, got %d", *c.Failures)
-			}
 			r.Circuit.Failures = *c.Failures
 		}
 		if c.Cooldown != "" {
@@ -365,26 +330,20 @@ func readRoute(n *yaml.Node, d fanout.Defaults) (fanout.Route, error) {
 			r.Circuit.Cooldown = cooldown
 		}
 	}
+	if _, err := resolveRoute(r, fanout.Defaults{Concurrency: 1, Timeout: time.Second, MaxAttempts: 1, Sources: sources}); err != nil {
+		if ke := (*KeyError)(nil); errors.As(err, &ke) {
+			return r, bad(ke.Key, "%s", ke.Problem)
+		}
+		return r, err
+	}
 	return r, nil
 }
 
-var rateRE = regexp.MustCompile(`^([0-9]{1,9})/([sm])$`)
-
-// ParseRate parses a rate: N/s (attempts in any second) or N/m (any minute).
-func parseRate(s string) (fanout.Rate, error) {
-	m := rateRE.FindStringSubmatch(strings.TrimSpace(s))
-	if m == nil {
-		return fanout.Rate{}, fmt.Errorf("must be N/s or N/m, got %q", s)
+func deref(p *int) int {
+	if p == nil {
+		return 0
 	}
-	n, _ := strconv.Atoi(m[1])
-	if n < 1 || n > fanout.MaxRate {
-		return fanout.Rate{}, fmt.Errorf("N must be 1 to %d, got %d", fanout.MaxRate, n)
-	}
-	per := time.Second
-	if m[2] == "m" {
-		per = time.Minute
-	}
-	return fanout.Rate{N: n, Per: per}, nil
+	return *p
 }
 
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -402,12 +361,12 @@ const notAName = "is not the name of a variable (such as ACME_WEBHOOK_SECRET) th
 // neither name nor the _FILE variant's path: what was written there by
 // mistake may be the secret itself, and a secret may look like a variable's
 // name (upper-case hex). The caller says where name was written instead.
-func fromEnv(name string) (string, error) {
+func fromEnv(name string, lookup Lookup) (string, error) {
 	if !envNameRE.MatchString(name) {
 		return "", errors.New(notAName)
 	}
-	v, set := os.LookupEnv(name)
-	path, fileSet := os.LookupEnv(name + "_FILE")
+	v, set := lookup(name)
+	path, fileSet := lookup(name + "_FILE")
 	switch {
 	case set && v != "" && fileSet && path != "":
 		return "", errors.New("the variable it names and its _FILE variant are both set; set one")

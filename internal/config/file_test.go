@@ -18,7 +18,7 @@ import (
 // load is Load with GATEWAY_ROUTES spec and GATEWAY_CONFIG_FILE path, and no
 // built-in provider configured: each route's limits are the environment's
 // defaults (50 workers, 10s, 25 attempts).
-func load(t *testing.T, spec, path string) (config.Config, error) {
+func load(t *testing.T, spec, path string) (config.Resolved, error) {
 	t.Helper()
 	t.Setenv("GATEWAY_ROUTES", spec)
 	t.Setenv("GATEWAY_CONFIG_FILE", path)
@@ -29,7 +29,7 @@ func load(t *testing.T, spec, path string) (config.Config, error) {
 }
 
 // sources are the configured providers' names, in order.
-func sources(c config.Config) []string {
+func sources(c config.Resolved) []string {
 	var names []string
 	for _, p := range c.Providers.Providers() {
 		names = append(names, p.Name())
@@ -74,7 +74,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	table := cfg.Routes
+	table := cfg.Table
 	want := fanout.Table{
 		{Name: "ci", Matches: []fanout.Match{{Provider: "github", Pattern: "push"}, {Provider: "github", Pattern: "pull_request.*"}}, Target: "http://127.0.0.1:9000/ci",
 			Concurrency: 8, Rate: fanout.Rate{N: 20, Per: time.Second}, Timeout: 5 * time.Second, MaxAttempts: 10,
@@ -111,7 +111,7 @@ func TestLoadTakesRoutesFromOnePlace(t *testing.T) {
 	env := "ci=github:push>http://127.0.0.1:9000/ci"
 	empty := writeFile(t, "# routes come from GATEWAY_ROUTES\n{}\n")
 	cfg, err := load(t, env, empty)
-	table := cfg.Routes
+	table := cfg.Table
 	if err != nil || len(table) != 1 || table[0].Name != "ci" || table[0].Concurrency != 50 || table[0].Circuit != fanout.DefaultCircuit {
 		t.Fatalf("Load = %+v, %v", table, err)
 	}
@@ -157,7 +157,7 @@ func TestReadFileRefusesWhatIsWrong(t *testing.T) {
 		{"routes: [\n", `did not find expected`},
 		{"routes:\n  - name: ci\n" + ok + "    filter: payload.action\n", `route "ci" (line 2): line 5: key filter: invalid filter: its type is dyn, not bool`},
 		{"routes:\n  - name: ci\n" + ok + "    filter: 'payload.action == '\n", `route "ci" (line 2): line 5: key filter: invalid filter: ERROR`},
-		{"routes:\n  - name: ci\n" + ok + "    filter: ''\n", `key filter: invalid filter: empty`},
+		{"routes:\n  - name: ci\n" + ok + "    filter: ''\n", `key filter: is empty`},
 	} {
 		path := writeFile(t, tt.text)
 		_, err := load(t, "", path)
@@ -187,7 +187,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	table := cfg.Routes
+	table := cfg.Table
 	if table[0].Filter == nil || table[1].Filter != nil {
 		t.Fatalf("filters: %v, %v", table[0].Filter, table[1].Filter)
 	}
@@ -246,7 +246,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	table := cfg.Routes
+	table := cfg.Table
 	if got := sources(cfg); !slices.Equal(got, []string{"clerk", "gl"}) {
 		t.Fatalf("sources: %v", got)
 	}
@@ -259,8 +259,8 @@ routes:
 	}
 	// Routes from GATEWAY_ROUTES may name the file's sources too.
 	onlySources := writeFile(t, "sources:\n  - {name: clerk, kind: standard-webhooks, secret_env: CLERK_SECRET}\n")
-	if cfg, err := load(t, "u=clerk:user.*>builtin:log", onlySources); err != nil || len(cfg.Routes) != 1 {
-		t.Errorf("GATEWAY_ROUTES naming a source of the file: %v, %v", cfg.Routes, err)
+	if cfg, err := load(t, "u=clerk:user.*>builtin:log", onlySources); err != nil || len(cfg.Table) != 1 {
+		t.Errorf("GATEWAY_ROUTES naming a source of the file: %v, %v", cfg.Table, err)
 	}
 
 	t.Setenv("EMPTY_SECRET", "")

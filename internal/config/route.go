@@ -1,0 +1,140 @@
+package config
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/filter"
+)
+
+// KeyError is what is wrong with one key of a route: the configuration
+// file names its line, Resolve its route.
+type KeyError struct {
+	Key, Problem string
+}
+
+func (e *KeyError) Error() string { return "key " + e.Key + ": " + e.Problem }
+
+func keyErr(key, format string, args ...any) error {
+	return &KeyError{Key: key, Problem: fmt.Sprintf(format, args...)}
+}
+
+// resolveRoute checks r and makes the fan-out table's route of it, its limits
+// left at zero taken from d, its matches' providers among the built-in ones
+// and d.Sources. Its error is a *KeyError naming the key; none shows a
+// target, which may carry a credential.
+func resolveRoute(r Route, d fanout.Defaults) (fanout.Route, error) {
+	fr := fanout.Route{Name: r.Name, Concurrency: d.Concurrency, Timeout: d.Timeout, MaxAttempts: d.MaxAttempts, Circuit: fanout.DefaultCircuit}
+	if err := fanout.CheckName(r.Name); err != nil {
+		return fr, keyErr("name", "%v", err)
+	}
+	if len(r.Match) == 0 {
+		return fr, keyErr("match", "list at least one provider:pattern")
+	}
+	for _, m := range r.Match {
+		match, err := fanout.ParseMatch(m, d.Sources)
+		if err != nil {
+			return fr, keyErr("match", "%v", err)
+		}
+		fr.Matches = append(fr.Matches, match)
+	}
+	if r.Target == "" {
+		return fr, keyErr("target", "give an http(s) URL or builtin:<name>")
+	}
+	if err := fanout.CheckTarget(r.Target); err != nil {
+		return fr, keyErr("target", "%v", err)
+	}
+	fr.Target = r.Target
+	if r.Concurrency != 0 {
+		if r.Concurrency < 1 || r.Concurrency > fanout.MaxConcurrency {
+			return fr, keyErr("concurrency", "must be 1 to %d, got %d", fanout.MaxConcurrency, r.Concurrency)
+		}
+		fr.Concurrency = r.Concurrency
+	}
+	if r.Rate != "" {
+		rate, err := parseRate(r.Rate)
+		if err != nil {
+			return fr, keyErr("rate", "%v", err)
+		}
+		fr.Rate = rate
+	}
+	if r.Timeout != 0 {
+		if r.Timeout < 0 || r.Timeout > fanout.MaxTimeout {
+			return fr, keyErr("timeout", "must be a duration above 0 and at most %s, got %s", fanout.MaxTimeout, r.Timeout)
+		}
+		fr.Timeout = r.Timeout
+	}
+	if r.MaxAttempts != 0 {
+		if r.MaxAttempts < 1 || r.MaxAttempts > fanout.MaxMaxAttempts {
+			return fr, keyErr("max_attempts", "must be 1 to %d, got %d", fanout.MaxMaxAttempts, r.MaxAttempts)
+		}
+		fr.MaxAttempts = r.MaxAttempts
+	}
+	if r.Filter != "" {
+		f, err := filter.Compile(r.Filter)
+		if err != nil {
+			return fr, keyErr("filter", "%v", err)
+		}
+		fr.Filter = f
+	}
+	if c := r.Circuit; c != nil {
+		if c.Failures < 0 || c.Failures > 1_000_000 {
+			return fr, keyErr("circuit.failures", "must be 0 (off) to 1000000, got %d", c.Failures)
+		}
+		fr.Circuit.Failures = c.Failures
+		if c.Cooldown != 0 {
+			if c.Cooldown < 0 || c.Cooldown > fanout.MaxCooldown {
+				return fr, keyErr("circuit.cooldown", "must be a duration above 0 and at most %s, got %s", fanout.MaxCooldown, c.Cooldown)
+			}
+			fr.Circuit.Cooldown = c.Cooldown
+		}
+	}
+	return fr, nil
+}
+
+var rateRE = regexp.MustCompile(`^([0-9]{1,9})/([sm])$`)
+
+// parseRate parses a rate: N/s (attempts in any second) or N/m (any minute).
+func parseRate(s string) (fanout.Rate, error) {
+	m := rateRE.FindStringSubmatch(strings.TrimSpace(s))
+	if m == nil {
+		return fanout.Rate{}, fmt.Errorf("must be N/s or N/m, got %q", s)
+	}
+	n, _ := strconv.Atoi(m[1])
+	if n < 1 || n > fanout.MaxRate {
+		return fanout.Rate{}, fmt.Errorf("N must be 1 to %d, got %d", fanout.MaxRate, n)
+	}
+	per := time.Second
+	if m[2] == "m" {
+		per = time.Minute
+	}
+	return fanout.Rate{N: n, Per: per}, nil
+}
+
+// parseSpec reads GATEWAY_ROUTES: space-separated name=match[,match...]>target.
+// An entry is named by its place and name, never shown: its target may carry
+// a credential, in its path too, and what was written by mistake may be a URL
+// or a secret alone. What the routes say is checked by Resolve.
+func parseSpec(spec string) ([]Route, error) {
+	var rs []Route
+	for i, entry := range strings.Fields(spec) {
+		where := fmt.Sprintf("GATEWAY_ROUTES: bad route, entry %d", i+1)
+		name, rest, ok := strings.Cut(entry, "=")
+		if !ok {
+			return nil, fmt.Errorf("%s: want name=provider:pattern[,...]>target", where)
+		}
+		if err := fanout.CheckName(name); err != nil {
+			return nil, fmt.Errorf("%s: the name %w", where, err)
+		}
+		matches, target, ok := strings.Cut(rest, ">")
+		if !ok || target == "" {
+			return nil, fmt.Errorf("%s (%q): no >target", where, name)
+		}
+		rs = append(rs, Route{Name: name, Match: strings.Split(matches, ","), Target: target})
+	}
+	return rs, nil
+}
