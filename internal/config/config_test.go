@@ -158,7 +158,7 @@ func TestLoadForwardSecrets(t *testing.T) {
 func TestSecretsNeverPrint(t *testing.T) {
 	t.Parallel()
 	c, err := env(map[string]string{"GITHUB_WEBHOOK_SECRET": "gh-one, gh-two", "GATEWAY_ADMIN_TOKEN": "admintoken",
-		"DATABASE_URL": "postgres://u:dbpassword@h/db",
+		"DATABASE_URL":   "postgres://u:dbpassword@h/db",
 		"GATEWAY_ROUTES": "billing=github:push>https://u:targetpassword@billing.internal/hook?token=targettoken"})
 	if err != nil {
 		t.Fatal(err)
