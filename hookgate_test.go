@@ -97,17 +97,11 @@ func (gatewayKind) Kind() string { return "hookgate_dispatch" }
 // writes are rolled back), an error wrapped by Discard discards the dispatch
 // at once, and a success commits the handler's write with the dispatch.
 func TestAServicesHandlerGetsEveryPromise(t *testing.T) {
-	t.Setenv("DATABASE_URL", dbtest.URL(t))
-	t.Setenv("STRIPE_WEBHOOK_SECRET", stripeSecret)
-	t.Setenv("GATEWAY_ADDR", "127.0.0.1:0")
-	t.Setenv("GATEWAY_ADMIN_TOKEN", "admin-token")
-	t.Setenv("GATEWAY_ROUTES", "flaky=stripe:invoice.flaky>builtin:flaky refusing=stripe:invoice.refused>builtin:refusing")
-	cfg, err := hookgate.ConfigFromEnv()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var calls atomic.Int32
-	gw, err := hookgate.New(cfg,
+	g := runGateway(t, hookgate.Config{Routes: []hookgate.Route{
+		{Name: "flaky", Match: []string{"stripe:invoice.flaky"}, Target: "builtin:flaky"},
+		{Name: "refusing", Match: []string{"stripe:invoice.refused"}, Target: "builtin:refusing"},
+	}},
 		hookgate.WithHandler("flaky", func(ctx context.Context, tx pgx.Tx, d hookgate.Delivery) error {
 			if _, err := tx.Exec(ctx, `INSERT INTO effects VALUES ($1, $2)`, d.DeliveryID, d.Attempt); err != nil {
 				return err
@@ -125,25 +119,8 @@ func TestAServicesHandlerGetsEveryPromise(t *testing.T) {
 			_, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS effects (id text, attempt int)`)
 			return err
 		}),
-		hookgate.WithLogger(quiet),
 	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- gw.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	select {
-	case <-gw.Started():
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	}
+	gw, ctx := g.gw, context.Background()
 
 	for _, event := range []string{
 		`{"id":"evt_flaky","type":"invoice.flaky","created":1767225600,"data":{"object":{"id":"in_1"}}}`,
@@ -195,9 +172,8 @@ func TestAServicesHandlerGetsEveryPromise(t *testing.T) {
 	if attempts, _ := wait("evt_flaky", "succeeded"); attempts != 2 {
 		t.Errorf("a panic then a success: %d attempts, want 2", attempts)
 	}
-	var effects []int
 	rows, _ := gw.Pool().Query(ctx, `SELECT attempt FROM effects WHERE id = 'evt_flaky'`)
-	effects, err = pgx.CollectRows(rows, pgx.RowTo[int])
+	effects, err := pgx.CollectRows(rows, pgx.RowTo[int])
 	if err != nil || len(effects) != 1 || effects[0] != 2 {
 		t.Errorf("effects of evt_flaky by attempt: %v, %v; want only the second attempt's", effects, err)
 	}

@@ -32,20 +32,15 @@ type running struct {
 }
 
 // runGateway runs a gateway on a database of the test's own, with a Stripe
-// secret, the admin token "admin-token" and env, until the test ends.
-func runGateway(t *testing.T, env map[string]string, opts ...hookgate.Option) *running {
+// secret, the admin token "admin-token" and what cfg sets besides, until the
+// test ends. Its configuration is in code: the tests run in parallel.
+func runGateway(t *testing.T, cfg hookgate.Config, opts ...hookgate.Option) *running {
 	t.Helper()
-	t.Setenv("DATABASE_URL", dbtest.URL(t))
-	t.Setenv("STRIPE_WEBHOOK_SECRET", stripeSecret)
-	t.Setenv("GATEWAY_ADDR", "127.0.0.1:0")
-	t.Setenv("GATEWAY_ADMIN_TOKEN", "admin-token")
-	for k, v := range env {
-		t.Setenv(k, v)
-	}
-	cfg, err := hookgate.ConfigFromEnv()
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Parallel()
+	cfg.DatabaseURL = hookgate.Secret(dbtest.URL(t))
+	cfg.StripeSecrets = hookgate.SecretList{stripeSecret}
+	cfg.Addr = "127.0.0.1:0"
+	cfg.AdminToken = "admin-token"
 	gw, err := hookgate.New(cfg, append([]hookgate.Option{hookgate.WithLogger(quiet)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -133,12 +128,13 @@ func TestBadErrorTextsNeverStopCompletions(t *testing.T) {
 	}))
 	t.Cleanup(target.Close)
 	var good atomic.Int32
-	g := runGateway(t, map[string]string{
-		"GATEWAY_MAX_ATTEMPTS": "2",
-		"GATEWAY_ROUTES": "nul=stripe:invoice.*>" + target.URL + "/nul binary=stripe:invoice.*>" + target.URL + "/binary " +
-			"huge=stripe:invoice.*>" + target.URL + "/huge hnul=stripe:invoice.*>builtin:nul hhuge=stripe:invoice.*>builtin:huge " +
-			"good=stripe:invoice.*>builtin:good",
-	},
+	route := func(name, target string) hookgate.Route {
+		return hookgate.Route{Name: name, Match: []string{"stripe:invoice.*"}, Target: target}
+	}
+	g := runGateway(t, hookgate.Config{MaxAttempts: 2, Routes: []hookgate.Route{
+		route("nul", target.URL+"/nul"), route("binary", target.URL+"/binary"), route("huge", target.URL+"/huge"),
+		route("hnul", "builtin:nul"), route("hhuge", "builtin:huge"), route("good", "builtin:good"),
+	}},
 		hookgate.WithHandler("nul", func(context.Context, pgx.Tx, hookgate.Delivery) error {
 			return errors.New("no\x00such\x00row \xff")
 		}),
@@ -257,11 +253,10 @@ func TestAHandlerCannotEndItsTransactionOrItsGoroutine(t *testing.T) {
 		_, err := tx.Exec(ctx, `INSERT INTO effects VALUES ($1, $2, $3)`, d.Route, d.DeliveryID, d.Attempt)
 		return err
 	}
-	g := runGateway(t, map[string]string{
-		"GATEWAY_MAX_ATTEMPTS":    "2",
-		"GATEWAY_FORWARD_TIMEOUT": "2s",
-		"GATEWAY_ROUTES":          "committer=stripe:invoice.commit>builtin:committer exiter=stripe:invoice.exit>builtin:exiter",
-	},
+	g := runGateway(t, hookgate.Config{MaxAttempts: 2, ForwardTimeout: 2 * time.Second, Routes: []hookgate.Route{
+		{Name: "committer", Match: []string{"stripe:invoice.commit"}, Target: "builtin:committer"},
+		{Name: "exiter", Match: []string{"stripe:invoice.exit"}, Target: "builtin:exiter"},
+	}},
 		hookgate.WithMigration(func(ctx context.Context, pool *pgxpool.Pool) error {
 			_, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS effects (route text, id text, attempt int)`)
 			return err
@@ -331,7 +326,7 @@ func TestAHandlerCannotEndItsTransactionOrItsGoroutine(t *testing.T) {
 // bad_request and its connection closed, wherever it comes on a connection;
 // requests framed one way are served on a kept-alive connection as before.
 func TestAmbiguousFramingIsRefusedAndClosed(t *testing.T) {
-	g := runGateway(t, nil)
+	g := runGateway(t, hookgate.Config{})
 	c, err := net.Dial("tcp", g.gw.Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -372,7 +367,7 @@ func TestAmbiguousFramingIsRefusedAndClosed(t *testing.T) {
 // starts, stores and dispatches, and the migration's table is where it put it.
 func TestAMigrationsSessionSettingsStayOnItsOwnConnection(t *testing.T) {
 	var handled atomic.Int32
-	g := runGateway(t, map[string]string{"GATEWAY_ROUTES": "app=stripe:*>builtin:app"},
+	g := runGateway(t, hookgate.Config{Routes: []hookgate.Route{{Name: "app", Match: []string{"stripe:*"}, Target: "builtin:app"}}},
 		hookgate.WithMigration(func(ctx context.Context, pool *pgxpool.Pool) error {
 			for _, sql := range []string{`CREATE SCHEMA IF NOT EXISTS app`, `SET search_path = app`,
 				`CREATE TABLE IF NOT EXISTS effects (id text)`} {
