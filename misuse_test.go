@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,13 +32,21 @@ type running struct {
 	stop func() (time.Duration, error) // cancels Run; how long it took to return, and its error
 }
 
+// parallel holds the tests runGateway has made parallel (a test that runs
+// two gateways calls it twice).
+var parallel sync.Map
+
 // runGateway runs a gateway on a database of the test's own, with a Stripe
 // secret, the admin token "admin-token" and what cfg sets besides, until the
 // test ends. Its configuration is in code: the tests run in parallel.
 func runGateway(t *testing.T, cfg hookgate.Config, opts ...hookgate.Option) *running {
 	t.Helper()
-	t.Parallel()
-	cfg.DatabaseURL = hookgate.Secret(dbtest.URL(t))
+	if _, made := parallel.LoadOrStore(t, true); !made {
+		t.Parallel()
+	}
+	if cfg.DatabaseURL == "" {
+		cfg.DatabaseURL = hookgate.Secret(dbtest.URL(t))
+	}
 	cfg.StripeSecrets = hookgate.SecretList{stripeSecret}
 	cfg.Addr = "127.0.0.1:0"
 	cfg.AdminToken = "admin-token"

@@ -53,7 +53,7 @@ func (g *Gateway) open(ctx context.Context) (*pgxpool.Pool, func(), error) {
 		}
 	}
 	pool, closeDB, err := database.Open(ctx, database.Options{
-		URL: env.DatabaseURL.Value(), DataDir: env.DataDir, Mode: database.StartOwn,
+		URL: env.DatabaseURL.Value(), DataDir: env.DataDir, Mode: database.StartOwn, Schema: env.DatabaseSchema,
 		Conns: builtins + min(env.Workers, 50) + 24 + g.opts.conns, Logger: g.opts.logger,
 	})
 	if err != nil {
@@ -82,6 +82,12 @@ func runMigration(ctx context.Context, pool *pgxpool.Pool, migrate func(context.
 	// A few: a migration library may hold its lock on one connection and
 	// migrate on another.
 	cfg.MinConns, cfg.MaxConns = 0, 4
+	// The service's tables are its own schema's, not hookgate's: its
+	// connections keep the server's search_path (or the URL's own).
+	delete(cfg.ConnConfig.RuntimeParams, "search_path")
+	if path, ok := urlSearchPath(cfg.ConnString()); ok {
+		cfg.ConnConfig.RuntimeParams["search_path"] = path
+	}
 	own, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("open its pool: %w", err)
@@ -93,6 +99,16 @@ func runMigration(ctx context.Context, pool *pgxpool.Pool, migrate func(context.
 		}
 	}()
 	return migrate(ctx, own)
+}
+
+// urlSearchPath is the search_path a connection string sets itself.
+func urlSearchPath(conn string) (string, bool) {
+	cfg, err := pgx.ParseConfig(conn)
+	if err != nil {
+		return "", false
+	}
+	path, ok := cfg.RuntimeParams["search_path"]
+	return path, ok
 }
 
 // process is a gateway built on its database, ready to run.

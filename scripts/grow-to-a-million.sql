@@ -12,6 +12,13 @@
 -- about 1.1 million. It never changes a row it did not insert; run twice, it
 -- fails on the first copy's ids and changes nothing.
 \set ON_ERROR_STOP on
+-- hookgate's tables live in the schema GATEWAY_DATABASE_SCHEMA names
+-- (hookgate by default): psql -v schema=NAME for another.
+\if :{?schema}
+\else
+\set schema hookgate
+\endif
+SET search_path = :"schema", public;
 \if :{?copies}
 \else
 \set copies 49

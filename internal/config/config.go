@@ -24,6 +24,7 @@ import (
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/proxies"
+	"github.com/hookgate/hookgate/internal/schema"
 	"github.com/hookgate/hookgate/internal/verify"
 )
 
@@ -35,6 +36,11 @@ type Config struct {
 	// DatabaseURL is the PostgreSQL URL. Empty: a private PostgreSQL is started
 	// under DataDir.
 	DatabaseURL Secret `env:"DATABASE_URL" secret:"true"`
+	// DatabaseSchema is the PostgreSQL schema hookgate's and River's tables
+	// live in; the service's own tables stay in theirs. A database an
+	// earlier release made (its tables in public) is moved there at start.
+	// Defaults to hookgate.
+	DatabaseSchema string `env:"GATEWAY_DATABASE_SCHEMA" default:"hookgate"`
 	// DataDir is where the private PostgreSQL lives. Defaults to ./.data.
 	DataDir string `env:"GATEWAY_DATA_DIR" default:"./.data"`
 	// Addr is the listen address. Defaults to :8080.
@@ -219,6 +225,7 @@ func (c Config) withDefaults() Config {
 		}
 	}
 	str(&c.DataDir, "./.data")
+	str(&c.DatabaseSchema, schema.Default)
 	str(&c.Addr, ":8080")
 	str(&c.Console, "on")
 	str(&c.GitHubAPIURL, "https://api.github.com")
@@ -337,6 +344,9 @@ func (c Config) validate() []error {
 	var errs []error
 	bad := func(name, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{name}, args...)...))
+	}
+	if err := schema.CheckName(c.DatabaseSchema); err != nil {
+		bad("GATEWAY_DATABASE_SCHEMA", "%v", err)
 	}
 	if c.DatabaseURL == "" && strings.TrimSpace(c.DataDir) == "" {
 		bad("GATEWAY_DATA_DIR", "must not be empty when DATABASE_URL is unset")

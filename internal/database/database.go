@@ -4,6 +4,7 @@
 package database
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,6 +43,9 @@ type Options struct {
 	// Conns is how many connections the pool needs at least; the pool takes
 	// the URL's pool_max_conns when that is more.
 	Conns int
+	// Schema is GATEWAY_DATABASE_SCHEMA: the pool's connections put it
+	// first on their search_path (schema.Use). Empty: schema.Default.
+	Schema string
 	// Logger says when a private server starts and fails to stop.
 	Logger *slog.Logger
 }
@@ -91,6 +95,7 @@ func Open(ctx context.Context, o Options) (*pgxpool.Pool, func(), error) {
 		poolCfg.ConnConfig.RuntimeParams["jit"] = "off"
 	}
 	poolCfg.MaxConns = max(poolCfg.MaxConns, int32(o.Conns))
+	schema.Use(poolCfg.ConnConfig, cmp.Or(o.Schema, schema.Default))
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		stopEmbedded()

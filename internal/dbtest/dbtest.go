@@ -109,7 +109,7 @@ func createTemplate(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+template); err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, withDatabase(adminURL, template))
+	pool, err := pgxpool.New(ctx, inSchema(withDatabase(adminURL, template)))
 	if err != nil {
 		return err
 	}
@@ -118,10 +118,24 @@ func createTemplate(ctx context.Context) error {
 }
 
 // URL returns the URL of a new, migrated database that is dropped when the
-// test ends.
+// test ends. Its tables are in schema.Default, as a gateway's are, and the
+// URL puts that schema first on its connections' search_path.
 func URL(t testing.TB) string {
 	t.Helper()
-	return newDatabase(t, template)
+	return inSchema(newDatabase(t, template))
+}
+
+// inSchema is rawURL with schema.Default first on its search_path (as
+// schema.Use sets it), public after it.
+func inSchema(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return rawURL
+	}
+	q := u.Query()
+	q.Set("search_path", schema.Default+",public")
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // EmptyURL returns the URL of a new database without any schema, dropped when
@@ -183,7 +197,8 @@ func newDatabase(t testing.TB, from string) string {
 	return withDatabase(adminURL, name)
 }
 
-// NewPool returns a pool to a new, migrated database of the test's own.
+// NewPool returns a pool to a new, migrated database of the test's own, its
+// connections in schema.Default.
 func NewPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	pool, err := pgxpool.New(context.Background(), URL(t))

@@ -3,6 +3,13 @@
 // SQL files (package migrations), under an advisory lock so that several
 // processes may start at once. A gateway refuses to serve on a schema that is
 // behind.
+//
+// hookgate's and River's tables live in a PostgreSQL schema of their own
+// (GATEWAY_DATABASE_SCHEMA, "hookgate" by default), which the gateway's
+// connections put first on their search_path (Use), public after it, so
+// that a service's handlers still find its own tables by their plain names. A
+// database an earlier release made, with its tables in public, is moved to
+// the schema once, under the same lock, with nothing lost.
 package schema
 
 import (
@@ -11,6 +18,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,7 +81,37 @@ func ourMigrations() ([]migration, error) {
 	return ms, nil
 }
 
-// Migrate applies River's pending migrations and then hookgate's, holding an
+// Default is the schema hookgate's and River's tables live in unless
+// GATEWAY_DATABASE_SCHEMA says otherwise.
+const Default = "hookgate"
+
+var nameRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// CheckName reports whether name can name the schema: 1-63 of a-z, 0-9 and
+// _, not starting with a digit, and none of PostgreSQL's own (pg_*,
+// information_schema).
+func CheckName(name string) error {
+	if !nameRE.MatchString(name) || strings.HasPrefix(name, "pg_") || name == "information_schema" {
+		return errors.New("must be 1-63 of a-z, 0-9 and _, not starting with a digit, and not one of PostgreSQL's own schemas")
+	}
+	return nil
+}
+
+// Use puts the schema name first on the search_path of cfg's connections,
+// public after it (a service's own tables, found by their plain names):
+// every statement of hookgate's and River's finds its tables there. name
+// must pass CheckName.
+func Use(cfg *pgx.ConnConfig, name string) {
+	path := name + ", public"
+	if name == "public" {
+		path = "public"
+	}
+	cfg.RuntimeParams["search_path"] = path
+}
+
+// Migrate applies River's pending migrations and then hookgate's, in the
+// schema the pool's connections use first (Use): it creates the schema, and
+// moves there the tables an earlier release made in public. It holds an
 // advisory lock so that several processes may start at once: the first
 // applies, the others wait and find nothing left to do.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
@@ -89,6 +127,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 		// A fresh context: the lock must be released even when ctx is done.
 		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", int64(migrateLockKey))
 	}()
+	if err := ensureSchema(ctx, conn.Conn(), logger); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
 
 	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: logger})
 	if err != nil {
@@ -129,6 +170,84 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 	}
 	return nil
 }
+
+// ensureSchema creates the schema first on the connection's search_path,
+// and, when it holds no hookgate tables yet and public does (an earlier
+// release's database), moves hookgate's and River's tables, sequences, types
+// and functions there in one transaction.
+func ensureSchema(ctx context.Context, conn *pgx.Conn, logger *slog.Logger) error {
+	first, _, _ := strings.Cut(conn.Config().RuntimeParams["search_path"], ",")
+	name := strings.Trim(strings.TrimSpace(first), `"`)
+	if name == "" {
+		name = "public"
+	}
+	if err := CheckName(name); err != nil {
+		return fmt.Errorf("schema %q: %w", name, err)
+	}
+	if name == "public" {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return fmt.Errorf("create schema %s: %w", name, err)
+	}
+	var ours, earlier bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass('public.hookgate_migrations') IS NOT NULL`,
+		name+".hookgate_migrations").Scan(&ours, &earlier); err != nil {
+		return fmt.Errorf("look for an earlier release's tables: %w", err)
+	}
+	if ours || !earlier {
+		return nil
+	}
+	moved := 0
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		// Tables first (with their indexes, constraints and owned
+		// sequences), then what is left: free sequences, types, functions.
+		for _, list := range []string{movableTables, movableRest} {
+			rows, err := tx.Query(ctx, list, name)
+			if err != nil {
+				return err
+			}
+			stmts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return err
+			}
+			for _, stmt := range stmts {
+				if _, err := tx.Exec(ctx, stmt); err != nil {
+					return fmt.Errorf("%s: %w", stmt, err)
+				}
+			}
+			moved += len(stmts)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("move an earlier release's tables from public to %s: %w", name, err)
+	}
+	logger.InfoContext(ctx, "moved hookgate's and River's tables from public to their own schema", "schema", name, "objects", moved)
+	return nil
+}
+
+// movableTables and movableRest are the statements that move hookgate's and
+// River's objects (named hookgate_* and river_*) from public to the schema
+// $1.
+const (
+	movableTables = `SELECT format('ALTER TABLE public.%I SET SCHEMA %I', c.relname, $1::text)
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'u')
+		AND (c.relname LIKE 'hookgate\_%' OR c.relname LIKE 'river\_%')`
+	movableRest = `SELECT format('ALTER SEQUENCE public.%I SET SCHEMA %I', c.relname, $1::text)
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = 'public' AND c.relkind = 'S' AND (c.relname LIKE 'hookgate\_%' OR c.relname LIKE 'river\_%')
+		UNION ALL
+		SELECT format('ALTER TYPE public.%I SET SCHEMA %I', t.typname, $1::text)
+		FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+		WHERE n.nspname = 'public' AND t.typtype IN ('e', 'c', 'd') AND t.typrelid = 0
+		AND (t.typname LIKE 'hookgate\_%' OR t.typname LIKE 'river\_%')
+		UNION ALL
+		SELECT format('ALTER FUNCTION %s SET SCHEMA %I', p.oid::regprocedure, $1::text)
+		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+		WHERE n.nspname = 'public' AND (p.proname LIKE 'hookgate\_%' OR p.proname LIKE 'river\_%')`
+)
 
 func appliedVersions(ctx context.Context, conn *pgx.Conn) (map[int]bool, error) {
 	rows, err := conn.Query(ctx, "SELECT version FROM hookgate_migrations")
