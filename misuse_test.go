@@ -75,6 +75,7 @@ func runGateway(t *testing.T, cfg hookgate.Config, opts ...hookgate.Option) *run
 	select {
 	case <-gw.Started():
 	case err := <-done:
+		stopped.Store(true) // Run has returned: nothing is left to stop
 		t.Fatalf("Run: %v", err)
 	}
 	return r

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -83,11 +84,20 @@ func runMigration(ctx context.Context, pool *pgxpool.Pool, migrate func(context.
 	// migrate on another.
 	cfg.MinConns, cfg.MaxConns = 0, 4
 	// The service's tables are its own schema's, not hookgate's: its
-	// connections keep the server's search_path (or the URL's own).
-	delete(cfg.ConnConfig.RuntimeParams, "search_path")
-	if path, ok := urlSearchPath(cfg.ConnString()); ok {
-		cfg.ConnConfig.RuntimeParams["search_path"] = path
+	// connections keep their own search_path (the URL's, the role's or the
+	// server's), without hookgate's schema.
+	first, _, _ := strings.Cut(cfg.ConnConfig.RuntimeParams["search_path"], ",")
+	plain := cfg.ConnConfig.Copy()
+	if urlPath, ok := urlSearchPath(cfg.ConnString()); ok {
+		plain.RuntimeParams["search_path"] = urlPath
+	} else {
+		delete(plain.RuntimeParams, "search_path")
 	}
+	path, err := schema.ServicePath(ctx, plain, strings.TrimSpace(first))
+	if err != nil {
+		return fmt.Errorf("open its pool: %w", err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = path
 	own, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("open its pool: %w", err)

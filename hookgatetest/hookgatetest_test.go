@@ -210,3 +210,44 @@ func TestRequestsForARunningGateway(t *testing.T) {
 		t.Fatalf("StripeRequest: %+v, %v", d, err)
 	}
 }
+
+// Database gives each test a fresh database: hookgate's tables migrated in
+// their own schema, the service's migration run as the gateway runs it (its
+// table in public), and a pool on which a handler's transaction finds both.
+func TestDatabaseIsFreshAndMigrated(t *testing.T) {
+	migrate := func(ctx context.Context, pool *pgxpool.Pool) error {
+		_, err := pool.Exec(ctx, `CREATE TABLE ledger (id text PRIMARY KEY)`)
+		return err
+	}
+	a, b := hookgatetest.Database(t, migrate), hookgatetest.Database(t, migrate)
+	ctx := context.Background()
+	var nameA, nameB, ledger, receipts string
+	if err := a.QueryRow(ctx, `SELECT current_database(), to_regclass('ledger')::text, to_regclass('hookgate_receipts')::regclass::text`).Scan(&nameA, &ledger, &receipts); err != nil {
+		t.Fatal(err)
+	}
+	_ = b.QueryRow(ctx, `SELECT current_database()`).Scan(&nameB)
+	if nameA == nameB {
+		t.Errorf("two calls share the database %s", nameA)
+	}
+	var ledgerSchema, receiptsSchema string
+	if err := a.QueryRow(ctx, `SELECT (SELECT relnamespace::regnamespace::text FROM pg_class WHERE oid = 'ledger'::regclass),
+		(SELECT relnamespace::regnamespace::text FROM pg_class WHERE oid = 'hookgate_receipts'::regclass)`).Scan(&ledgerSchema, &receiptsSchema); err != nil {
+		t.Fatal(err)
+	}
+	if ledgerSchema != "public" || receiptsSchema != "hookgate" {
+		t.Errorf("the service's table in %s, hookgate's in %s; want public and hookgate", ledgerSchema, receiptsSchema)
+	}
+	tx, err := a.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	d, _ := hookgatetest.Stripe([]byte(`{"id":"evt_1","type":"invoice.paid","created":1767225600,"data":{"object":{"id":"in_1"}}}`))
+	res := hookgatetest.Work(ctx, tx, func(ctx context.Context, tx pgx.Tx, d hookgate.Delivery) error {
+		_, err := tx.Exec(ctx, `INSERT INTO ledger VALUES ($1)`, d.DeliveryID)
+		return err
+	}, d)
+	if res.State != hookgatetest.Succeeded {
+		t.Errorf("a handler on the database's pool: %s %v", res.State, res.Err)
+	}
+}

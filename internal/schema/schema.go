@@ -109,6 +109,40 @@ func Use(cfg *pgx.ConnConfig, name string) {
 	cfg.RuntimeParams["search_path"] = path
 }
 
+// ServicePath returns the search_path a service's own connection should
+// have: the one cfg's connections have (cfg as the URL gives it: its own
+// search_path, else the role's or the server's), without the schema name,
+// which "$user" also names when the user is called so (the private
+// PostgreSQL's user and the default schema are both hookgate). So a service's plain CREATE TABLE lands in
+// public, or where its database says, never among hookgate's tables. When
+// hookgate's schema is public itself (an earlier release's layout, kept on
+// purpose), the path is left as it is: the two share it.
+func ServicePath(ctx context.Context, cfg *pgx.ConnConfig, name string) (string, error) {
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	var path, user string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('search_path'), current_user").Scan(&path, &user); err != nil {
+		return "", err
+	}
+	var keep []string
+	for part := range strings.SplitSeq(path, ",") {
+		part = strings.TrimSpace(part)
+		bare := strings.Trim(part, `"`)
+		hidden := name != "public" && (bare == name || bare == "$user" && user == name)
+		if part == "" || hidden {
+			continue
+		}
+		keep = append(keep, part)
+	}
+	if len(keep) == 0 {
+		return "public", nil
+	}
+	return strings.Join(keep, ", "), nil
+}
+
 // Migrate applies River's pending migrations and then hookgate's, in the
 // schema the pool's connections use first (Use): it creates the schema, and
 // moves there the tables an earlier release made in public. It holds an
