@@ -257,7 +257,7 @@ func bucketName(d time.Duration) string {
 
 // (The console's own aggregate, kept beside its chart: one scan of receipts
 // and dispatches joined by bucket; it reads dispatch states through
-// dispatch.StateSQL.)
+// the view hookgate_dispatch_states.)
 //
 // deliveriesPerBucketSQL counts the deliveries received since $1, in the
 // bucket ($2 seconds wide) of their first receipt in the range, by provider
@@ -274,9 +274,8 @@ var deliveriesPerBucketSQL = `
 		GROUP BY provider, delivery_id
 	), s AS (
 		SELECT provider, delivery_id, min(array_position($3::text[], state)) AS rank
-		FROM (SELECT DISTINCT ON (d.provider, d.delivery_id, d.route) d.provider, d.delivery_id, ` + dispatch.StateSQL + ` AS state
-			FROM hookgate_dispatches d JOIN r ON r.provider = d.provider AND r.delivery_id = d.delivery_id
-			LEFT JOIN river_job j ON j.id = d.job_id
+		FROM (SELECT DISTINCT ON (d.provider, d.delivery_id, d.route) d.provider, d.delivery_id, d.live_state AS state
+			FROM hookgate_dispatch_states d JOIN r ON r.provider = d.provider AND r.delivery_id = d.delivery_id
 			WHERE d.created_at >= $1::timestamptz - interval '1 hour'
 			ORDER BY d.provider, d.delivery_id, d.route, d.generation DESC) l
 		GROUP BY provider, delivery_id

@@ -29,13 +29,12 @@ type failingRoutes struct {
 // failingRoutesSQL reads, for a page of deliveries ($1 providers and $2 ids,
 // pairwise), the routes whose latest dispatch is in one of the states $3, by
 // delivery and state: one statement for the page, not one per row, reading
-// states as the list does (dispatch.StateSQL).
+// states as the list does (the view hookgate_dispatch_states).
 var failingRoutesSQL = `
 	SELECT provider, delivery_id, state, array_agg(route ORDER BY route)
-	FROM (SELECT DISTINCT ON (d.provider, d.delivery_id, d.route) d.provider, d.delivery_id, d.route, ` + dispatch.StateSQL + ` AS state
+	FROM (SELECT DISTINCT ON (d.provider, d.delivery_id, d.route) d.provider, d.delivery_id, d.route, d.live_state AS state
 		FROM unnest($1::text[], $2::text[]) k(provider, delivery_id)
-		JOIN hookgate_dispatches d ON d.provider = k.provider AND d.delivery_id = k.delivery_id
-		LEFT JOIN river_job j ON j.id = d.job_id
+		JOIN hookgate_dispatch_states d ON d.provider = k.provider AND d.delivery_id = k.delivery_id
 		ORDER BY d.provider, d.delivery_id, d.route, d.generation DESC) l
 	WHERE state = ANY($3)
 	GROUP BY provider, delivery_id, state`

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/dispatch"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // routeTimeline is one route's dispatches of a delivery, oldest generation
@@ -40,7 +41,7 @@ type timelineEvent struct {
 // job River has already cleaned away leaves the dispatch's own row: its
 // creation, attempts, last error and last change.
 func (c *Console) timeline(ctx context.Context, provider, id string) ([]routeTimeline, error) {
-	ds, err := dispatch.HistoryOf(ctx, c.Pool, provider, id)
+	ds, err := store.HistoryOf(ctx, c.Pool, provider, id)
 	if err != nil {
 		return nil, fmt.Errorf("timeline: %w", err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // Errors returned by this package.
@@ -188,9 +189,9 @@ func (f Filter) where(args []any) (string, []any) {
 	switch f.State {
 	case "":
 	case "stored":
-		conds = append(conds, "NOT EXISTS ("+dispatch.OfEventSQL+")")
+		conds = append(conds, "NOT EXISTS (SELECT 1 FROM hookgate_dispatches d WHERE d.provider = r.provider AND d.delivery_id = r.delivery_id)")
 	default:
-		conds = append(conds, "EXISTS (SELECT 1 FROM ("+dispatch.LatestStatesSQL+") l WHERE l.state = "+arg(f.State)+")")
+		conds = append(conds, "EXISTS (SELECT 1 FROM hookgate_latest_states(r.provider, r.delivery_id) l(state) WHERE l.state = "+arg(f.State)+")")
 	}
 	return strings.Join(conds, " AND "), args
 }
@@ -264,7 +265,7 @@ func List(ctx context.Context, db DB, f Filter, limit int, after *Cursor) ([]Ite
 	rows, err := db.Query(ctx, `
 		SELECT r.provider, r.delivery_id, r.event, r.entity, r.received_at,
 			(SELECT count(*) FROM hookgate_receipts c WHERE c.provider = r.provider AND c.delivery_id = r.delivery_id),
-			ARRAY(`+dispatch.LatestStatesSQL+`)
+			ARRAY(SELECT l.state FROM hookgate_latest_states(r.provider, r.delivery_id) l(state))
 		FROM hookgate_receipts r
 		WHERE `+where+`
 		ORDER BY r.received_at DESC, r.provider DESC, r.delivery_id DESC
@@ -322,13 +323,13 @@ type Receipt struct {
 
 // Detail is one delivery with its receipts and every dispatch.
 type Detail struct {
-	Provider   string              `json:"provider"`
-	DeliveryID string              `json:"delivery_id"`
-	Event      string              `json:"event"`
-	Entity     *string             `json:"entity"`
-	EventTime  *time.Time          `json:"event_time"`
-	Receipts   []Receipt           `json:"receipts"`
-	Dispatches []dispatch.Dispatch `json:"dispatches"`
+	Provider   string           `json:"provider"`
+	DeliveryID string           `json:"delivery_id"`
+	Event      string           `json:"event"`
+	Entity     *string          `json:"entity"`
+	EventTime  *time.Time       `json:"event_time"`
+	Receipts   []Receipt        `json:"receipts"`
+	Dispatches []store.Dispatch `json:"dispatches"`
 	// Expired says retention deleted the delivery's receipts and
 	// dispatches; its id is kept (GATEWAY_ID_RETENTION), with the first
 	// receipt's body hash, when it was received and when it expired, so the
@@ -345,7 +346,7 @@ func Show(ctx context.Context, db DB, provider, deliveryID string) (Detail, erro
 	if err := CheckKey(provider, deliveryID); err != nil {
 		return Detail{}, err
 	}
-	d := Detail{Provider: provider, DeliveryID: deliveryID, Receipts: []Receipt{}, Dispatches: []dispatch.Dispatch{}}
+	d := Detail{Provider: provider, DeliveryID: deliveryID, Receipts: []Receipt{}, Dispatches: []store.Dispatch{}}
 	rows, err := db.Query(ctx, `
 		SELECT event, entity, event_time, scope, received_at, content_type, body_sha256, headers
 		FROM hookgate_receipts WHERE provider = $1 AND delivery_id = $2
@@ -375,7 +376,7 @@ func Show(ctx context.Context, db DB, provider, deliveryID string) (Detail, erro
 	if len(d.Receipts) == 0 {
 		return expired(ctx, db, d)
 	}
-	if d.Dispatches, err = dispatch.ListOf(ctx, db, provider, deliveryID); err != nil {
+	if d.Dispatches, err = store.DispatchesOf(ctx, db, provider, deliveryID); err != nil {
 		return Detail{}, err
 	}
 	return d, nil

@@ -22,6 +22,7 @@ import (
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // ErrUnknownRoute means a replay named a route that is not configured or does
@@ -83,7 +84,7 @@ func RedispatchTx(ctx context.Context, tx pgx.Tx, e *dispatch.Enqueuer, provider
 		return res, nil
 	}
 
-	last, err := dispatch.LatestTx(ctx, tx, provider, deliveryID, routes)
+	last, err := store.LatestOf(ctx, tx, provider, deliveryID, routes)
 	if err != nil {
 		return res, err
 	}

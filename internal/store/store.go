@@ -1,0 +1,34 @@
+// Package store is hookgate's data-access layer: every SQL statement the
+// gateway runs against its own tables and River's is here, as a named
+// function with named parameters, in a file per table or concern. The other
+// packages decide; this one reads and writes. A definition that two
+// statements share (a dispatch's live state, a live dispatch, an event's
+// first receipt) is a view or a function owned by a migration, never a
+// string glued into both.
+//
+// The statements are written by hand in Go rather than compiled by sqlc from
+// .sql files (River's choice): hookgate's statements are few, most are built
+// once with their shape fixed, and several must choose their columns or
+// conditions from a filter at run time (the deliveries list, the bulk
+// replays), which sqlc cannot express without a statement per combination.
+// Each function says what it reads or writes and which invariant it keeps;
+// the tests of the packages that call them run them on a real PostgreSQL.
+//
+// Every function takes the Querier to run on: a pool, a connection or a
+// transaction. A function whose statements must commit together with the
+// caller's takes a pgx.Tx and says so by its name's Tx suffix.
+package store
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Querier runs statements: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
