@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/hookgate/hookgate/internal/receipts"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // Actions.
@@ -85,7 +85,7 @@ type cursor struct {
 
 // List returns up to limit entries, newest first, after the cursor (from a
 // previous page; "" for the first), and the next page's cursor ("" at the end).
-func List(ctx context.Context, db receipts.DBTX, limit int, after string) ([]Entry, string, error) {
+func List(ctx context.Context, db store.Querier, limit int, after string) ([]Entry, string, error) {
 	var c cursor
 	var at *time.Time
 	if after != "" {

@@ -15,15 +15,12 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 
 	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/providers"
-	"github.com/hookgate/hookgate/internal/receipts"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -32,11 +29,11 @@ var (
 	// ErrBadFilter means a filter value could not be used.
 	ErrBadFilter = errors.New("bad filter")
 	// ErrNotFound means no delivery matched.
-	ErrNotFound = errors.New("delivery not found")
+	ErrNotFound = store.ErrNoDelivery
 )
 
 // DB is what the queries need: a pool, a connection or a transaction.
-type DB = receipts.DBTX
+type DB = store.Querier
 
 // summaryOrder is the order in which a delivery's summary state is chosen
 // among the latest dispatches of its routes: the first one present wins.
@@ -161,39 +158,13 @@ func likePattern(p string) string {
 	return r.Replace(p)
 }
 
-// where returns the filter's conditions on receipts r (the event's first
-// receipt) and their arguments, numbered from next.
-func (f Filter) where(args []any) (string, []any) {
-	conds := []string{
-		// r is the event's first receipt.
-		`NOT EXISTS (SELECT 1 FROM hookgate_receipts e WHERE e.provider = r.provider AND e.delivery_id = r.delivery_id
-			AND (e.received_at, e.scope) < (r.received_at, r.scope))`,
-	}
-	arg := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
-	}
-	if f.Provider != "" {
-		conds = append(conds, "r.provider = "+arg(f.Provider))
-	}
+// query is the filter as the store reads it.
+func (f Filter) query() store.DeliveryFilter {
+	q := store.DeliveryFilter{Provider: f.Provider, State: f.State, Since: f.Since, Until: f.Until}
 	if f.Event != "" {
-		p := arg(likePattern(f.Event))
-		conds = append(conds, fmt.Sprintf(`(r.event LIKE %s ESCAPE '\' OR r.event LIKE %s || '.%%' ESCAPE '\')`, p, p))
+		q.EventLike = likePattern(f.Event)
 	}
-	if f.Since != nil {
-		conds = append(conds, "r.received_at >= "+arg(*f.Since))
-	}
-	if f.Until != nil {
-		conds = append(conds, "r.received_at < "+arg(*f.Until))
-	}
-	switch f.State {
-	case "":
-	case "stored":
-		conds = append(conds, "NOT EXISTS (SELECT 1 FROM hookgate_dispatches d WHERE d.provider = r.provider AND d.delivery_id = r.delivery_id)")
-	default:
-		conds = append(conds, "EXISTS (SELECT 1 FROM hookgate_latest_states(r.provider, r.delivery_id) l(state) WHERE l.state = "+arg(f.State)+")")
-	}
-	return strings.Join(conds, " AND "), args
+	return q
 }
 
 // Cursor is a position in the newest-first order of deliveries.
@@ -228,18 +199,10 @@ func (c Cursor) valid() bool {
 }
 
 // Item is one delivery in a list.
-type Item struct {
-	Provider   string    `json:"provider"`
-	DeliveryID string    `json:"delivery_id"`
-	Event      string    `json:"event"`
-	Entity     *string   `json:"entity"`
-	ReceivedAt time.Time `json:"received_at"`
-	Receipts   int       `json:"receipts"`
-	State      string    `json:"state"`
-}
+type Item = store.Item
 
-// Cursor returns the position just after the item.
-func (it Item) Cursor() Cursor {
+// cursorOf returns the position just after the item.
+func cursorOf(it Item) Cursor {
 	return Cursor{ReceivedAt: it.ReceivedAt, Provider: it.Provider, DeliveryID: it.DeliveryID}
 }
 
@@ -255,61 +218,28 @@ func List(ctx context.Context, db DB, f Filter, limit int, after *Cursor) ([]Ite
 		limit = 50
 	}
 	limit = min(limit, MaxLimit)
-	where, args := f.where(nil)
-	if after != nil {
-		args = append(args, after.ReceivedAt, after.Provider, after.DeliveryID)
-		n := len(args)
-		where += fmt.Sprintf(" AND (r.received_at, r.provider, r.delivery_id) < ($%d, $%d, $%d)", n-2, n-1, n)
-	}
-	args = append(args, limit+1)
-	rows, err := db.Query(ctx, `
-		SELECT r.provider, r.delivery_id, r.event, r.entity, r.received_at,
-			(SELECT count(*) FROM hookgate_receipts c WHERE c.provider = r.provider AND c.delivery_id = r.delivery_id),
-			ARRAY(SELECT l.state FROM hookgate_latest_states(r.provider, r.delivery_id) l(state))
-		FROM hookgate_receipts r
-		WHERE `+where+`
-		ORDER BY r.received_at DESC, r.provider DESC, r.delivery_id DESC
-		LIMIT $`+strconv.Itoa(len(args)), args...)
+	items, err := store.ListDeliveries(ctx, db, f.query(), limit+1, (*store.DeliveryCursor)(after))
 	if err != nil {
-		return nil, nil, fmt.Errorf("list deliveries: %w", err)
+		return nil, nil, err
 	}
-	items := []Item{}
-	for rows.Next() {
-		var it Item
-		var states []string
-		if err := rows.Scan(&it.Provider, &it.DeliveryID, &it.Event, &it.Entity, &it.ReceivedAt, &it.Receipts, &states); err != nil {
-			rows.Close()
-			return nil, nil, fmt.Errorf("list deliveries: %w", err)
-		}
-		it.State = Summary(states)
-		items = append(items, it)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("list deliveries: %w", err)
+	for i := range items {
+		items[i].State = Summary(items[i].States)
 	}
 	var next *Cursor
 	if len(items) > limit {
 		items = items[:limit]
-		c := items[limit-1].Cursor()
+		c := cursorOf(items[limit-1])
 		next = &c
 	}
 	return items, next, nil
 }
 
 // CountSQL returns the query Count runs, and its arguments.
-func CountSQL(f Filter) (string, []any) {
-	where, args := f.where(nil)
-	return "SELECT count(*) FROM hookgate_receipts r WHERE " + where, args
-}
+func CountSQL(f Filter) (string, []any) { return store.CountDeliveriesSQL(f.query()) }
 
 // Count returns how many deliveries match f.
 func Count(ctx context.Context, db DB, f Filter) (int, error) {
-	sql, args := CountSQL(f)
-	var n int
-	if err := db.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count deliveries: %w", err)
-	}
-	return n, nil
+	return store.CountDeliveries(ctx, db, f.query())
 }
 
 // Receipt is one receipt of a delivery, without its body.
@@ -347,31 +277,16 @@ func Show(ctx context.Context, db DB, provider, deliveryID string) (Detail, erro
 		return Detail{}, err
 	}
 	d := Detail{Provider: provider, DeliveryID: deliveryID, Receipts: []Receipt{}, Dispatches: []store.Dispatch{}}
-	rows, err := db.Query(ctx, `
-		SELECT event, entity, event_time, scope, received_at, content_type, body_sha256, headers
-		FROM hookgate_receipts WHERE provider = $1 AND delivery_id = $2
-		ORDER BY received_at, scope`, provider, deliveryID)
+	stored, err := store.ReceiptsOf(ctx, db, provider, deliveryID)
 	if err != nil {
-		return Detail{}, fmt.Errorf("show delivery: %w", err)
+		return Detail{}, err
 	}
-	for rows.Next() {
-		var r Receipt
-		var sum []byte
-		var event string
-		var entity *string
-		var eventTime *time.Time
-		if err := rows.Scan(&event, &entity, &eventTime, &r.Scope, &r.ReceivedAt, &r.ContentType, &sum, &r.Headers); err != nil {
-			rows.Close()
-			return Detail{}, fmt.Errorf("show delivery: %w", err)
+	for i, r := range stored {
+		if i == 0 { // the event is described by its first receipt
+			d.Event, d.Entity, d.EventTime = r.Event, r.Entity, r.EventTime
 		}
-		if len(d.Receipts) == 0 { // the event is described by its first receipt
-			d.Event, d.Entity, d.EventTime = event, entity, eventTime
-		}
-		r.BodySHA256 = hex.EncodeToString(sum)
-		d.Receipts = append(d.Receipts, r)
-	}
-	if err := rows.Err(); err != nil {
-		return Detail{}, fmt.Errorf("show delivery: %w", err)
+		d.Receipts = append(d.Receipts, Receipt{Scope: r.Scope, ReceivedAt: r.ReceivedAt, ContentType: r.ContentType,
+			BodySHA256: hex.EncodeToString(r.BodySHA256), Headers: r.Headers})
 	}
 	if len(d.Receipts) == 0 {
 		return expired(ctx, db, d)
@@ -385,19 +300,12 @@ func Show(ctx context.Context, db DB, provider, deliveryID string) (Detail, erro
 // expired returns d, a delivery without receipts, as its kept id describes
 // it, or ErrNotFound when none is kept.
 func expired(ctx context.Context, db DB, d Detail) (Detail, error) {
-	var sum []byte
-	var receivedAt, expiredAt time.Time
-	err := db.QueryRow(ctx, `
-		SELECT event, body_sha256, received_at, expired_at FROM hookgate_expired_ids
-		WHERE provider = $1 AND delivery_id = $2 ORDER BY received_at, scope LIMIT 1`,
-		d.Provider, d.DeliveryID).Scan(&d.Event, &sum, &receivedAt, &expiredAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Detail{}, ErrNotFound
-	}
+	e, err := store.ExpiredIDOf(ctx, db, d.Provider, d.DeliveryID)
 	if err != nil {
-		return Detail{}, fmt.Errorf("show delivery: %w", err)
+		return Detail{}, err
 	}
-	d.Expired, d.BodySHA256, d.ReceivedAt, d.ExpiredAt = true, hex.EncodeToString(sum), &receivedAt, &expiredAt
+	d.Event = e.Event
+	d.Expired, d.BodySHA256, d.ReceivedAt, d.ExpiredAt = true, hex.EncodeToString(e.BodySHA256), &e.ReceivedAt, &e.ExpiredAt
 	return d, nil
 }
 
@@ -407,16 +315,5 @@ func Body(ctx context.Context, db DB, provider, deliveryID string) ([]byte, stri
 	if err := CheckKey(provider, deliveryID); err != nil {
 		return nil, "", err
 	}
-	var body []byte
-	var contentType string
-	err := db.QueryRow(ctx, `
-		SELECT body, content_type FROM hookgate_receipts WHERE provider = $1 AND delivery_id = $2
-		ORDER BY received_at, scope LIMIT 1`, provider, deliveryID).Scan(&body, &contentType)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, "", ErrNotFound
-	}
-	if err != nil {
-		return nil, "", fmt.Errorf("read body: %w", err)
-	}
-	return body, contentType, nil
+	return store.FirstBody(ctx, db, provider, deliveryID)
 }

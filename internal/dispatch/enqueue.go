@@ -13,6 +13,7 @@ import (
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/filter"
 	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // Kind is the River job kind of a dispatch. Stable: stored in river_job.
@@ -150,6 +151,9 @@ type Created struct {
 	State      string `json:"state"`
 }
 
+// maxDeleteMany is the most jobs one JobDeleteManyTx may delete.
+const maxDeleteMany = 10_000
+
 // CreateTx inserts the wanted dispatch rows that do not exist yet, each with
 // its River job. The jobs are inserted first (one InsertManyTx) so that each
 // row is written once, with its job id; the jobs of rows that turn out to
@@ -176,42 +180,38 @@ func (e *Enqueuer) CreateTx(ctx context.Context, tx pgx.Tx, want []Created) ([]C
 	if err != nil {
 		return nil, fmt.Errorf("insert dispatch jobs: %w", err)
 	}
-	providers := make([]string, len(want))
-	ids := make([]string, len(want))
-	routes := make([]string, len(want))
-	gens := make([]int32, len(want))
+	keys := make([]store.DispatchKey, len(want))
 	jobIDs := make([]int64, len(want))
 	for i, w := range want {
-		providers[i], ids[i], routes[i], gens[i], jobIDs[i] = w.Provider, w.DeliveryID, w.Route, int32(w.Generation), results[i].Job.ID
+		keys[i] = store.DispatchKey{Provider: w.Provider, DeliveryID: w.DeliveryID, Route: w.Route, Generation: w.Generation}
+		jobIDs[i] = results[i].Job.ID
 	}
-	rows, err := tx.Query(ctx, `
-		INSERT INTO hookgate_dispatches (provider, delivery_id, route, generation, job_id)
-		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::bigint[])
-		ON CONFLICT DO NOTHING
-		RETURNING provider, delivery_id, route, generation, job_id`, providers, ids, routes, gens, jobIDs)
+	inserted, insertedJobs, err := store.InsertDispatchesTx(ctx, tx, keys, jobIDs)
 	if err != nil {
-		return nil, fmt.Errorf("insert dispatches: %w", err)
+		return nil, err
 	}
-	kept := make(map[int64]bool, len(want))
-	created, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Created, error) {
-		c := Created{State: Pending}
-		var jobID int64
-		err := row.Scan(&c.Provider, &c.DeliveryID, &c.Route, &c.Generation, &jobID)
-		kept[jobID] = true
-		return c, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("insert dispatches: %w", err)
+	created := make([]Created, len(inserted))
+	for i, k := range inserted {
+		created[i] = Created{Provider: k.Provider, DeliveryID: k.DeliveryID, Route: k.Route, Generation: k.Generation, State: Pending}
 	}
 	if len(created) < len(want) {
+		// Rows another hook's copy created first: their new jobs go again,
+		// through River, before the transaction commits.
+		kept := make(map[int64]bool, len(insertedJobs))
+		for _, id := range insertedJobs {
+			kept[id] = true
+		}
 		var orphans []int64
 		for _, id := range jobIDs {
 			if !kept[id] {
 				orphans = append(orphans, id)
 			}
 		}
-		if _, err := tx.Exec(ctx, "DELETE FROM river_job WHERE id = ANY($1)", orphans); err != nil {
-			return nil, fmt.Errorf("delete unneeded dispatch jobs: %w", err)
+		for chunk := range slices.Chunk(orphans, maxDeleteMany) {
+			params := river.NewJobDeleteManyParams().IDs(chunk...).First(len(chunk))
+			if _, err := e.Client.JobDeleteManyTx(ctx, tx, params); err != nil {
+				return nil, fmt.Errorf("delete unneeded dispatch jobs: %w", err)
+			}
 		}
 	}
 	return created, nil

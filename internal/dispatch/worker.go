@@ -22,6 +22,7 @@ import (
 	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/receipts"
 	"github.com/hookgate/hookgate/internal/routes"
+	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/yield"
 )
 
@@ -184,12 +185,6 @@ func staleLeaseWait() time.Duration {
 	return 2*time.Second + rand.N(3*time.Second)
 }
 
-// entityLock is the key of the advisory lock of one route's dispatches of one
-// entity, as SQL over the expressions route and entity.
-func entityLock(route, entity string) string {
-	return "hashtextextended(" + route + " || '|' || " + entity + ", 0)"
-}
-
 func ordered(r receipts.Receipt) bool { return r.Entity != "" && !r.EventTime.IsZero() }
 
 func delivery(r receipts.Receipt, a Args, attempt int) handlers.Delivery {
@@ -216,17 +211,12 @@ func (w *Worker) runBuiltin(ctx context.Context, job *river.Job[Args], route fan
 		return fmt.Errorf("begin: %w", err)
 	}
 
-	var state string
-	var paused bool
-	err = tx.QueryRow(ctx, `
-		SELECT state, `+routes.PausedSQL("route")+` FROM hookgate_dispatches
-		WHERE provider = $1 AND delivery_id = $2 AND route = $3 AND generation = $4
-		FOR UPDATE`, a.Provider, a.DeliveryID, a.Route, a.Generation).Scan(&state, &paused)
-	if errors.Is(err, pgx.ErrNoRows) {
+	state, paused, err := store.LockDispatchTx(ctx, tx, store.DispatchKey(a))
+	if errors.Is(err, store.ErrNoDispatch) {
 		return errGone
 	}
 	if err != nil {
-		return fmt.Errorf("lock dispatch: %w", err)
+		return err
 	}
 	if IsFinal(state) {
 		// River ran the job again after its outcome was committed (a rescue
@@ -241,18 +231,18 @@ func (w *Worker) runBuiltin(ctx context.Context, job *river.Job[Args], route fan
 		return err
 	}
 	if ordered(r) {
-		var locked bool
-		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock("+entityLock("$1", "$2")+")", a.Route, r.Entity).Scan(&locked); err != nil {
-			return fmt.Errorf("entity lock: %w", err)
+		locked, err := store.TryEntityLockTx(ctx, tx, a.Route, r.Entity)
+		if err != nil {
+			return err
 		}
 		if !locked {
 			return river.JobSnooze(lockWait())
 		}
-		newer, err := newerAccepted(ctx, tx, a.Route, r)
+		mark, ok, err := store.WatermarkOf(ctx, tx, a.Route, r.Entity)
 		if err != nil {
 			return err
 		}
-		if newer {
+		if ok && mark.After(r.EventTime) { // the route handled a newer event of the entity
 			return w.finish(ctx, tx, job, Superseded, r.ReceivedAt)
 		}
 	}
@@ -270,7 +260,7 @@ func (w *Worker) runBuiltin(ctx context.Context, job *river.Job[Args], route fan
 		return err
 	}
 	if ordered(r) {
-		if err := moveWatermarks(ctx, tx, []watermark{{route: a.Route, entity: r.Entity, eventTime: r.EventTime, provider: r.Provider, deliveryID: r.DeliveryID}}); err != nil {
+		if err := store.RaiseWatermarks(ctx, tx, []store.Watermark{markOf(a, r)}); err != nil {
 			return err
 		}
 	}
@@ -284,7 +274,7 @@ func (w *Worker) runBuiltin(ctx context.Context, job *river.Job[Args], route fan
 // finish records a builtin dispatch's final state, completes its job and
 // commits, then counts it.
 func (w *Worker) finish(ctx context.Context, tx pgx.Tx, job *river.Job[Args], state string, receivedAt time.Time) error {
-	if err := setState(ctx, tx, job.Args, state, job.Attempt, nil); err != nil {
+	if err := store.SetDispatchState(ctx, tx, store.DispatchKey(job.Args), state, job.Attempt, nil); err != nil {
 		return err
 	}
 	if err := w.complete(ctx, tx, job); err != nil {
@@ -301,55 +291,6 @@ func (w *Worker) complete(ctx context.Context, tx pgx.Tx, job *river.Job[Args]) 
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit dispatch: %w", err)
-	}
-	return nil
-}
-
-// newerAccepted reports whether the route already handled a newer event of
-// r's entity. Called with the entity's lock (builtin) or lease held.
-func newerAccepted(ctx context.Context, db receipts.DBTX, route string, r receipts.Receipt) (bool, error) {
-	var mark time.Time
-	err := db.QueryRow(ctx, "SELECT event_time FROM hookgate_watermarks WHERE route = $1 AND entity = $2", route, r.Entity).Scan(&mark)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("read watermark: %w", err)
-	}
-	return mark.After(r.EventTime), nil
-}
-
-// watermark is a route's newest handled event of one entity.
-type watermark struct {
-	route, entity        string
-	eventTime            time.Time
-	provider, deliveryID string
-}
-
-// moveWatermarks raises watermarks, never lowering one.
-func moveWatermarks(ctx context.Context, db receipts.DBTX, marks []watermark) error {
-	newest := map[[2]string]watermark{}
-	for _, m := range marks {
-		k := [2]string{m.route, m.entity}
-		if cur, ok := newest[k]; !ok || m.eventTime.After(cur.eventTime) {
-			newest[k] = m
-		}
-	}
-	var routes, entities, providers, ids []string
-	var times []time.Time
-	for _, m := range newest {
-		routes, entities, times, providers, ids = append(routes, m.route), append(entities, m.entity), append(times, m.eventTime),
-			append(providers, m.provider), append(ids, m.deliveryID)
-	}
-	_, err := db.Exec(ctx, `
-		INSERT INTO hookgate_watermarks AS w (route, entity, event_time, provider, delivery_id)
-		SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::text[])
-		ON CONFLICT (route, entity) DO UPDATE SET
-			event_time = excluded.event_time, provider = excluded.provider,
-			delivery_id = excluded.delivery_id, updated_at = now()
-		WHERE w.event_time < excluded.event_time`, routes, entities, times, providers, ids)
-	if err != nil {
-		return fmt.Errorf("move watermark: %w", err)
 	}
 	return nil
 }
@@ -372,7 +313,8 @@ func (w *Worker) forward(ctx context.Context, job *river.Job[Args], route fanout
 	case c.newer:
 		o.state = Superseded
 	case c.leased != "":
-		o.mark = &watermark{route: a.Route, entity: c.r.Entity, eventTime: c.r.EventTime, provider: c.r.Provider, deliveryID: c.r.DeliveryID}
+		m := markOf(a, c.r)
+		o.mark = &m
 	}
 	if o.state == Succeeded {
 		ticket, err := w.admit(ctx, route, c.paused)
@@ -479,18 +421,7 @@ func (w *Worker) dropLease(ctx context.Context, c *claim) error {
 	if c.leased == "" {
 		return nil
 	}
-	return dropLeasesOf(ctx, w.Pool, c.args)
-}
-
-// dropLeasesOf gives back whatever lease the dispatch a holds.
-func dropLeasesOf(ctx context.Context, db receipts.DBTX, a Args) error {
-	_, err := db.Exec(context.WithoutCancel(ctx), `DELETE FROM hookgate_leases
-		WHERE route = $1 AND provider = $2 AND delivery_id = $3 AND generation = $4`,
-		a.Route, a.Provider, a.DeliveryID, a.Generation)
-	if err != nil {
-		return fmt.Errorf("give back lease: %w", err)
-	}
-	return nil
+	return store.GiveBackLease(context.WithoutCancel(ctx), w.Pool, store.DispatchKey(c.args))
 }
 
 // claim is what one attempt of a forward starts from.
@@ -502,41 +433,6 @@ type claim struct {
 	newer  bool             // the route already handled a newer event of that entity
 	paused bool             // an operator paused the route
 }
-
-// leaseSQL takes the lease of (route $3, entity e) for the dispatch ($1, $2,
-// $4), for $5 seconds, when the event has an entity and a time: when no one
-// holds it, when this dispatch does (River runs it again), or when it expired
-// and its holder either has an event no newer or is no longer in progress
-// (its dispatch ended, or its River job is gone). A holder that died with a
-// newer event in flight keeps it past its expiry: the target may have
-// accepted that event, so an older one waits until it is sent again or ends.
-// It returns the entity, whether the lease was taken, and whether the lease
-// it waits for has expired (its holder retries, or was rescued: a longer wait).
-func leaseSQL(entitySQL string) string {
-	return `WITH e AS (` + entitySQL + `),
-	taken AS (
-		INSERT INTO hookgate_leases AS l (route, entity, provider, delivery_id, generation, event_time, expires_at)
-		SELECT $3, e.entity, $1, $2, $4, e.event_time, now() + make_interval(secs => $5) FROM e
-		ON CONFLICT (route, entity) DO UPDATE SET provider = excluded.provider, delivery_id = excluded.delivery_id,
-			generation = excluded.generation, event_time = excluded.event_time, expires_at = excluded.expires_at
-		WHERE (l.provider, l.delivery_id, l.generation) = (excluded.provider, excluded.delivery_id, excluded.generation)
-			OR l.expires_at < now() AND (l.event_time <= excluded.event_time OR NOT EXISTS (` + leaseHolderInProgressSQL + `))
-		RETURNING l.entity)
-	SELECT e.entity, EXISTS (SELECT 1 FROM taken),
-		coalesce((SELECT expires_at < now() FROM hookgate_leases WHERE route = $3 AND entity = e.entity), false) FROM e`
-}
-
-// The receipts' entity and time, for the lease and the watermark: any
-// receipt's (the receipts of one event name them alike, and it needs no
-// sort), or, made exactly, the first receipt's (hooks that sent different
-// bodies under one id).
-var (
-	anyEntitySQL = `SELECT entity, event_time FROM hookgate_receipts
-		WHERE provider = $1 AND delivery_id = $2 AND entity IS NOT NULL AND event_time IS NOT NULL LIMIT 1`
-	firstEntitySQL = `SELECT entity, event_time FROM (` + receipts.FirstSQL("$1", "$2") + `) r
-		WHERE r.entity IS NOT NULL AND r.event_time IS NOT NULL`
-	anyLeaseSQL, firstLeaseSQL = leaseSQL(anyEntitySQL), leaseSQL(firstEntitySQL)
-)
 
 // claim starts an attempt in one round trip, in one implicit transaction
 // whose commit need not wait for the disk (a lease lost in a crash of the
@@ -551,49 +447,18 @@ func (w *Worker) claim(ctx context.Context, a Args, exact bool) (*claim, error) 
 	// The lease needs only the event's entity, so at first it takes any
 	// receipt's; when it is not the first receipt's, the claim is made again
 	// exactly.
-	lease := anyLeaseSQL
-	if exact {
-		lease = firstLeaseSQL
-	}
-	b := &pgx.Batch{}
-	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
-	b.Queue(lease, a.Provider, a.DeliveryID, a.Route, a.Generation, w.leaseTTL().Seconds())
-	// The watermark is that of the receipt's entity, checked below to be the
-	// leased one, read by a correlated subquery so that its plan stays a
-	// lookup of one key, whatever the statistics were when the connection
-	// prepared it.
-	b.Queue(`SELECT d.state, `+routes.PausedSQL("d.route")+`,
-		(SELECT w.event_time FROM hookgate_watermarks w WHERE w.route = d.route AND w.entity = r.entity), `+receipts.Columns+`
-		FROM hookgate_dispatches d CROSS JOIN LATERAL (`+receipts.FirstSQL("d.provider", "d.delivery_id")+`) r
-		WHERE d.provider = $1 AND d.delivery_id = $2 AND d.route = $3 AND d.generation = $4`,
-		a.Provider, a.DeliveryID, a.Route, a.Generation)
-	results := w.Pool.SendBatch(ctx, b)
-	c := &claim{args: a}
-	var entity string
-	var leased, stale bool
-	var mark *time.Time
-	_, err := results.Exec()
-	if err == nil {
-		if err = results.QueryRow().Scan(&entity, &leased, &stale); errors.Is(err, pgx.ErrNoRows) {
-			err = nil
-		}
-	}
+	sc, err := store.ClaimDispatch(ctx, w.Pool, store.DispatchKey(a), exact, w.leaseTTL())
+	c := &claim{args: a, state: sc.State, r: sc.Receipt, paused: sc.Paused}
+	entity, leased, stale, mark := sc.Entity, sc.Leased, sc.Stale, sc.Mark
 	if leased {
 		c.leased = entity
-	}
-	if err == nil {
-		c.r, err = receipts.Scan(results.QueryRow(), &c.state, &c.paused, &mark)
-	}
-	if cerr := results.Close(); err == nil {
-		err = cerr
 	}
 	switch {
 	case errors.Is(err, receipts.ErrNotFound):
 		_ = w.dropLease(ctx, c)
 		return nil, errGone
 	case err != nil:
-		// The implicit transaction rolled back: no lease was taken.
-		return nil, fmt.Errorf("read dispatch: %w", err)
+		return nil, err
 	case entity != "" && !leased && stale:
 		return nil, river.JobSnooze(staleLeaseWait())
 	case entity != "" && !leased:
@@ -615,8 +480,8 @@ type outcome struct {
 	args    Args
 	state   string
 	attempt int
-	mark    *watermark // the watermark to raise, for an accepted ordered forward
-	leased  string     // the entity whose lease the dispatch gives back, or ""
+	mark    *store.Watermark // the watermark to raise, for an accepted ordered forward
+	leased  string           // the entity whose lease the dispatch gives back, or ""
 }
 
 // record writes the outcome in the next batch and returns once it is committed.
@@ -637,84 +502,34 @@ func (w *Worker) recordBatch(ctx context.Context, os []outcome) ([]struct{}, err
 	return make([]struct{}, len(os)), nil
 }
 
-// writeOutcomes writes outcomes and their watermarks in tx. A row already
-// final is left as it is: a run that River repeated cannot undo an outcome.
+// writeOutcomes writes outcomes, their watermarks and the giving back of
+// their leases in tx (store.WriteOutcomesTx).
 func writeOutcomes(ctx context.Context, tx pgx.Tx, os []outcome) error {
-	var providers, ids, routes, states []string
-	var gens, attempts []int32
-	var marks []watermark
-	for _, o := range os {
-		providers, ids, routes, states = append(providers, o.args.Provider), append(ids, o.args.DeliveryID), append(routes, o.args.Route), append(states, o.state)
-		gens, attempts = append(gens, int32(o.args.Generation)), append(attempts, int32(o.attempt))
+	rows := make([]store.Outcome, len(os))
+	var marks []store.Watermark
+	for i, o := range os {
+		rows[i] = store.Outcome{DispatchKey: store.DispatchKey(o.args), State: o.state, Attempt: o.attempt, Leased: o.leased}
 		if o.mark != nil {
 			marks = append(marks, *o.mark)
 		}
 	}
-	_, err := tx.Exec(ctx, `
-		UPDATE hookgate_dispatches d SET state = t.state, attempts = t.attempts, last_error = NULL, updated_at = now()
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[])
-			AS t(provider, delivery_id, route, generation, state, attempts)
-		WHERE d.provider = t.provider AND d.delivery_id = t.delivery_id AND d.route = t.route AND d.generation = t.generation
-		AND d.state NOT IN (`+FinalSQL+`)`,
-		providers, ids, routes, gens, states, attempts)
-	if err != nil {
-		return fmt.Errorf("record outcomes: %w", err)
-	}
-	if len(marks) > 0 {
-		if err := moveWatermarks(ctx, tx, marks); err != nil {
-			return err
-		}
-	}
-	return dropLeases(ctx, tx, os)
+	return store.WriteOutcomesTx(ctx, tx, rows, marks)
 }
 
-// dropLeases gives back the leases of outcomes that hold one, in the
-// transaction that records them.
-func dropLeases(ctx context.Context, tx pgx.Tx, os []outcome) error {
-	var providers, ids, routes, entities []string
-	var gens []int32
-	for _, o := range os {
-		if o.leased != "" {
-			providers, ids, routes, entities = append(providers, o.args.Provider), append(ids, o.args.DeliveryID),
-				append(routes, o.args.Route), append(entities, o.leased)
-			gens = append(gens, int32(o.args.Generation))
-		}
-	}
-	if len(routes) == 0 {
-		return nil
-	}
-	_, err := tx.Exec(ctx, `
-		DELETE FROM hookgate_leases l
-		USING unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[]) AS t(provider, delivery_id, route, generation, entity)
-		WHERE l.route = t.route AND l.entity = t.entity
-		AND (l.provider, l.delivery_id, l.generation) = (t.provider, t.delivery_id, t.generation)`,
-		providers, ids, routes, gens, entities)
-	if err != nil {
-		return fmt.Errorf("give back leases: %w", err)
-	}
-	return nil
-}
-
-func setState(ctx context.Context, db receipts.DBTX, a Args, state string, attempt int, lastError *string) error {
-	_, err := db.Exec(ctx, `
-		UPDATE hookgate_dispatches SET state = $5, attempts = $6, last_error = $7, updated_at = now()
-		WHERE provider = $1 AND delivery_id = $2 AND route = $3 AND generation = $4`,
-		a.Provider, a.DeliveryID, a.Route, a.Generation, state, attempt, lastError)
-	if err != nil {
-		return fmt.Errorf("update dispatch: %w", err)
-	}
-	return nil
+// markOf is the watermark an accepted dispatch a of r's event raises.
+func markOf(a Args, r receipts.Receipt) store.Watermark {
+	return store.Watermark{Route: a.Route, Entity: r.Entity, EventTime: r.EventTime, Provider: r.Provider, DeliveryID: r.DeliveryID}
 }
 
 // recordFailure stores a failed attempt on the dispatch row. It is best effort:
 // River retries the job whether or not the row could be updated.
 func (w *Worker) recordFailure(ctx context.Context, job *river.Job[Args], state string, cause error) {
 	msg := errText(cause)
-	if err := setState(context.WithoutCancel(ctx), w.Pool, job.Args, state, job.Attempt, &msg); err != nil {
+	if err := store.SetDispatchState(context.WithoutCancel(ctx), w.Pool, store.DispatchKey(job.Args), state, job.Attempt, &msg); err != nil {
 		w.Logger.ErrorContext(ctx, "record dispatch failure", "error", err, "route", job.Args.Route, "delivery_id", job.Args.DeliveryID)
 	}
 	if IsFinal(state) { // an ended dispatch holds no lease (one left would expire)
-		if err := dropLeasesOf(ctx, w.Pool, job.Args); err != nil {
+		if err := store.GiveBackLease(context.WithoutCancel(ctx), w.Pool, store.DispatchKey(job.Args)); err != nil {
 			w.Logger.WarnContext(ctx, "give back lease", "error", err, "route", job.Args.Route, "delivery_id", job.Args.DeliveryID)
 		}
 	}

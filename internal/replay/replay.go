@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -65,14 +64,14 @@ func RedispatchTx(ctx context.Context, tx pgx.Tx, e *dispatch.Enqueuer, provider
 		return res, err
 	}
 	ev := dispatch.Event{Provider: provider, DeliveryID: deliveryID}
-	err := tx.QueryRow(ctx, `SELECT event, headers, content_type, body FROM hookgate_receipts WHERE provider = $1 AND delivery_id = $2
-		ORDER BY received_at, scope LIMIT 1`, provider, deliveryID).Scan(&ev.Event, &ev.Headers, &ev.ContentType, &ev.Body)
-	if errors.Is(err, pgx.ErrNoRows) {
+	first, err := store.FirstReceipt(ctx, tx, provider, deliveryID)
+	if errors.Is(err, store.ErrNoReceipt) {
 		return res, deliveries.ErrNotFound
 	}
 	if err != nil {
 		return res, fmt.Errorf("read delivery: %w", err)
 	}
+	ev.Event, ev.Headers, ev.ContentType, ev.Body = first.Event, first.Headers, first.ContentType, first.Body
 	routes, filteredOut, err := selectRoutes(e, ev, req.Routes)
 	if err != nil {
 		return res, err
@@ -150,19 +149,7 @@ func selectRoutes(e *dispatch.Enqueuer, ev dispatch.Event, named []string) (rout
 }
 
 // Entry is one entry of the replay log.
-type Entry struct {
-	ReplayID   string          `json:"replay_id"`
-	Actor      string          `json:"actor"`
-	CreatedAt  time.Time       `json:"created_at"`
-	Filter     json.RawMessage `json:"filter"`
-	Force      bool            `json:"force"`
-	Reason     *string         `json:"reason"`
-	Deliveries int             `json:"deliveries"`
-	Dispatches int             `json:"dispatches"`
-	State      string          `json:"state"`
-	// Done is how many of the deliveries have been handled so far.
-	Done int `json:"done"`
-}
+type Entry = store.Replay
 
 func newReplayID() string {
 	b := make([]byte, 12)
@@ -190,11 +177,10 @@ func OneTx(ctx context.Context, tx pgx.Tx, e *dispatch.Enqueuer, actor, provider
 		routes = []string{}
 	}
 	filter, _ := json.Marshal(map[string]any{"provider": provider, "delivery_id": deliveryID, "routes": routes})
-	_, err = tx.Exec(ctx, `
-		INSERT INTO hookgate_replays (replay_id, actor, filter, force, reason, deliveries, dispatches, state, done)
-		VALUES ($1, $2, $3, $4, $5, 1, $6, 'done', 1)`, id, actor, filter, req.Force, nullable(reason), len(res.Created))
+	err = store.LogReplayTx(ctx, tx, store.NewReplay{ReplayID: id, Actor: actor, Filter: filter, Force: req.Force,
+		Reason: nullable(reason), Deliveries: 1, Dispatches: len(res.Created), State: "done"})
 	if err != nil {
-		return "", res, fmt.Errorf("log replay: %w", err)
+		return "", res, err
 	}
 	return id, res, nil
 }
@@ -217,9 +203,9 @@ const replayBatchSize = 200
 // request, by the database's clock (the one receipts are stamped with):
 // deliveries received later are not replayed.
 func BulkTx(ctx context.Context, tx pgx.Tx, e *dispatch.Enqueuer, actor string, f deliveries.Filter, force bool, reason string) (string, int, error) {
-	var now time.Time
-	if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
-		return "", 0, fmt.Errorf("read clock: %w", err)
+	now, err := store.Now(ctx, tx)
+	if err != nil {
+		return "", 0, err
 	}
 	if f.Until == nil || f.Until.After(now) {
 		f.Until = &now
@@ -234,11 +220,10 @@ func BulkTx(ctx context.Context, tx pgx.Tx, e *dispatch.Enqueuer, actor string, 
 	if matched == 0 {
 		state = "done"
 	}
-	_, err = tx.Exec(ctx, `
-		INSERT INTO hookgate_replays (replay_id, actor, filter, force, reason, deliveries, state)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)`, id, actor, filter, force, nullable(reason), matched, state)
+	err = store.LogReplayTx(ctx, tx, store.NewReplay{ReplayID: id, Actor: actor, Filter: filter, Force: force,
+		Reason: nullable(reason), Deliveries: matched, State: state})
 	if err != nil {
-		return "", 0, fmt.Errorf("log replay: %w", err)
+		return "", 0, err
 	}
 	if matched > 0 {
 		if _, err := e.Client.InsertTx(ctx, tx, BatchArgs{ReplayID: id}, nil); err != nil {
@@ -266,17 +251,14 @@ func (w *BatchWorker) Work(ctx context.Context, job *river.Job[BatchArgs]) error
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 
-	var filterJSON, cursorJSON []byte
-	var force bool
-	var state string
-	err = tx.QueryRow(ctx, `SELECT filter, cursor, force, state FROM hookgate_replays WHERE replay_id = $1 FOR UPDATE`,
-		job.Args.ReplayID).Scan(&filterJSON, &cursorJSON, &force, &state)
-	if errors.Is(err, pgx.ErrNoRows) {
+	at, err := store.LockReplayTx(ctx, tx, job.Args.ReplayID)
+	if errors.Is(err, store.ErrNoReplay) {
 		return river.JobCancel(fmt.Errorf("replay %s not found", job.Args.ReplayID))
 	}
 	if err != nil {
-		return fmt.Errorf("read replay: %w", err)
+		return err
 	}
+	filterJSON, cursorJSON, force, state := at.Filter, at.Cursor, at.Force, at.State
 	if state == "done" {
 		return w.complete(ctx, tx, job)
 	}
@@ -310,14 +292,8 @@ func (w *BatchWorker) Work(ctx context.Context, job *river.Job[BatchArgs]) error
 	if next == nil {
 		state = "done"
 	}
-	// Deliveries that arrived with a receipt time inside the filter after the
-	// count was taken are replayed too, but progress never passes the count;
-	// a finished replay has handled all of it.
-	_, err = tx.Exec(ctx, `UPDATE hookgate_replays SET cursor = $2, dispatches = dispatches + $3, state = $4,
-		done = CASE WHEN $4 = 'done' THEN deliveries ELSE least(done + $5, deliveries) END
-		WHERE replay_id = $1`, job.Args.ReplayID, next, dispatched, state, len(items))
-	if err != nil {
-		return fmt.Errorf("update replay: %w", err)
+	if err := store.AdvanceReplayTx(ctx, tx, job.Args.ReplayID, next, dispatched, len(items), state); err != nil {
+		return err
 	}
 	if next != nil {
 		if _, err := w.Enqueuer.Client.InsertTx(ctx, tx, BatchArgs{ReplayID: job.Args.ReplayID}, nil); err != nil {
@@ -334,30 +310,13 @@ func (w *BatchWorker) complete(ctx context.Context, tx pgx.Tx, job *river.Job[Ba
 	return tx.Commit(ctx)
 }
 
-// replayColumns are the columns scanReplay reads.
-const replayColumns = `replay_id, actor, created_at, filter, force, reason, deliveries, dispatches, state, done`
-
-func scanReplay(row pgx.Row) (Entry, error) {
-	var r Entry
-	err := row.Scan(&r.ReplayID, &r.Actor, &r.CreatedAt, &r.Filter, &r.Force, &r.Reason, &r.Deliveries, &r.Dispatches, &r.State, &r.Done)
-	return r, err
-}
-
 // List returns the newest replays first.
 func List(ctx context.Context, db deliveries.DB, limit int) ([]Entry, error) {
-	rows, err := db.Query(ctx, `SELECT `+replayColumns+` FROM hookgate_replays ORDER BY created_at DESC, replay_id DESC LIMIT $1`, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list replays: %w", err)
-	}
-	replays, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Entry, error) { return scanReplay(row) })
-	if err != nil {
-		return nil, fmt.Errorf("list replays: %w", err)
-	}
-	return replays, nil
+	return store.ListReplays(ctx, db, limit)
 }
 
 // ErrNotFound means no replay has the id.
-var ErrNotFound = errors.New("replay not found")
+var ErrNotFound = store.ErrNoReplay
 
 // Get returns one replay with its progress, or ErrNotFound (also for
 // an id no replay could have, which the database would refuse as text).
@@ -365,12 +324,5 @@ func Get(ctx context.Context, db deliveries.DB, replayID string) (Entry, error) 
 	if !providers.ValidID(replayID) {
 		return Entry{}, ErrNotFound
 	}
-	r, err := scanReplay(db.QueryRow(ctx, `SELECT `+replayColumns+` FROM hookgate_replays WHERE replay_id = $1`, replayID))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Entry{}, ErrNotFound
-	}
-	if err != nil {
-		return Entry{}, fmt.Errorf("read replay: %w", err)
-	}
-	return r, nil
+	return store.ReplayByID(ctx, db, replayID)
 }

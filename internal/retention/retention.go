@@ -19,6 +19,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/internal/dispatch"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // Args are the periodic job that deletes expired receipts.
@@ -112,7 +113,7 @@ func DeleteExpired(ctx context.Context, pool *pgxpool.Pool, p Policy) (int, erro
 			if n == 0 {
 				return nil
 			}
-			return dispatch.DeleteOfGoneTx(ctx, tx, providers, ids)
+			return store.DeleteDispatchesOfGoneTx(ctx, tx, providers, ids)
 		})
 		if err != nil {
 			return total, fmt.Errorf("delete expired receipts: %w", err)
@@ -122,7 +123,7 @@ func DeleteExpired(ctx context.Context, pool *pgxpool.Pool, p Policy) (int, erro
 			break
 		}
 	}
-	if err := dispatch.DeleteAbandonedLeases(ctx, pool); err != nil {
+	if err := store.DeleteAbandonedLeases(ctx, pool); err != nil {
 		return total, err
 	}
 	if _, err := pool.Exec(ctx, "DELETE FROM hookgate_route_minutes WHERE minute < now() - interval '1 day'"); err != nil {
@@ -131,7 +132,7 @@ func DeleteExpired(ctx context.Context, pool *pgxpool.Pool, p Policy) (int, erro
 	if _, err := pool.Exec(ctx, "DELETE FROM hookgate_idempotency WHERE expires_at < now()"); err != nil {
 		return total, fmt.Errorf("delete expired idempotency keys: %w", err)
 	}
-	if err := dispatch.DeleteIdleWatermarks(ctx, pool, p.Retention); err != nil {
+	if err := store.DeleteIdleWatermarks(ctx, pool, p.Retention); err != nil {
 		return total, err
 	}
 	if err := deleteExpiredIDs(ctx, pool); err != nil {

@@ -105,3 +105,54 @@ func LatestOf(ctx context.Context, db Querier, provider, deliveryID string, rout
 	}
 	return last, nil
 }
+
+// InsertDispatchesTx inserts the dispatch rows keys[i], each with its River
+// job jobIDs[i], unless it exists already, and returns the keys it inserted
+// with their job ids. Insert keys in key order, so that concurrent
+// transactions creating the same dispatches wait for one another in one
+// order and never deadlock.
+func InsertDispatchesTx(ctx context.Context, tx pgx.Tx, keys []DispatchKey, jobIDs []int64) ([]DispatchKey, []int64, error) {
+	rows, err := tx.Query(ctx, `
+		INSERT INTO hookgate_dispatches (provider, delivery_id, route, generation, job_id)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::bigint[])
+		ON CONFLICT DO NOTHING
+		RETURNING provider, delivery_id, route, generation, job_id`,
+		column(keys, func(k *DispatchKey) string { return k.Provider }),
+		column(keys, func(k *DispatchKey) string { return k.DeliveryID }),
+		column(keys, func(k *DispatchKey) string { return k.Route }),
+		column(keys, func(k *DispatchKey) int32 { return int32(k.Generation) }),
+		jobIDs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("insert dispatches: %w", err)
+	}
+	var inserted []DispatchKey
+	var ids []int64
+	for rows.Next() {
+		var k DispatchKey
+		var id int64
+		if err := rows.Scan(&k.Provider, &k.DeliveryID, &k.Route, &k.Generation, &id); err != nil {
+			rows.Close()
+			return nil, nil, fmt.Errorf("insert dispatches: %w", err)
+		}
+		inserted, ids = append(inserted, k), append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("insert dispatches: %w", err)
+	}
+	return inserted, ids, nil
+}
+
+// DeleteDispatchesOfGoneTx deletes, in tx, the dispatches of the events
+// (providers[i], ids[i]) that have no receipt left: an event's dispatches go
+// with its last receipt.
+func DeleteDispatchesOfGoneTx(ctx context.Context, tx pgx.Tx, providers, ids []string) error {
+	_, err := tx.Exec(ctx, `
+		DELETE FROM hookgate_dispatches d USING unnest($1::text[], $2::text[]) AS g(provider, delivery_id)
+		WHERE d.provider = g.provider AND d.delivery_id = g.delivery_id
+		AND NOT EXISTS (SELECT 1 FROM hookgate_receipts r WHERE r.provider = g.provider AND r.delivery_id = g.delivery_id)`,
+		providers, ids)
+	if err != nil {
+		return fmt.Errorf("delete dispatches: %w", err)
+	}
+	return nil
+}

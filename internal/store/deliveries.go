@@ -1,0 +1,215 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrNoDelivery means no delivery matched.
+var ErrNoDelivery = errors.New("delivery not found")
+
+// DeliveryFilter selects deliveries (events, by their first receipt) in the
+// list and the count. Zero fields select everything.
+type DeliveryFilter struct {
+	Provider string
+	// EventLike is a LIKE pattern (backslash escapes) the event equals, or
+	// is a dot-separated prefix of.
+	EventLike string
+	// State matches a delivery when the latest dispatch of any of its routes
+	// is in that live state; "stored" matches deliveries without dispatches.
+	State string
+	// Since (inclusive) and Until (exclusive) bound the first receipt's time.
+	Since, Until *time.Time
+}
+
+// where returns the filter's conditions on receipts r (the event's first
+// receipt) and their arguments, appended to args.
+func (f DeliveryFilter) where(args []any) (string, []any) {
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	conds := []string{
+		// r is the event's first receipt.
+		`NOT EXISTS (SELECT 1 FROM hookgate_receipts e WHERE e.provider = r.provider AND e.delivery_id = r.delivery_id
+			AND (e.received_at, e.scope) < (r.received_at, r.scope))`,
+	}
+	if f.Provider != "" {
+		conds = append(conds, "r.provider = "+arg(f.Provider))
+	}
+	if f.EventLike != "" {
+		p := arg(f.EventLike)
+		conds = append(conds, fmt.Sprintf(`(r.event LIKE %s ESCAPE '\' OR r.event LIKE %s || '.%%' ESCAPE '\')`, p, p))
+	}
+	if f.Since != nil {
+		conds = append(conds, "r.received_at >= "+arg(*f.Since))
+	}
+	if f.Until != nil {
+		conds = append(conds, "r.received_at < "+arg(*f.Until))
+	}
+	switch f.State {
+	case "":
+	case "stored":
+		conds = append(conds, "NOT EXISTS (SELECT 1 FROM hookgate_dispatches d WHERE d.provider = r.provider AND d.delivery_id = r.delivery_id)")
+	default:
+		conds = append(conds, "EXISTS (SELECT 1 FROM hookgate_latest_states(r.provider, r.delivery_id) l(state) WHERE l.state = "+arg(f.State)+")")
+	}
+	return strings.Join(conds, " AND "), args
+}
+
+// DeliveryCursor is a position in the newest-first order of deliveries.
+type DeliveryCursor struct {
+	ReceivedAt time.Time `json:"t"`
+	Provider   string    `json:"p"`
+	DeliveryID string    `json:"d"`
+}
+
+// Item is one delivery in a list: its event as its first receipt tells it.
+type Item struct {
+	Provider   string    `json:"provider"`
+	DeliveryID string    `json:"delivery_id"`
+	Event      string    `json:"event"`
+	Entity     *string   `json:"entity"`
+	ReceivedAt time.Time `json:"received_at"`
+	Receipts   int       `json:"receipts"`
+	// State is the delivery's summary state, chosen from States by the
+	// package that shows it.
+	State string `json:"state"`
+	// States are the live states of the latest dispatch of each route.
+	States []string `json:"-"`
+}
+
+// ListDeliveries returns up to limit deliveries matching f, newest first,
+// after the cursor when one is given.
+func ListDeliveries(ctx context.Context, db Querier, f DeliveryFilter, limit int, after *DeliveryCursor) ([]Item, error) {
+	where, args := f.where(nil)
+	if after != nil {
+		args = append(args, after.ReceivedAt, after.Provider, after.DeliveryID)
+		n := len(args)
+		where += fmt.Sprintf(" AND (r.received_at, r.provider, r.delivery_id) < ($%d, $%d, $%d)", n-2, n-1, n)
+	}
+	args = append(args, limit)
+	rows, err := db.Query(ctx, `
+		SELECT r.provider, r.delivery_id, r.event, r.entity, r.received_at,
+			(SELECT count(*) FROM hookgate_receipts c WHERE c.provider = r.provider AND c.delivery_id = r.delivery_id),
+			ARRAY(SELECT l.state FROM hookgate_latest_states(r.provider, r.delivery_id) l(state))
+		FROM hookgate_receipts r
+		WHERE `+where+`
+		ORDER BY r.received_at DESC, r.provider DESC, r.delivery_id DESC
+		LIMIT $`+strconv.Itoa(len(args)), args...)
+	if err != nil {
+		return nil, fmt.Errorf("list deliveries: %w", err)
+	}
+	items := []Item{}
+	for rows.Next() {
+		var it Item
+		if err := rows.Scan(&it.Provider, &it.DeliveryID, &it.Event, &it.Entity, &it.ReceivedAt, &it.Receipts, &it.States); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("list deliveries: %w", err)
+		}
+		items = append(items, it)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list deliveries: %w", err)
+	}
+	return items, nil
+}
+
+// CountDeliveriesSQL returns the statement CountDeliveries runs, and its
+// arguments (for a benchmark's EXPLAIN).
+func CountDeliveriesSQL(f DeliveryFilter) (string, []any) {
+	where, args := f.where(nil)
+	return "SELECT count(*) FROM hookgate_receipts r WHERE " + where, args
+}
+
+// CountDeliveries returns how many deliveries match f.
+func CountDeliveries(ctx context.Context, db Querier, f DeliveryFilter) (int, error) {
+	sql, args := CountDeliveriesSQL(f)
+	var n int
+	if err := db.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count deliveries: %w", err)
+	}
+	return n, nil
+}
+
+// StoredReceipt is one receipt of a delivery, without its body, as the
+// operators see it.
+type StoredReceipt struct {
+	Scope       string            `json:"scope"`
+	ReceivedAt  time.Time         `json:"received_at"`
+	ContentType string            `json:"content_type"`
+	BodySHA256  []byte            `json:"-"`
+	Headers     map[string]string `json:"headers"`
+	// Event, Entity and EventTime are what this receipt told of its event.
+	Event     string     `json:"-"`
+	Entity    *string    `json:"-"`
+	EventTime *time.Time `json:"-"`
+}
+
+// ReceiptsOf returns the receipts of the event (provider, deliveryID), oldest
+// first, without their bodies.
+func ReceiptsOf(ctx context.Context, db Querier, provider, deliveryID string) ([]StoredReceipt, error) {
+	rows, err := db.Query(ctx, `
+		SELECT event, entity, event_time, scope, received_at, content_type, body_sha256, headers
+		FROM hookgate_receipts WHERE provider = $1 AND delivery_id = $2
+		ORDER BY received_at, scope`, provider, deliveryID)
+	if err != nil {
+		return nil, fmt.Errorf("show delivery: %w", err)
+	}
+	rs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (StoredReceipt, error) {
+		var r StoredReceipt
+		err := row.Scan(&r.Event, &r.Entity, &r.EventTime, &r.Scope, &r.ReceivedAt, &r.ContentType, &r.BodySHA256, &r.Headers)
+		return r, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("show delivery: %w", err)
+	}
+	return rs, nil
+}
+
+// ExpiredID is the kept id of a delivery whose receipts retention deleted.
+type ExpiredID struct {
+	Event      string
+	BodySHA256 []byte
+	ReceivedAt time.Time
+	ExpiredAt  time.Time
+}
+
+// ExpiredIDOf returns the kept id of the event's first receipt, or
+// ErrNoDelivery when none is kept.
+func ExpiredIDOf(ctx context.Context, db Querier, provider, deliveryID string) (ExpiredID, error) {
+	var e ExpiredID
+	err := db.QueryRow(ctx, `
+		SELECT event, body_sha256, received_at, expired_at FROM hookgate_expired_ids
+		WHERE provider = $1 AND delivery_id = $2 ORDER BY received_at, scope LIMIT 1`,
+		provider, deliveryID).Scan(&e.Event, &e.BodySHA256, &e.ReceivedAt, &e.ExpiredAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ExpiredID{}, ErrNoDelivery
+	}
+	if err != nil {
+		return ExpiredID{}, fmt.Errorf("show delivery: %w", err)
+	}
+	return e, nil
+}
+
+// FirstBody returns the body of the event's first receipt, byte for byte,
+// and its content type; ErrNoDelivery when there is none.
+func FirstBody(ctx context.Context, db Querier, provider, deliveryID string) ([]byte, string, error) {
+	var body []byte
+	var contentType string
+	err := db.QueryRow(ctx, `SELECT body, content_type FROM hookgate_first_receipt($1, $2)`,
+		provider, deliveryID).Scan(&body, &contentType)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, "", ErrNoDelivery
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("read body: %w", err)
+	}
+	return body, contentType, nil
+}

@@ -1,0 +1,334 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// The ordering protocol: the statements a dispatch runs so that, per route
+// and entity, a target never gets an event older than one it accepted.
+//
+// The invariant: a route's watermark of an entity (hookgate_watermarks) is
+// the event time of the newest event of that entity the route's target
+// accepted, and it is read only by a dispatch that holds the entity's turn
+// for the route, and raised only in the transaction that records that
+// dispatch's outcome, before the turn is given back. So a dispatch that finds
+// the watermark newer than its own event knows the target has seen newer
+// (superseded), and one that finds it older knows no newer one is in flight.
+//
+// The turn is taken two ways:
+//
+//   - A builtin handler runs in one transaction with its outcome: the turn
+//     is a transaction-scoped advisory lock on (route, entity)
+//     (TryEntityLockTx), and the dispatch row is locked first
+//     (LockDispatchTx), so the handler's writes, the outcome, the watermark
+//     and the job's completion commit or vanish together.
+//   - A forward cannot hold a transaction across the target's answer: the
+//     turn is a lease, a row of hookgate_leases (ClaimDispatch), taken before
+//     the watermark is read and kept until its outcome and watermark are
+//     committed (WriteOutcomesTx), even past its expiry while its holder
+//     is still in progress with a newer event: that event may have been
+//     accepted with its outcome lost, so an older one waits.
+//
+// Events with no entity or no time are not ordered: they take no turn.
+
+// ErrNoDispatch means the dispatch's row no longer exists (retention).
+var ErrNoDispatch = errors.New("dispatch not found")
+
+// DispatchKey names one generation of one route's dispatch of an event.
+type DispatchKey struct {
+	Provider, DeliveryID, Route string
+	Generation                  int
+}
+
+// LockDispatchTx locks the dispatch's row in tx and returns its recorded
+// state and whether its route is paused (read in the same statement, so an
+// attempt that starts after a pause has committed sees it).
+func LockDispatchTx(ctx context.Context, tx pgx.Tx, k DispatchKey) (state string, paused bool, err error) {
+	err = tx.QueryRow(ctx, `
+		SELECT d.state, coalesce((SELECT paused_at IS NOT NULL FROM hookgate_routes WHERE name = d.route), false)
+		FROM hookgate_dispatches d
+		WHERE d.provider = $1 AND d.delivery_id = $2 AND d.route = $3 AND d.generation = $4
+		FOR UPDATE`, k.Provider, k.DeliveryID, k.Route, k.Generation).Scan(&state, &paused)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, ErrNoDispatch
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("lock dispatch: %w", err)
+	}
+	return state, paused, nil
+}
+
+// TryEntityLockTx takes the builtin turn of (route, entity) for the rest of
+// tx, and reports whether it was free.
+func TryEntityLockTx(ctx context.Context, tx pgx.Tx, route, entity string) (bool, error) {
+	var locked bool
+	err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock(hashtextextended($1 || '|' || $2, 0))", route, entity).Scan(&locked)
+	if err != nil {
+		return false, fmt.Errorf("entity lock: %w", err)
+	}
+	return locked, nil
+}
+
+// WatermarkOf returns the route's watermark of the entity, and false when
+// the route has handled no event of it. Read it only with the entity's turn
+// held.
+func WatermarkOf(ctx context.Context, db Querier, route, entity string) (time.Time, bool, error) {
+	var mark time.Time
+	err := db.QueryRow(ctx, "SELECT event_time FROM hookgate_watermarks WHERE route = $1 AND entity = $2", route, entity).Scan(&mark)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("read watermark: %w", err)
+	}
+	return mark, true, nil
+}
+
+// Watermark is a route's newest handled event of one entity.
+type Watermark struct {
+	Route, Entity        string
+	EventTime            time.Time
+	Provider, DeliveryID string
+}
+
+// RaiseWatermarks raises watermarks, never lowering one. Raise one only
+// with the entity's turn held, in the transaction that records the outcome.
+func RaiseWatermarks(ctx context.Context, db Querier, marks []Watermark) error {
+	newest := map[[2]string]Watermark{}
+	for _, m := range marks {
+		k := [2]string{m.Route, m.Entity}
+		if cur, ok := newest[k]; !ok || m.EventTime.After(cur.EventTime) {
+			newest[k] = m
+		}
+	}
+	var routes, entities, providers, ids []string
+	var times []time.Time
+	for _, m := range newest {
+		routes, entities, times, providers, ids = append(routes, m.Route), append(entities, m.Entity), append(times, m.EventTime),
+			append(providers, m.Provider), append(ids, m.DeliveryID)
+	}
+	_, err := db.Exec(ctx, `
+		INSERT INTO hookgate_watermarks AS w (route, entity, event_time, provider, delivery_id)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::text[])
+		ON CONFLICT (route, entity) DO UPDATE SET
+			event_time = excluded.event_time, provider = excluded.provider,
+			delivery_id = excluded.delivery_id, updated_at = now()
+		WHERE w.event_time < excluded.event_time`, routes, entities, times, providers, ids)
+	if err != nil {
+		return fmt.Errorf("move watermark: %w", err)
+	}
+	return nil
+}
+
+// Claim is what ClaimDispatch found: the start of one attempt of a forward.
+type Claim struct {
+	// Entity is the entity whose lease the claim asked for, "" when the
+	// event names no entity and time.
+	Entity string
+	// Leased is whether the claim holds the lease of (route, Entity).
+	Leased bool
+	// Stale is whether the lease it waits for has expired: its holder
+	// retries, or was rescued (a longer wait).
+	Stale bool
+	// State is the dispatch row's recorded state.
+	State string
+	// Paused is whether an operator paused the route.
+	Paused bool
+	// Mark is the route's watermark of the receipt's entity, nil when none.
+	Mark *time.Time
+	// Receipt is the event's first receipt.
+	Receipt Receipt
+}
+
+// ClaimDispatch starts an attempt of the forward k in one round trip, in one
+// implicit transaction whose commit need not wait for the disk (a lease lost
+// in a crash of the database only lets a later event go first, as before
+// leases): when the event's receipt names an entity and a time, it takes the
+// lease of (route, entity) for leaseTTL; then it reads the dispatch's state,
+// the receipt and the entity's watermark. The two statements run in that
+// order, each on a fresh snapshot, so the watermark is read after the lease
+// is held. No connection is held afterwards: the lease, a row, outlives this
+// call and is given back with the outcome (WriteOutcomesTx) or by
+// GiveBackLease.
+//
+// The lease is taken when no one holds it, when this dispatch does (River
+// runs it again), or when it expired and its holder either has an event no
+// newer or is no longer in progress (its dispatch ended, or its River job is
+// gone). The lease needs only the event's entity, so it takes any receipt's
+// (the receipts of one event name them alike, and that needs no sort); with
+// exact, the first receipt's (hooks that sent different bodies under one id):
+// the caller claims again exactly when the two differ.
+//
+// A claim whose receipt is gone returns ErrNoReceipt, with Leased telling
+// whether a lease was taken that the caller gives back.
+func ClaimDispatch(ctx context.Context, pool *pgxpool.Pool, k DispatchKey, exact bool, leaseTTL time.Duration) (Claim, error) {
+	b := &pgx.Batch{}
+	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
+	b.Queue(leaseSQL, k.Provider, k.DeliveryID, k.Route, k.Generation, leaseTTL.Seconds(), exact)
+	// The watermark is that of the receipt's entity, checked by the caller to
+	// be the leased one, read by a correlated subquery so that its plan stays
+	// a lookup of one key, whatever the statistics were when the connection
+	// prepared it.
+	b.Queue(`
+		SELECT d.state, coalesce((SELECT paused_at IS NOT NULL FROM hookgate_routes WHERE name = d.route), false),
+			(SELECT w.event_time FROM hookgate_watermarks w WHERE w.route = d.route AND w.entity = r.entity),
+			r.provider, r.scope, r.delivery_id, r.event, r.entity, r.event_time, r.content_type, r.headers,
+			r.body, r.body_sha256, r.received_at, r.expires_at
+		FROM hookgate_dispatches d CROSS JOIN LATERAL hookgate_first_receipt(d.provider, d.delivery_id) r
+		WHERE d.provider = $1 AND d.delivery_id = $2 AND d.route = $3 AND d.generation = $4`,
+		k.Provider, k.DeliveryID, k.Route, k.Generation)
+	results := pool.SendBatch(ctx, b)
+	var c Claim
+	_, err := results.Exec()
+	if err == nil {
+		if err = results.QueryRow().Scan(&c.Entity, &c.Leased, &c.Stale); errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		}
+	}
+	if err == nil {
+		c.Receipt, err = scanReceipt(results.QueryRow(), &c.State, &c.Paused, &c.Mark)
+	}
+	if cerr := results.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil && !errors.Is(err, ErrNoReceipt) {
+		// The implicit transaction rolled back: no lease was taken.
+		return Claim{}, fmt.Errorf("read dispatch: %w", err)
+	}
+	return c, err
+}
+
+// leaseSQL takes the lease; see ClaimDispatch. Its entity comes from any
+// receipt of the event, or with $6 (exact) from the first receipt: the
+// branch not asked for is cut by its constant condition before it reads
+// anything. It returns the entity, whether the lease was taken, and whether
+// the lease it waits for has expired.
+const leaseSQL = `
+	WITH e AS (
+		(SELECT entity, event_time FROM hookgate_receipts
+		WHERE NOT $6 AND provider = $1 AND delivery_id = $2 AND entity IS NOT NULL AND event_time IS NOT NULL LIMIT 1)
+		UNION ALL
+		SELECT entity, event_time FROM hookgate_first_receipt($1, $2) r
+		WHERE $6 AND r.entity IS NOT NULL AND r.event_time IS NOT NULL),
+	taken AS (
+		INSERT INTO hookgate_leases AS l (route, entity, provider, delivery_id, generation, event_time, expires_at)
+		SELECT $3, e.entity, $1, $2, $4, e.event_time, now() + make_interval(secs => $5) FROM e
+		ON CONFLICT (route, entity) DO UPDATE SET provider = excluded.provider, delivery_id = excluded.delivery_id,
+			generation = excluded.generation, event_time = excluded.event_time, expires_at = excluded.expires_at
+		WHERE (l.provider, l.delivery_id, l.generation) = (excluded.provider, excluded.delivery_id, excluded.generation)
+			OR l.expires_at < now() AND (l.event_time <= excluded.event_time OR NOT EXISTS (
+				SELECT 1 FROM hookgate_live_dispatches d WHERE d.provider = l.provider AND d.delivery_id = l.delivery_id
+				AND d.route = l.route AND d.generation = l.generation))
+		RETURNING l.entity)
+	SELECT e.entity, EXISTS (SELECT 1 FROM taken),
+		coalesce((SELECT expires_at < now() FROM hookgate_leases WHERE route = $3 AND entity = e.entity), false) FROM e`
+
+// GiveBackLease deletes whatever lease the dispatch k holds.
+func GiveBackLease(ctx context.Context, db Querier, k DispatchKey) error {
+	_, err := db.Exec(ctx, `DELETE FROM hookgate_leases
+		WHERE route = $1 AND provider = $2 AND delivery_id = $3 AND generation = $4`,
+		k.Route, k.Provider, k.DeliveryID, k.Generation)
+	if err != nil {
+		return fmt.Errorf("give back lease: %w", err)
+	}
+	return nil
+}
+
+// Outcome is a forward's decided state, written with others in one commit.
+type Outcome struct {
+	DispatchKey
+	State   string
+	Attempt int
+	// Leased is the entity whose lease the dispatch gives back, or "".
+	Leased string
+}
+
+// WriteOutcomesTx writes outcomes, raises marks and gives back the outcomes'
+// leases, all in tx: the lease goes only with the outcome and watermark. A
+// row already final (succeeded, superseded, discarded or cancelled) is left
+// as it is: a run that River repeated cannot undo an outcome.
+func WriteOutcomesTx(ctx context.Context, tx pgx.Tx, os []Outcome, marks []Watermark) error {
+	_, err := tx.Exec(ctx, `
+		UPDATE hookgate_dispatches d SET state = t.state, attempts = t.attempts, last_error = NULL, updated_at = now()
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[])
+			AS t(provider, delivery_id, route, generation, state, attempts)
+		WHERE d.provider = t.provider AND d.delivery_id = t.delivery_id AND d.route = t.route AND d.generation = t.generation
+		AND d.state NOT IN ('succeeded', 'superseded', 'discarded', 'cancelled')`,
+		column(os, func(o *Outcome) string { return o.Provider }),
+		column(os, func(o *Outcome) string { return o.DeliveryID }),
+		column(os, func(o *Outcome) string { return o.Route }),
+		column(os, func(o *Outcome) int32 { return int32(o.Generation) }),
+		column(os, func(o *Outcome) string { return o.State }),
+		column(os, func(o *Outcome) int32 { return int32(o.Attempt) }))
+	if err != nil {
+		return fmt.Errorf("record outcomes: %w", err)
+	}
+	if len(marks) > 0 {
+		if err := RaiseWatermarks(ctx, tx, marks); err != nil {
+			return err
+		}
+	}
+	var leased []Outcome
+	for _, o := range os {
+		if o.Leased != "" {
+			leased = append(leased, o)
+		}
+	}
+	if len(leased) == 0 {
+		return nil
+	}
+	_, err = tx.Exec(ctx, `
+		DELETE FROM hookgate_leases l
+		USING unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[]) AS t(provider, delivery_id, route, generation, entity)
+		WHERE l.route = t.route AND l.entity = t.entity
+		AND (l.provider, l.delivery_id, l.generation) = (t.provider, t.delivery_id, t.generation)`,
+		column(leased, func(o *Outcome) string { return o.Provider }),
+		column(leased, func(o *Outcome) string { return o.DeliveryID }),
+		column(leased, func(o *Outcome) string { return o.Route }),
+		column(leased, func(o *Outcome) int32 { return int32(o.Generation) }),
+		column(leased, func(o *Outcome) string { return o.Leased }))
+	if err != nil {
+		return fmt.Errorf("give back leases: %w", err)
+	}
+	return nil
+}
+
+// SetDispatchState records a dispatch's state, attempts and last error, final
+// or not (a builtin's outcome in its transaction, or a failed attempt).
+func SetDispatchState(ctx context.Context, db Querier, k DispatchKey, state string, attempt int, lastError *string) error {
+	_, err := db.Exec(ctx, `
+		UPDATE hookgate_dispatches SET state = $5, attempts = $6, last_error = $7, updated_at = now()
+		WHERE provider = $1 AND delivery_id = $2 AND route = $3 AND generation = $4`,
+		k.Provider, k.DeliveryID, k.Route, k.Generation, state, attempt, lastError)
+	if err != nil {
+		return fmt.Errorf("update dispatch: %w", err)
+	}
+	return nil
+}
+
+// DeleteAbandonedLeases deletes the leases expired over an hour ago whose
+// holder is no longer in progress. A lease whose holder ended without giving
+// it back (its job cancelled) is taken over by the next event of its entity;
+// one of an entity never seen again would stay.
+func DeleteAbandonedLeases(ctx context.Context, db Querier) error {
+	if _, err := db.Exec(ctx, `DELETE FROM hookgate_leases l WHERE l.expires_at < now() - interval '1 hour'
+		AND NOT EXISTS (SELECT 1 FROM hookgate_live_dispatches d WHERE d.provider = l.provider AND d.delivery_id = l.delivery_id
+			AND d.route = l.route AND d.generation = l.generation)`); err != nil {
+		return fmt.Errorf("delete abandoned leases: %w", err)
+	}
+	return nil
+}
+
+// DeleteIdleWatermarks deletes the watermarks not moved for longer than retention.
+func DeleteIdleWatermarks(ctx context.Context, db Querier, retention time.Duration) error {
+	if _, err := db.Exec(ctx, "DELETE FROM hookgate_watermarks WHERE updated_at < now() - make_interval(secs => $1)", retention.Seconds()); err != nil {
+		return fmt.Errorf("delete idle watermarks: %w", err)
+	}
+	return nil
+}
