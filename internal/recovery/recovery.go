@@ -12,26 +12,30 @@
 // database: where its next run starts listing. A run from the checkpoint
 // moves it forward to the oldest delivery still waiting for an answer, or
 // to the run's start less an overlap, whichever is earlier.
+//
+// The package is in two parts. The providers' API clients (client.go, the
+// small interfaces the policy asks of them; github_client.go, github_hooks.go
+// and stripe_client.go, over transport.go) make the requests and know
+// nothing of the database. The policy (recovery.go, github.go, stripe.go,
+// job.go) decides what to ask for and what to store, moves the checkpoints,
+// and claims, takes back and settles the asks; the statements it runs for
+// that are internal/store's.
 package recovery
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
-	"net/url"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/audit"
-	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/metrics"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // Actor is the audit log's actor for what the periodic job does; the CLI
@@ -57,15 +61,6 @@ const (
 	// before it is asked for again.
 	askAgainAfter = 4 * time.Minute
 )
-
-// ErrRateLimited means the provider's rate limit stopped a run before it was
-// done; the next run carries on from the same checkpoint.
-var ErrRateLimited = errors.New("rate limited")
-
-// ErrRedirectRefused means a provider's API answered with a redirect to
-// another scheme, host or port than its configured URL's. It is not
-// followed: the request carries the credential, which goes nowhere else.
-var ErrRedirectRefused = errors.New("a redirect away from the configured API URL's scheme, host and port was not followed")
 
 // ErrNotConfigured means recovery for that provider has no credentials.
 var ErrNotConfigured = errors.New("recovery not configured")
@@ -203,10 +198,9 @@ func (r *Recoverer) Floor(now time.Time) time.Time {
 // started from the checkpoint (so may move it).
 func (r *Recoverer) window(ctx context.Context, source string, start time.Time, opts Options) (time.Time, bool, error) {
 	floor := r.Floor(start)
-	var cp time.Time
-	err := r.Pool.QueryRow(ctx, `SELECT checkpoint FROM hookgate_recovery_checkpoints WHERE source = $1`, source).Scan(&cp)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return time.Time{}, false, fmt.Errorf("read checkpoint of %s: %w", source, err)
+	cp, err := store.RecoveryCheckpoint(ctx, r.Pool, source)
+	if err != nil {
+		return time.Time{}, false, err
 	}
 	if opts.Since != nil {
 		since := *opts.Since
@@ -223,13 +217,7 @@ func (r *Recoverer) window(ctx context.Context, source string, start time.Time, 
 
 // saveCheckpoint moves source's checkpoint to at; it never moves it back.
 func (r *Recoverer) saveCheckpoint(ctx context.Context, source string, at time.Time) error {
-	_, err := r.Pool.Exec(ctx, `INSERT INTO hookgate_recovery_checkpoints (source, checkpoint) VALUES ($1, $2)
-		ON CONFLICT (source) DO UPDATE SET checkpoint = greatest(hookgate_recovery_checkpoints.checkpoint, excluded.checkpoint), updated_at = now()`,
-		source, at)
-	if err != nil {
-		return fmt.Errorf("save checkpoint of %s: %w", source, err)
-	}
-	return nil
+	return store.SaveRecoveryCheckpoint(ctx, r.Pool, source, at)
 }
 
 // minAge is how old a delivery must be before a run recovers it.
@@ -262,169 +250,5 @@ func recordAudit(ctx context.Context, tx pgx.Tx, actor, provider, reason string,
 // than the lookback.
 func (r *Recoverer) Prune(ctx context.Context) error {
 	keep := max(r.Lookback, DefaultLookback) + 7*24*time.Hour
-	_, err := r.Pool.Exec(ctx, `DELETE FROM hookgate_recovery_requests WHERE delivered_at < now() - make_interval(secs => $1)`, keep.Seconds())
-	if err != nil {
-		return fmt.Errorf("prune recovery requests: %w", err)
-	}
-	return nil
-}
-
-// Settings are recovery's part of the gateway's configuration. The errors
-// of Clients name each setting by its environment variable.
-type Settings struct {
-	// GitHubHooks are the GitHub hooks whose deliveries recovery lists
-	// (GITHUB_RECOVERY_HOOKS, as ParseHooks reads it). Defaults to none: no
-	// GitHub recovery.
-	GitHubHooks string
-	// GitHubToken (GITHUB_TOKEN) authenticates the GitHub API requests; or a
-	// GitHub App does: GitHubAppID (GITHUB_APP_ID) and GitHubAppKeyFile
-	// (GITHUB_APP_PRIVATE_KEY_FILE, the App's private key, PEM). All three
-	// default to empty, and are for GitHubHooks only.
-	GitHubToken      string
-	GitHubAppID      int64
-	GitHubAppKeyFile string
-	// GitHubAPIURL is GitHub's REST API (GITHUB_API_URL). Defaults to
-	// https://api.github.com.
-	GitHubAPIURL string
-	// StripeAPIKey is a key that can read Stripe's events (STRIPE_API_KEY).
-	// Defaults to empty: no Stripe recovery.
-	StripeAPIKey string
-	// StripeAPIURL is Stripe's API (STRIPE_API_URL). Defaults to
-	// https://api.stripe.com.
-	StripeAPIURL string
-	// MaxBodyBytes is the largest Stripe event stored
-	// (GATEWAY_MAX_BODY_BYTES). Defaults to DefaultMaxBodyBytes.
-	MaxBodyBytes int64
-}
-
-// Clients returns the API clients s asks for (nil for a provider without
-// credentials), or what is wrong with s. It makes no request.
-func Clients(s Settings) (*GitHub, *Stripe, error) {
-	var gh *GitHub
-	var st *Stripe
-	hooks, err := ParseHooks(s.GitHubHooks)
-	if err != nil {
-		return nil, nil, fmt.Errorf("GITHUB_RECOVERY_HOOKS: %w", err)
-	}
-	if len(hooks) > 0 {
-		gh, err = NewGitHub(GitHubConfig{Hooks: hooks, Token: s.GitHubToken, AppID: s.GitHubAppID,
-			AppKeyFile: s.GitHubAppKeyFile, APIURL: s.GitHubAPIURL})
-		if err != nil {
-			return nil, nil, err
-		}
-	} else if s.GitHubAppID != 0 || s.GitHubAppKeyFile != "" {
-		return nil, nil, errors.New("GITHUB_APP_ID and GITHUB_APP_PRIVATE_KEY_FILE are for recovery: set GITHUB_RECOVERY_HOOKS too")
-	}
-	if s.StripeAPIKey != "" {
-		if st, err = NewStripe(StripeConfig{APIKey: s.StripeAPIKey, APIURL: s.StripeAPIURL, MaxBodyBytes: s.MaxBodyBytes}); err != nil {
-			return nil, nil, err
-		}
-	}
-	return gh, st, nil
-}
-
-// checkAPIURL refuses an API URL that is not http(s), or that carries a user,
-// a password, a query or a fragment (a client would send the first two and
-// lose the others). The URL is shown without what may be a credential.
-func checkAPIURL(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		// Not the value, even redacted: whatever was pasted there may be a secret.
-		return errors.New("must be an http(s) URL without a user, password, query or fragment, such as https://api.example.com")
-	}
-	return nil
-}
-
-// origin is an API URL's scheme, host and port: the only place its
-// credential is sent.
-type origin struct{ scheme, host, port string }
-
-func originOf(u *url.URL) origin {
-	o := origin{scheme: strings.ToLower(u.Scheme), host: strings.ToLower(u.Hostname()), port: u.Port()}
-	if o.port == "" {
-		switch o.scheme {
-		case "https":
-			o.port = "443"
-		case "http":
-			o.port = "80"
-		}
-	}
-	return o
-}
-
-// followWithin is an http.Client's CheckRedirect: a redirect within o is
-// followed (10 at most in a row), one anywhere else is refused with
-// ErrRedirectRefused. An API client adds its credential in its transport,
-// on every hop, so Go's own rule (which keeps Authorization for another port
-// of the same host) would not keep it from another server.
-func (o origin) followWithin(req *http.Request, via []*http.Request) error {
-	if originOf(req.URL) != o {
-		status := 0
-		if req.Response != nil {
-			status = req.Response.StatusCode
-		}
-		return fmt.Errorf("%w: the API answered %d, to %s", ErrRedirectRefused, status, fanout.RedactURL(req.URL.String()))
-	}
-	if len(via) >= 10 {
-		return errors.New("stopped after 10 redirects")
-	}
-	return nil
-}
-
-// pinned is the innermost transport of every provider API client: it sends
-// nothing to another scheme, host or port than the API URL's, whatever a
-// client above it does with a redirect.
-type pinned struct {
-	origin origin
-	next   http.RoundTripper
-}
-
-// RoundTrip implements http.RoundTripper.
-func (p pinned) RoundTrip(req *http.Request) (*http.Response, error) {
-	if originOf(req.URL) != p.origin {
-		if req.Body != nil {
-			req.Body.Close()
-		}
-		return nil, fmt.Errorf("%w: refused to send a request to %s", ErrRedirectRefused, fanout.RedactURL(req.URL.String()))
-	}
-	return p.next.RoundTrip(req)
-}
-
-// Bounds on what a provider's API may make a run read: an answer's size, and
-// how many deliveries or events one run lists from one source. A run that
-// reaches one stops with an error; the next starts again from the checkpoint.
-const (
-	maxAnswerBytes = 32 << 20
-	maxListed      = 100_000
-)
-
-// capped is a transport whose answers' bodies fail past maxAnswerBytes, so
-// that an API answering without end cannot exhaust memory.
-type capped struct{ next http.RoundTripper }
-
-// RoundTrip implements http.RoundTripper.
-func (c capped) RoundTrip(req *http.Request) (*http.Response, error) {
-	res, err := c.next.RoundTrip(req)
-	if err == nil {
-		res.Body = &cappedBody{ReadCloser: res.Body, left: maxAnswerBytes}
-	}
-	return res, err
-}
-
-type cappedBody struct {
-	io.ReadCloser
-	left int64
-}
-
-// Read implements io.Reader, failing past the cap.
-func (b *cappedBody) Read(p []byte) (int, error) {
-	if b.left <= 0 {
-		return 0, fmt.Errorf("the API's answer is larger than %d bytes", maxAnswerBytes)
-	}
-	if int64(len(p)) > b.left {
-		p = p[:b.left]
-	}
-	n, err := b.ReadCloser.Read(p)
-	b.left -= int64(n)
-	return n, err
+	return store.PruneRedeliveryRequests(ctx, r.Pool, keep)
 }
