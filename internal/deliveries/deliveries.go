@@ -18,7 +18,6 @@ import (
 	"strings"
 	"time"
 
-
 	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/store"
