@@ -18,6 +18,7 @@ import (
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/rejections"
 	"github.com/hookgate/hookgate/internal/routes"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
@@ -71,7 +72,7 @@ func BenchmarkPageQueries(b *testing.B) {
 	c := New(Config{Pool: pool, Routes: table, Logger: slog.New(slog.DiscardHandler), Classify: func(error) (int, string) { return 500, "" }})
 	day := time.Now().Add(-24 * time.Hour)
 	if os.Getenv("HOOKGATE_BENCH_EXPLAIN") != "" {
-		explain(b, pool, deliveriesPerBucketSQL, day, chartRanges[1].bucket.Seconds(), deliveries.States)
+		explain(b, pool, store.DeliveriesPerBucketSQL, day, chartRanges[1].bucket.Seconds(), deliveries.States)
 		sql, args := deliveries.CountSQL(deliveries.Filter{State: "discarded", Since: &day})
 		explain(b, pool, sql, args...)
 	}

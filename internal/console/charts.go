@@ -10,6 +10,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/dispatch"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // chartRange is a span the overview charts, cut into equal buckets.
@@ -179,41 +180,33 @@ var chartStates = []string{dispatch.Succeeded, dispatch.Superseded, dispatch.Pen
 	dispatch.Retrying, dispatch.Cancelled, dispatch.Discarded, "stored"}
 
 // readCharts reads the range's counts: deliveries by the minute of their
-// first receipt, provider and present state; forwards by minute and outcome.
+// first receipt, provider and present state (store.DeliveriesPerBucket);
+// forwards by minute and outcome (store.ForwardsPerBucket).
 func (c *Console) readCharts(ctx context.Context, rg chartRange) (overviewCharts, error) {
-	var now time.Time
-	if err := c.Pool.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+	now, err := store.DatabaseNow(ctx, c.Pool)
+	if err != nil {
 		return overviewCharts{}, fmt.Errorf("charts: %w", err)
 	}
 	end := now.Truncate(rg.bucket).Add(rg.bucket)
 	start := end.Add(-rg.span)
 	byProvider := map[string]map[string]map[int]int64{} // provider → state → bucket → n
-	rows, err := c.Pool.Query(ctx, deliveriesPerBucketSQL, start, rg.bucket.Seconds(), deliveries.States)
+	counts, err := store.DeliveriesPerBucket(ctx, c.Pool, store.DeliveriesPerBucketParams{
+		Since: start, Bucket: rg.bucket, States: deliveries.States})
 	if err != nil {
-		return overviewCharts{}, fmt.Errorf("charts: deliveries: %w", err)
+		return overviewCharts{}, fmt.Errorf("charts: %w", err)
 	}
-	for rows.Next() {
-		var provider string
-		var bucket, rank int
-		var n int64
-		if err := rows.Scan(&bucket, &provider, &rank, &n); err != nil {
-			rows.Close()
-			return overviewCharts{}, fmt.Errorf("charts: deliveries: %w", err)
-		}
+	for _, n := range counts {
 		state := "stored" // no dispatch
-		if rank > 0 && rank <= len(deliveries.States) {
-			state = deliveries.States[rank-1]
+		if n.Rank > 0 && n.Rank <= len(deliveries.States) {
+			state = deliveries.States[n.Rank-1]
 		}
-		if byProvider[provider] == nil {
-			byProvider[provider] = map[string]map[int]int64{}
+		if byProvider[n.Provider] == nil {
+			byProvider[n.Provider] = map[string]map[int]int64{}
 		}
-		if byProvider[provider][state] == nil {
-			byProvider[provider][state] = map[int]int64{}
+		if byProvider[n.Provider][state] == nil {
+			byProvider[n.Provider][state] = map[int]int64{}
 		}
-		byProvider[provider][state][bucket] += n
-	}
-	if err := rows.Err(); err != nil {
-		return overviewCharts{}, fmt.Errorf("charts: deliveries: %w", err)
+		byProvider[n.Provider][state][n.Bucket] += n.Count
 	}
 	unit := "per " + bucketName(rg.bucket)
 	out := overviewCharts{At: now}
@@ -226,22 +219,12 @@ func (c *Console) readCharts(ctx context.Context, rg chartRange) (overviewCharts
 	}
 
 	succeeded, failed := map[int]int64{}, map[int]int64{}
-	rows, err = c.Pool.Query(ctx, `SELECT floor(extract(epoch FROM minute - $1) / $2)::int AS bucket, sum(succeeded)::bigint, sum(failed)::bigint
-		FROM hookgate_route_minutes WHERE minute >= $1 GROUP BY 1`, start, rg.bucket.Seconds())
+	forwards, err := store.ForwardsPerBucket(ctx, c.Pool, start, rg.bucket)
 	if err != nil {
-		return overviewCharts{}, fmt.Errorf("charts: forwards: %w", err)
+		return overviewCharts{}, fmt.Errorf("charts: %w", err)
 	}
-	for rows.Next() {
-		var bucket int
-		var s, f int64
-		if err := rows.Scan(&bucket, &s, &f); err != nil {
-			rows.Close()
-			return overviewCharts{}, fmt.Errorf("charts: forwards: %w", err)
-		}
-		succeeded[bucket], failed[bucket] = s, f
-	}
-	if err := rows.Err(); err != nil {
-		return overviewCharts{}, fmt.Errorf("charts: forwards: %w", err)
+	for _, n := range forwards {
+		succeeded[n.Bucket], failed[n.Bucket] = n.Succeeded, n.Failed
 	}
 	out.Forwards = layout("Forward attempts, all routes", unit, start, rg,
 		[]series{{name: "succeeded", counts: succeeded}, {name: "failed", counts: failed}})
@@ -254,32 +237,3 @@ func bucketName(d time.Duration) string {
 	}
 	return strconv.Itoa(int(d.Minutes())) + " minutes"
 }
-
-// (The console's own aggregate, kept beside its chart: one scan of receipts
-// and dispatches joined by bucket; it reads dispatch states through
-// the view hookgate_dispatch_states.)
-//
-// deliveriesPerBucketSQL counts the deliveries received since $1, in the
-// bucket ($2 seconds wide) of their first receipt in the range, by provider
-// and state: the rank in $3 (deliveries.States, the summary's order) of the
-// first state among their routes' latest dispatches, 0 for none. It joins
-// rather than asking per delivery, so that a day of deliveries is two scans
-// and a sort. A dispatch is created in its event's first receipt's transaction
-// or later, so only dispatches created since $1 (less an hour for clocks that
-// differ) are read, through their created_at index.
-var deliveriesPerBucketSQL = `
-	WITH r AS (
-		SELECT provider, delivery_id, min(received_at) AS t
-		FROM hookgate_receipts WHERE received_at >= $1
-		GROUP BY provider, delivery_id
-	), s AS (
-		SELECT provider, delivery_id, min(array_position($3::text[], state)) AS rank
-		FROM (SELECT DISTINCT ON (d.provider, d.delivery_id, d.route) d.provider, d.delivery_id, d.live_state AS state
-			FROM hookgate_dispatch_states d JOIN r ON r.provider = d.provider AND r.delivery_id = d.delivery_id
-			WHERE d.created_at >= $1::timestamptz - interval '1 hour'
-			ORDER BY d.provider, d.delivery_id, d.route, d.generation DESC) l
-		GROUP BY provider, delivery_id
-	)
-	SELECT floor(extract(epoch FROM r.t - $1) / $2)::int AS bucket, r.provider, coalesce(s.rank, 0), count(*)
-	FROM r LEFT JOIN s ON s.provider = r.provider AND s.delivery_id = r.delivery_id
-	GROUP BY 1, 2, 3`

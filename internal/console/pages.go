@@ -25,6 +25,7 @@ import (
 	"github.com/hookgate/hookgate/internal/rejections"
 	"github.com/hookgate/hookgate/internal/replay"
 	"github.com/hookgate/hookgate/internal/routes"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // page is what every template gets.
@@ -509,8 +510,8 @@ func (c *Console) handleBulkConfirm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The database's clock, which the replay itself reads too.
-	var now time.Time
-	if err := c.Pool.QueryRow(r.Context(), "SELECT now()").Scan(&now); err != nil {
+	now, err := store.DatabaseNow(r.Context(), c.Pool)
+	if err != nil {
 		c.serverError(w, r, err)
 		return
 	}
@@ -672,11 +673,8 @@ type auditRow struct {
 	Selected string
 }
 
-// bulkReplaysSQL reads what the replays of an audit page selected: one
-// statement for the page, not one per replay.
-const bulkReplaysSQL = `SELECT replay_id, filter, deliveries FROM hookgate_replays WHERE replay_id = ANY($1)`
-
-// auditRows adds to the entries what their bulk replays selected.
+// auditRows adds to the entries what their bulk replays selected, read in
+// one statement for the page (store.ReplaySelectionsOf), not one per replay.
 func (c *Console) auditRows(ctx context.Context, entries []audit.Entry) ([]auditRow, error) {
 	rows := make([]auditRow, len(entries))
 	var bulk []string
@@ -690,22 +688,12 @@ func (c *Console) auditRows(ctx context.Context, entries []audit.Entry) ([]audit
 		return rows, nil
 	}
 	selected := map[string]string{}
-	res, err := c.Pool.Query(ctx, bulkReplaysSQL, bulk)
+	found, err := store.ReplaySelectionsOf(ctx, c.Pool, bulk)
 	if err != nil {
-		return nil, fmt.Errorf("audit: bulk replays: %w", err)
+		return nil, fmt.Errorf("audit: %w", err)
 	}
-	for res.Next() {
-		var id string
-		var filter []byte
-		var n int
-		if err := res.Scan(&id, &filter, &n); err != nil {
-			res.Close()
-			return nil, fmt.Errorf("audit: bulk replays: %w", err)
-		}
-		selected[id] = describeReplay(filter) + " (" + count(n, "delivery", "deliveries") + ")"
-	}
-	if err := res.Err(); err != nil {
-		return nil, fmt.Errorf("audit: bulk replays: %w", err)
+	for _, sel := range found {
+		selected[sel.ReplayID] = describeReplay(sel.Filter) + " (" + count(sel.Deliveries, "delivery", "deliveries") + ")"
 	}
 	for i := range rows {
 		if id := rows[i].ReplayID; id != nil && rows[i].DeliveryID == nil {

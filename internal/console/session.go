@@ -17,6 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // IdleTimeout is how long a session lives after its last request.
@@ -82,21 +84,18 @@ func (s *Sessions) current(ctx context.Context) (int64, error) {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// One gateway at a time: two starting together with a new token
 		// share one generation.
-		if _, err := tx.Exec(ctx, `LOCK TABLE hookgate_admin_token_generations IN SHARE ROW EXCLUSIVE MODE`); err != nil {
+		if err := store.LockAdminTokenGenerationsTx(ctx, tx); err != nil {
 			return err
 		}
-		var last []byte
-		err := tx.QueryRow(ctx, `SELECT id, token_sha256 FROM hookgate_admin_token_generations ORDER BY id DESC LIMIT 1`).Scan(&gen, &last)
-		switch {
-		case err == nil && subtle.ConstantTimeCompare(last, s.token) == 1:
+		last, lastToken, found, err := store.LatestAdminTokenGeneration(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if found && subtle.ConstantTimeCompare(lastToken, s.token) == 1 {
+			gen = last
 			return nil
-		case err != nil && !errors.Is(err, pgx.ErrNoRows):
-			return err
 		}
-		if err := tx.QueryRow(ctx, `INSERT INTO hookgate_admin_token_generations (token_sha256) VALUES ($1) RETURNING id`, s.token).Scan(&gen); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `DELETE FROM hookgate_console_sessions WHERE generation IS DISTINCT FROM $1`, gen)
+		gen, err = store.NewAdminTokenGenerationTx(ctx, tx, s.token)
 		return err
 	})
 	if err != nil {
@@ -125,13 +124,11 @@ func (s *Sessions) create(ctx context.Context) (string, error) {
 		return "", err
 	}
 	id := randomToken()
-	if _, err := s.pool.Exec(ctx, `INSERT INTO hookgate_console_sessions (id_sha256, csrf, generation) VALUES ($1, $2, $3)`,
-		digest(id), randomToken(), gen); err != nil {
-		return "", fmt.Errorf("create console session: %w", err)
+	if err := store.InsertConsoleSession(ctx, s.pool, digest(id), randomToken(), gen); err != nil {
+		return "", err
 	}
 	// Now and then, sessions long idle go; the retention job removes the rest.
-	_, _ = s.pool.Exec(ctx, `DELETE FROM hookgate_console_sessions WHERE seen_at < now() - make_interval(secs => $1)`,
-		IdleTimeout.Seconds())
+	_ = store.DeleteIdleConsoleSessions(ctx, s.pool, IdleTimeout)
 	return id, nil
 }
 
@@ -146,24 +143,20 @@ func (s *Sessions) get(ctx context.Context, r *http.Request) (session, error) {
 	if err != nil {
 		return session{}, err
 	}
-	var sess session
-	var stale bool
-	err = s.pool.QueryRow(ctx, `SELECT csrf, seen_at < now() - make_interval(secs => $3)
-		FROM hookgate_console_sessions
-		WHERE id_sha256 = $1 AND generation = $2 AND seen_at >= now() - make_interval(secs => $4)`,
-		digest(c.Value), gen, touchEvery.Seconds(), IdleTimeout.Seconds()).Scan(&sess.csrf, &stale)
-	if errors.Is(err, pgx.ErrNoRows) {
+	live, ok, err := store.ConsoleSessionOf(ctx, s.pool, store.ConsoleSessionParams{
+		IDSHA256: digest(c.Value), Generation: gen, Idle: IdleTimeout, TouchEvery: touchEvery})
+	if err != nil {
+		return session{}, err
+	}
+	if !ok {
 		return session{}, errNoSession
 	}
-	if err != nil {
-		return session{}, fmt.Errorf("read console session: %w", err)
-	}
-	if stale {
-		if _, err := s.pool.Exec(ctx, `UPDATE hookgate_console_sessions SET seen_at = now() WHERE id_sha256 = $1`, digest(c.Value)); err != nil {
-			return session{}, fmt.Errorf("touch console session: %w", err)
+	if live.Stale {
+		if err := store.TouchConsoleSession(ctx, s.pool, digest(c.Value)); err != nil {
+			return session{}, err
 		}
 	}
-	return sess, nil
+	return session{csrf: live.CSRF}, nil
 }
 
 // remove ends the request's session, if any.
@@ -172,10 +165,7 @@ func (s *Sessions) remove(ctx context.Context, r *http.Request) error {
 	if err != nil {
 		return nil
 	}
-	if _, err := s.pool.Exec(ctx, `DELETE FROM hookgate_console_sessions WHERE id_sha256 = $1`, digest(c.Value)); err != nil {
-		return fmt.Errorf("end console session: %w", err)
-	}
-	return nil
+	return store.DeleteConsoleSession(ctx, s.pool, digest(c.Value))
 }
 
 // sameToken compares two tokens in constant time (of their digests, so that

@@ -25,6 +25,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // Errors returned by Do.
@@ -127,29 +129,23 @@ func Do(ctx context.Context, pool *pgxpool.Pool, k Key, hash []byte,
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 
+	key := store.IdempotencyKey{Scope: k.Scope, Operation: k.Operation, Key: k.Key}
 	if k.Key != "" {
-		var locked bool
-		err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))",
-			"idempotency|"+k.Scope+"|"+k.Operation+"|"+k.Key).Scan(&locked)
+		locked, err := store.TryLockIdempotencyKeyTx(ctx, tx, key)
 		if err != nil {
-			return Response{}, false, fmt.Errorf("lock key: %w", err)
+			return Response{}, false, err
 		}
 		if !locked {
 			return Response{}, false, ErrInFlight
 		}
-		var stored Response
-		var storedHash []byte
-		err = tx.QueryRow(ctx, `
-			SELECT request_hash, response_status, response_body FROM hookgate_idempotency
-			WHERE scope = $1 AND operation = $2 AND key = $3 AND expires_at > now() AND state = 'completed'`,
-			k.Scope, k.Operation, k.Key).Scan(&storedHash, &stored.Status, &stored.Body)
+		stored, found, err := store.CompletedIdempotencyRecord(ctx, tx, key)
 		switch {
-		case err == nil && !bytes.Equal(storedHash, hash):
+		case err != nil:
+			return Response{}, false, err
+		case found && !bytes.Equal(stored.RequestHash, hash):
 			return Response{}, false, ErrKeyReused
-		case err == nil:
-			return stored, true, nil
-		case !errors.Is(err, pgx.ErrNoRows):
-			return Response{}, false, fmt.Errorf("read key: %w", err)
+		case found:
+			return Response{Status: stored.Status, Body: stored.Body}, true, nil
 		}
 	}
 
@@ -158,16 +154,9 @@ func Do(ctx context.Context, pool *pgxpool.Pool, k Key, hash []byte,
 		return Response{}, false, err
 	}
 	if k.Key != "" && resp.Status >= 200 && resp.Status < 300 {
-		// An expired record of the key is replaced.
-		_, err := tx.Exec(ctx, `
-			INSERT INTO hookgate_idempotency (scope, operation, key, request_hash, state, response_status, response_body, expires_at)
-			VALUES ($1, $2, $3, $4, 'completed', $5, $6, now() + make_interval(secs => $7))
-			ON CONFLICT (scope, operation, key) DO UPDATE SET
-				request_hash = excluded.request_hash, state = excluded.state, response_status = excluded.response_status,
-				response_body = excluded.response_body, created_at = now(), expires_at = excluded.expires_at`,
-			k.Scope, k.Operation, k.Key, hash, resp.Status, resp.Body, TTL.Seconds())
-		if err != nil {
-			return Response{}, false, fmt.Errorf("store key: %w", err)
+		rec := store.IdempotencyRecord{RequestHash: hash, Status: resp.Status, Body: resp.Body}
+		if err := store.StoreIdempotencyRecordTx(ctx, tx, key, rec, TTL); err != nil {
+			return Response{}, false, err
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/throttle"
 )
 
@@ -326,34 +327,18 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // read counts River's unfinished jobs by state and finds each route's oldest
-// unfinished dispatch, in one query. (Metrics' own aggregate of River's table,
-// asked at each scrape; 'hookgate_dispatch' is dispatch.Kind, which this
-// package cannot import: dispatch records its metrics here.)
+// unfinished dispatch, in one query (store.UnfinishedJobsOf).
 func (c *queueCollector) read(ctx context.Context) (queue, error) {
 	q := queue{depth: map[string]float64{"available": 0, "scheduled": 0, "retryable": 0, "running": 0}, oldest: map[string]float64{}}
-	unavailable := errors.New("queue depth: the database did not answer")
-	rows, err := c.pool.Query(ctx, `SELECT state::text, CASE WHEN kind = 'hookgate_dispatch' THEN args->>'route' END,
-			count(*), extract(epoch FROM now() - min(created_at))::float8
-		FROM river_job WHERE state IN ('available', 'scheduled', 'retryable', 'running') GROUP BY 1, 2`)
+	jobs, err := store.UnfinishedJobsOf(ctx, c.pool)
 	if err != nil {
-		return queue{}, unavailable
+		return queue{}, errors.New("queue depth: the database did not answer")
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var state string
-		var route *string
-		var n int64
-		var age float64
-		if err := rows.Scan(&state, &route, &n, &age); err != nil {
-			return queue{}, unavailable
+	for _, j := range jobs {
+		q.depth[j.State] += float64(j.Count)
+		if j.Route != nil {
+			q.oldest[*j.Route] = max(q.oldest[*j.Route], j.OldestSeconds)
 		}
-		q.depth[state] += float64(n)
-		if route != nil {
-			q.oldest[*route] = max(q.oldest[*route], age)
-		}
-	}
-	if rows.Err() != nil {
-		return queue{}, unavailable
 	}
 	return q, nil
 }

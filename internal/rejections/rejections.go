@@ -9,7 +9,6 @@ package rejections
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,23 +20,16 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // Keep is how many rejections are kept.
 const Keep = 1000
 
-// Rejection is one rejected ingest request.
-type Rejection struct {
-	At          time.Time `json:"at"`
-	Provider    string    `json:"provider"`
-	Status      int       `json:"status"`
-	Reason      string    `json:"reason"`
-	RemoteAddr  string    `json:"remote_addr"`
-	HeaderNames []string  `json:"header_names"`
-}
+// Rejection is one rejected ingest request (store.Rejection).
+type Rejection = store.Rejection
 
 // Bounds on what one rejection keeps, in bytes and names. A rejected request
 // is anyone's, so nothing it carries is kept unbounded.
@@ -64,7 +56,7 @@ func FromRequest(r *http.Request, provider string, status int, reason string, at
 // UTF-8. The text comes from the request (the URL's provider, header names)
 // and PostgreSQL refuses NUL and invalid UTF-8: one such string would
 // otherwise fail the write of every rejection buffered with it.
-func (rej Rejection) clean() Rejection {
+func clean(rej Rejection) Rejection {
 	rej.Provider = cleanText(rej.Provider, maxProvider)
 	rej.Reason = cleanText(rej.Reason, maxReason)
 	rej.RemoteAddr = cleanText(rej.RemoteAddr, maxRemoteAddr)
@@ -112,7 +104,7 @@ func (r *Recorder) Record(rej Rejection) {
 	if r == nil {
 		return
 	}
-	rej = rej.clean()
+	rej = clean(rej)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.pending) >= Keep {
@@ -157,7 +149,7 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	if len(batch) == 0 {
 		return nil
 	}
-	batchErr := insert(ctx, r.Pool, batch)
+	batchErr := store.InsertRejections(ctx, r.Pool, batch, Keep)
 	if batchErr == nil {
 		return nil
 	}
@@ -184,7 +176,7 @@ func (r *Recorder) insertEach(ctx context.Context, batch []Rejection) (dropped i
 		if err != nil {
 			return 0, fmt.Errorf("savepoint: %w", err)
 		}
-		if insert(ctx, sp, []Rejection{rej}) != nil {
+		if store.InsertRejections(ctx, sp, []Rejection{rej}, Keep) != nil {
 			dropped++
 			if err := sp.Rollback(ctx); err != nil {
 				return 0, fmt.Errorf("roll back to savepoint: %w", err)
@@ -201,63 +193,7 @@ func (r *Recorder) insertEach(ctx context.Context, batch []Rejection) (dropped i
 	return dropped, nil
 }
 
-// insert writes rejections into the ring in one statement, oldest first, each
-// taking the next slot.
-func insert(ctx context.Context, db interface {
-	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
-}, batch []Rejection,
-) error {
-	at := make([]time.Time, len(batch))
-	provider := make([]string, len(batch))
-	status := make([]int32, len(batch))
-	reason := make([]string, len(batch))
-	remote := make([]string, len(batch))
-	headers := make([]string, len(batch)) // each a JSON array: text[][] cannot be ragged
-	for i, b := range batch {
-		at[i], provider[i], status[i], reason[i], remote[i] = b.At, b.Provider, int32(b.Status), b.Reason, b.RemoteAddr
-		headers[i] = jsonArray(b.HeaderNames)
-	}
-	_, err := db.Exec(ctx, `
-		INSERT INTO hookgate_rejections AS x (slot, seq, at, provider, status, reason, remote_addr, header_names)
-		SELECT s.seq % $7, s.seq, s.at, s.provider, s.status, s.reason, s.remote_addr,
-			ARRAY(SELECT jsonb_array_elements_text(s.headers::jsonb))
-		FROM (
-			SELECT nextval('hookgate_rejection_seq') AS seq, t.*
-			FROM unnest($1::timestamptz[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[])
-				WITH ORDINALITY AS t(at, provider, status, reason, remote_addr, headers, ord)
-			ORDER BY t.ord
-		) s
-		ON CONFLICT (slot) DO UPDATE SET seq = excluded.seq, at = excluded.at, provider = excluded.provider,
-			status = excluded.status, reason = excluded.reason, remote_addr = excluded.remote_addr,
-			header_names = excluded.header_names`,
-		at, provider, status, reason, remote, headers, Keep)
-	return err
-}
-
-func jsonArray(ss []string) string {
-	if ss == nil {
-		ss = []string{}
-	}
-	b, _ := json.Marshal(ss)
-	return string(b)
-}
-
 // List returns the kept rejections, newest first.
-func List(ctx context.Context, db interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}) ([]Rejection, error) {
-	rows, err := db.Query(ctx, `
-		SELECT at, provider, status, reason, remote_addr, header_names FROM hookgate_rejections ORDER BY seq DESC`)
-	if err != nil {
-		return nil, fmt.Errorf("list rejections: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Rejection, error) {
-		var x Rejection
-		err := row.Scan(&x.At, &x.Provider, &x.Status, &x.Reason, &x.RemoteAddr, &x.HeaderNames)
-		return x, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list rejections: %w", err)
-	}
-	return list, nil
+func List(ctx context.Context, db store.Querier) ([]Rejection, error) {
+	return store.Rejections(ctx, db)
 }

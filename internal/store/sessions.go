@@ -1,0 +1,125 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The console's sessions (hookgate_console_sessions) and the generations of
+// the admin token they belong to (hookgate_admin_token_generations). A
+// session row is keyed by the SHA-256 of its cookie's id, never the id.
+
+// LockAdminTokenGenerationsTx locks the admin token's generations until tx
+// ends, against every other gateway recording one: two starting together with
+// a new token share one generation.
+func LockAdminTokenGenerationsTx(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, `LOCK TABLE hookgate_admin_token_generations IN SHARE ROW EXCLUSIVE MODE`); err != nil {
+		return fmt.Errorf("lock admin token generations: %w", err)
+	}
+	return nil
+}
+
+// LatestAdminTokenGeneration returns the generation recorded last and its
+// token's SHA-256; found is false when none has been recorded. Read it under
+// LockAdminTokenGenerationsTx to decide whether to record a new one.
+func LatestAdminTokenGeneration(ctx context.Context, db Querier) (id int64, tokenSHA256 []byte, found bool, err error) {
+	err = db.QueryRow(ctx, `SELECT id, token_sha256 FROM hookgate_admin_token_generations ORDER BY id DESC LIMIT 1`).Scan(&id, &tokenSHA256)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil, false, nil
+	}
+	if err != nil {
+		return 0, nil, false, fmt.Errorf("read admin token generation: %w", err)
+	}
+	return id, tokenSHA256, true, nil
+}
+
+// NewAdminTokenGenerationTx records a new generation of the admin token whose
+// SHA-256 is tokenSHA256 and ends, in the same transaction, every session of
+// the other generations: a token turned back does not revive them. It
+// returns the new generation.
+func NewAdminTokenGenerationTx(ctx context.Context, tx pgx.Tx, tokenSHA256 []byte) (int64, error) {
+	var gen int64
+	if err := tx.QueryRow(ctx, `INSERT INTO hookgate_admin_token_generations (token_sha256) VALUES ($1) RETURNING id`, tokenSHA256).Scan(&gen); err != nil {
+		return 0, fmt.Errorf("record admin token generation: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM hookgate_console_sessions WHERE generation IS DISTINCT FROM $1`, gen); err != nil {
+		return 0, fmt.Errorf("end sessions of other generations: %w", err)
+	}
+	return gen, nil
+}
+
+// InsertConsoleSession stores a new session of the admin token's generation:
+// idSHA256 is the SHA-256 of its cookie's id, csrf its forms' token.
+func InsertConsoleSession(ctx context.Context, db Querier, idSHA256 []byte, csrf string, generation int64) error {
+	if _, err := db.Exec(ctx, `INSERT INTO hookgate_console_sessions (id_sha256, csrf, generation) VALUES ($1, $2, $3)`,
+		idSHA256, csrf, generation); err != nil {
+		return fmt.Errorf("create console session: %w", err)
+	}
+	return nil
+}
+
+// DeleteIdleConsoleSessions removes the sessions not seen for idle.
+func DeleteIdleConsoleSessions(ctx context.Context, db Querier, idle time.Duration) error {
+	if _, err := db.Exec(ctx, `DELETE FROM hookgate_console_sessions WHERE seen_at < now() - make_interval(secs => $1)`,
+		idle.Seconds()); err != nil {
+		return fmt.Errorf("remove idle console sessions: %w", err)
+	}
+	return nil
+}
+
+// ConsoleSessionParams selects a live session.
+type ConsoleSessionParams struct {
+	// IDSHA256 is the SHA-256 of the session cookie's id.
+	IDSHA256 []byte
+	// Generation is the admin token's generation the session must belong to.
+	Generation int64
+	// Idle is how long since it was last seen a session ends.
+	Idle time.Duration
+	// TouchEvery is how long since it was last seen a session is stale.
+	TouchEvery time.Duration
+}
+
+// ConsoleSession is a live session.
+type ConsoleSession struct {
+	// CSRF is the token every state-changing form of the session carries.
+	CSRF string
+	// Stale says that it was last seen longer ago than TouchEvery: touch it
+	// (TouchConsoleSession).
+	Stale bool
+}
+
+// ConsoleSessionOf returns the session p selects if it is live: of the
+// generation and seen within Idle. found is false when there is none.
+func ConsoleSessionOf(ctx context.Context, db Querier, p ConsoleSessionParams) (s ConsoleSession, found bool, err error) {
+	err = db.QueryRow(ctx, `SELECT csrf, seen_at < now() - make_interval(secs => $3)
+		FROM hookgate_console_sessions
+		WHERE id_sha256 = $1 AND generation = $2 AND seen_at >= now() - make_interval(secs => $4)`,
+		p.IDSHA256, p.Generation, p.TouchEvery.Seconds(), p.Idle.Seconds()).Scan(&s.CSRF, &s.Stale)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ConsoleSession{}, false, nil
+	}
+	if err != nil {
+		return ConsoleSession{}, false, fmt.Errorf("read console session: %w", err)
+	}
+	return s, true, nil
+}
+
+// TouchConsoleSession sets a session's last-seen time to now.
+func TouchConsoleSession(ctx context.Context, db Querier, idSHA256 []byte) error {
+	if _, err := db.Exec(ctx, `UPDATE hookgate_console_sessions SET seen_at = now() WHERE id_sha256 = $1`, idSHA256); err != nil {
+		return fmt.Errorf("touch console session: %w", err)
+	}
+	return nil
+}
+
+// DeleteConsoleSession ends a session, if there is one.
+func DeleteConsoleSession(ctx context.Context, db Querier, idSHA256 []byte) error {
+	if _, err := db.Exec(ctx, `DELETE FROM hookgate_console_sessions WHERE id_sha256 = $1`, idSHA256); err != nil {
+		return fmt.Errorf("end console session: %w", err)
+	}
+	return nil
+}
