@@ -203,7 +203,7 @@ const replayBatchSize = 200
 // request, by the database's clock (the one receipts are stamped with):
 // deliveries received later are not replayed.
 func BulkTx(ctx context.Context, tx pgx.Tx, e *dispatch.Enqueuer, actor string, f deliveries.Filter, force bool, reason string) (string, int, error) {
-	now, err := store.Now(ctx, tx)
+	now, err := store.DatabaseNow(ctx, tx)
 	if err != nil {
 		return "", 0, err
 	}

@@ -3,23 +3,12 @@ package store
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
 // The console's own reads: the database's clock, and the failing routes of a
 // page of the deliveries list.
-
-// DatabaseNow returns the database's clock: the time its statements read as
-// now() (in a transaction, the transaction's start).
-func DatabaseNow(ctx context.Context, db Querier) (time.Time, error) {
-	var now time.Time
-	if err := db.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
-		return time.Time{}, fmt.Errorf("read the database's clock: %w", err)
-	}
-	return now, nil
-}
 
 // FailingRoutesParams selects the deliveries and states FailingRoutesOf reads.
 type FailingRoutesParams struct {

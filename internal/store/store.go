@@ -21,6 +21,8 @@ package store
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -31,4 +33,14 @@ type Querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// DatabaseNow returns the database's clock: the time its statements read as
+// now() (in a transaction, the transaction's start).
+func DatabaseNow(ctx context.Context, db Querier) (time.Time, error) {
+	var now time.Time
+	if err := db.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+		return time.Time{}, fmt.Errorf("read the database's clock: %w", err)
+	}
+	return now, nil
 }
