@@ -49,35 +49,18 @@ type Enqueuer struct {
 // already have a generation 1 for this event (another hook delivered it first)
 // get none.
 func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, provider, deliveryID, event string) (int, error) {
-	n, err := e.EnqueueManyTx(ctx, tx, []Event{{Provider: provider, DeliveryID: deliveryID, Event: event}})
+	n, err := e.EnqueueManyTx(ctx, tx, []providers.Delivery{{Provider: provider, DeliveryID: deliveryID, Event: event}})
 	if err != nil {
 		return 0, err
 	}
 	return n[0], nil
 }
 
-// Event names one event to dispatch, with what route filters read: its
-// kept headers, content type and body. Routes, when not nil, are the routes
-// that take it, decided already (Prematch).
-type Event struct {
-	Provider, DeliveryID, Event string
-	Headers                     map[string]string
-	ContentType                 string
-	Body                        []byte
-	Routes                      []string
-}
-
-// EventOf is a verified delivery as an event to dispatch.
-func EventOf(d providers.Delivery) Event {
-	return Event{Provider: d.Provider, DeliveryID: d.DeliveryID, Event: d.Event, Headers: d.Headers,
-		ContentType: d.ContentType, Body: d.Body, Routes: d.Routes}
-}
-
 // Prematch decides, outside any transaction, the routes that take an event
 // when a route with a filter could: filters read the payload, which is work
 // best done before a transaction is open. It returns nil when no filter is
 // involved (the transaction decides by the route table alone, at no cost).
-func (e *Enqueuer) Prematch(ev Event) []string {
+func (e *Enqueuer) Prematch(ev providers.Delivery) []string {
 	if !e.Routes.FiltersFor(ev.Provider, ev.Event) {
 		return nil
 	}
@@ -86,19 +69,19 @@ func (e *Enqueuer) Prematch(ev Event) []string {
 
 // Matching returns the routes that take ev under the route table and its
 // filters as they are now.
-func (e *Enqueuer) Matching(ev Event) []string {
-	return e.Routes.Matching(ev.input(), e.Filters.Failed)
+func (e *Enqueuer) Matching(ev providers.Delivery) []string {
+	return e.Routes.Matching(input(ev), e.Filters.Failed)
 }
 
 // input is an event as route filters see it.
-func (ev Event) input() *filter.Input {
+func input(ev providers.Delivery) *filter.Input {
 	return &filter.Input{Provider: ev.Provider, Event: ev.Event, Headers: ev.Headers, ContentType: ev.ContentType, Body: ev.Body}
 }
 
 // EnqueueManyTx is EnqueueTx for several events in one round of statements.
 // It returns how many dispatches each event created; an event listed twice
 // gets them on its first listing.
-func (e *Enqueuer) EnqueueManyTx(ctx context.Context, tx pgx.Tx, events []Event) ([]int, error) {
+func (e *Enqueuer) EnqueueManyTx(ctx context.Context, tx pgx.Tx, events []providers.Delivery) ([]int, error) {
 	var want []Created
 	for _, ev := range events {
 		routes := ev.Routes

@@ -126,7 +126,7 @@ func (in *Ingester) Accept(ctx context.Context, d providers.Delivery) (Result, e
 	// Route filters read the payload: they run here, before the delivery
 	// joins a transaction, so that a costly filter never holds its
 	// batch-mates' commit.
-	d.Routes = in.Enqueuer.Prematch(dispatch.EventOf(d))
+	d.Routes = in.Enqueuer.Prematch(d)
 	o, err := in.batcher.Submit(ctx, d)
 	if err != nil {
 		// The queue was full or slow, or the sender is gone: a delivery whose
@@ -295,12 +295,12 @@ func (in *Ingester) AcceptManyTx(ctx context.Context, tx pgx.Tx, ds []providers.
 		return nil, err
 	}
 	outcomes := make([]Outcome, len(ds))
-	var events []dispatch.Event
+	var events []providers.Delivery
 	var newIdx []int
 	for i, k := range kinds {
 		switch k {
 		case receipts.New:
-			events = append(events, dispatch.EventOf(ds[i]))
+			events = append(events, ds[i])
 			newIdx = append(newIdx, i)
 			outcomes[i].Result.Status = Accepted
 		case receipts.Duplicate:

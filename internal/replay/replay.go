@@ -63,7 +63,7 @@ func RedispatchTx(ctx context.Context, tx pgx.Tx, e *dispatch.Enqueuer, provider
 	if err := deliveries.CheckKey(provider, deliveryID); err != nil {
 		return res, err
 	}
-	ev := dispatch.Event{Provider: provider, DeliveryID: deliveryID}
+	ev := providers.Delivery{Provider: provider, DeliveryID: deliveryID}
 	first, err := store.FirstReceipt(ctx, tx, provider, deliveryID)
 	if errors.Is(err, store.ErrNoReceipt) {
 		return res, deliveries.ErrNotFound
@@ -123,7 +123,7 @@ func RedispatchTx(ctx context.Context, tx pgx.Tx, e *dispatch.Enqueuer, provider
 // must match ev under the current table, its filter included), or else every
 // route that matches; and, when none were named, the routes whose pattern
 // matches ev but whose filter is now false.
-func selectRoutes(e *dispatch.Enqueuer, ev dispatch.Event, named []string) (routes, filteredOut []string, err error) {
+func selectRoutes(e *dispatch.Enqueuer, ev providers.Delivery, named []string) (routes, filteredOut []string, err error) {
 	// The filters as they are now decide, as the route table does.
 	matching := e.Matching(ev)
 	if len(named) == 0 {
