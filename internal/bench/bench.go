@@ -40,6 +40,8 @@ import (
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
+
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // Env is what the tool needs from the program.
@@ -515,7 +517,7 @@ func commitLatency(ctx context.Context, pool *pgxpool.Pool, n int) (time.Duratio
 		t0 := time.Now()
 		// A transactional message is a WAL record of the transaction's own, so
 		// its commit waits for the flush (a transaction id alone does not).
-		if _, err := conn.Exec(ctx, "SELECT pg_logical_emit_message(true, 'hookgate-bench', '')"); err != nil {
+		if err := store.CommitWALMessage(ctx, conn); err != nil {
 			return 0, err
 		}
 		took = append(took, time.Since(t0))
@@ -530,8 +532,7 @@ func waitQueueEmpty(ctx context.Context, pool *pgxpool.Pool, within time.Duratio
 		// Whether any job is left, not how many: the tool's own queries are
 		// counted in the PostgreSQL CPU it reports, and counting a backlog
 		// of 30,000 jobs five times a second cost about 50 µs per delivery.
-		var left bool
-		err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM river_job WHERE state IN `+unfinishedStates+`)`).Scan(&left)
+		left, err := store.AnyUnfinishedJob(ctx, pool)
 		if err != nil {
 			return err
 		}
@@ -560,15 +561,10 @@ func findPostmaster(ctx context.Context, env Env) int {
 	return postmasterOf(ctx, pool)
 }
 
-// unfinishedStates are the states of a River job that waits or runs.
-const unfinishedStates = `('available', 'running', 'retryable', 'scheduled')`
-
 // backlog is how many River jobs wait or run: every kind, River's own table
 // read as the bench's gauge, not a dispatch row.
 func backlog(ctx context.Context, pool *pgxpool.Pool) (int, error) {
-	var n int
-	err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state IN `+unfinishedStates).Scan(&n)
-	return n, err
+	return store.CountUnfinishedJobs(ctx, pool)
 }
 
 // listeningPID returns the pid of the process that listens on the TCP port

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // clockTicks is the kernel's USER_HZ, the unit of /proc/<pid>/stat's times:
@@ -64,8 +66,8 @@ func readCPU(pid, postmaster int) cpuTimes {
 // server behind pool when it runs on this machine (the parent of its
 // checkpointer), or 0.
 func postmasterOf(ctx context.Context, pool *pgxpool.Pool) int {
-	var checkpointer int
-	if err := pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'`).Scan(&checkpointer); err != nil {
+	checkpointer, err := store.CheckpointerPID(ctx, pool)
+	if err != nil {
 		return 0
 	}
 	s, ok := procStat(checkpointer)

@@ -10,12 +10,6 @@ import (
 	"github.com/hookgate/hookgate/internal/store"
 )
 
-// EventInProgressSQL finds a live dispatch of the event of receipts row r
-// (a condition for NOT EXISTS (...) in a query on hookgate_receipts r).
-//
-// Deprecated: name the view hookgate_live_dispatches instead.
-var EventInProgressSQL = `SELECT 1 FROM hookgate_live_dispatches d WHERE d.provider = r.provider AND d.delivery_id = r.delivery_id`
-
 // ReconcileArgs are the periodic job that records on dispatch rows what River
 // decided without the worker: a job cancelled by an operator (River UI) or
 // discarded by River's rescuer.

@@ -207,8 +207,8 @@ func (w *Worker) runBuiltin(ctx context.Context, job *river.Job[Args], route fan
 		return fmt.Errorf("begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = off"); err != nil {
-		return fmt.Errorf("begin: %w", err)
+	if err := store.NoDiskWaitTx(ctx, tx); err != nil {
+		return err
 	}
 
 	state, paused, err := store.LockDispatchTx(ctx, tx, store.DispatchKey(a))

@@ -18,7 +18,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
-	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -78,40 +77,17 @@ func DeleteExpired(ctx context.Context, pool *pgxpool.Pool, p Policy) (int, erro
 	for {
 		var n int
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			// The receipt and the keeping of its id are one statement: at
-			// every moment one of the two holds the key.
-			rows, err := tx.Query(ctx, `
-				WITH gone AS (
-					DELETE FROM hookgate_receipts WHERE (provider, scope, delivery_id) IN (
-						SELECT provider, scope, delivery_id FROM hookgate_receipts r
-						WHERE expires_at < now() AND NOT EXISTS (`+dispatch.EventInProgressSQL+`)
-						ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)
-					RETURNING provider, scope, delivery_id, event, body_sha256, received_at),
-				kept AS (
-					INSERT INTO hookgate_expired_ids AS e (provider, delivery_id, scope, event, body_sha256, received_at, expires_at)
-					SELECT provider, delivery_id, scope, event, body_sha256, received_at, received_at + make_interval(secs => $2) FROM gone
-					WHERE received_at + make_interval(secs => $2) > now()
-					ON CONFLICT (provider, delivery_id, scope) DO UPDATE SET event = excluded.event, body_sha256 = excluded.body_sha256,
-						received_at = excluded.received_at, expired_at = now(), expires_at = excluded.expires_at)
-				SELECT provider, delivery_id FROM gone`, retentionBatch, p.idRetention().Seconds())
+			events, err := store.ExpireReceiptsTx(ctx, tx, retentionBatch, p.idRetention())
 			if err != nil {
 				return err
 			}
-			var providers, ids []string
-			for rows.Next() {
-				var p, id string
-				if err := rows.Scan(&p, &id); err != nil {
-					rows.Close()
-					return err
-				}
-				providers, ids = append(providers, p), append(ids, id)
-			}
-			if err := rows.Err(); err != nil {
-				return err
-			}
-			n = len(ids)
+			n = len(events)
 			if n == 0 {
 				return nil
+			}
+			providers, ids := make([]string, n), make([]string, n)
+			for i, e := range events {
+				providers[i], ids[i] = e.Provider, e.DeliveryID
 			}
 			return store.DeleteDispatchesOfGoneTx(ctx, tx, providers, ids)
 		})
@@ -126,11 +102,11 @@ func DeleteExpired(ctx context.Context, pool *pgxpool.Pool, p Policy) (int, erro
 	if err := store.DeleteAbandonedLeases(ctx, pool); err != nil {
 		return total, err
 	}
-	if _, err := pool.Exec(ctx, "DELETE FROM hookgate_route_minutes WHERE minute < now() - interval '1 day'"); err != nil {
-		return total, fmt.Errorf("delete old route counts: %w", err)
+	if err := store.DeleteOldRouteCounts(ctx, pool); err != nil {
+		return total, err
 	}
-	if _, err := pool.Exec(ctx, "DELETE FROM hookgate_idempotency WHERE expires_at < now()"); err != nil {
-		return total, fmt.Errorf("delete expired idempotency keys: %w", err)
+	if err := store.DeleteExpiredIdempotencyKeys(ctx, pool); err != nil {
+		return total, err
 	}
 	if err := store.DeleteIdleWatermarks(ctx, pool, p.Retention); err != nil {
 		return total, err
@@ -145,12 +121,11 @@ func DeleteExpired(ctx context.Context, pool *pgxpool.Pool, p Policy) (int, erro
 // time.
 func deleteExpiredIDs(ctx context.Context, pool *pgxpool.Pool) error {
 	for {
-		tag, err := pool.Exec(ctx, `DELETE FROM hookgate_expired_ids WHERE (provider, delivery_id, scope) IN (
-			SELECT provider, delivery_id, scope FROM hookgate_expired_ids WHERE expires_at < now() LIMIT $1)`, 10*retentionBatch)
+		n, err := store.DeleteExpiredIDs(ctx, pool, 10*retentionBatch)
 		if err != nil {
-			return fmt.Errorf("delete expired ids: %w", err)
+			return err
 		}
-		if tag.RowsAffected() < 10*retentionBatch {
+		if n < 10*retentionBatch {
 			return nil
 		}
 	}

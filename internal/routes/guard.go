@@ -18,9 +18,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/metrics"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // Circuit states, as shown to operators.
@@ -37,13 +39,6 @@ const (
 	PausedWait = time.Second
 	probeWait  = time.Second
 )
-
-// PausedSQL is whether the route named by the SQL expression route is
-// paused, for a worker to read in the statement that starts an attempt: an
-// attempt that starts after a pause has committed sees it.
-func PausedSQL(route string) string {
-	return `coalesce((SELECT paused_at IS NOT NULL FROM hookgate_routes WHERE name = ` + route + `), false)`
-}
 
 // refreshEvery is how old a process's view of the routes' pause and circuit
 // may be; flushEvery how often its outcome counts are added to the database.
@@ -216,49 +211,36 @@ func (g *Guard) setState(name string, s state) {
 	}
 }
 
-// stateColumns read a hookgate_routes row as a state (see scanState).
-const stateColumns = `paused_at IS NOT NULL, failures,
-	coalesce(extract(epoch FROM open_until - clock_timestamp()), 0)::float8,
-	coalesce(extract(epoch FROM probe_until - clock_timestamp()), 0)::float8`
-
-func scanState(row pgx.Row, extra ...any) (state, error) {
-	var s state
-	var open, probe float64
-	if err := row.Scan(append([]any{&s.paused, &s.failures, &open, &probe}, extra...)...); err != nil {
-		return s, err
-	}
+// stateOf is a route's state as the database said it, its deadlines placed
+// on this process's clock.
+func stateOf(r store.RouteState) state {
+	s := state{paused: r.Paused, failures: r.Failures}
 	now := time.Now()
-	if open > 0 {
-		s.openUntil = now.Add(time.Duration(open * float64(time.Second)))
+	if r.OpenFor > 0 {
+		s.openUntil = now.Add(r.OpenFor)
 	}
-	if probe > 0 {
-		s.probeUntil = now.Add(time.Duration(probe * float64(time.Second)))
+	if r.ProbeFor > 0 {
+		s.probeUntil = now.Add(r.ProbeFor)
 	}
-	return s, nil
+	return s
 }
 
 // Refresh reads every route's state.
 func (g *Guard) Refresh(ctx context.Context) error {
-	rows, err := g.Pool.Query(ctx, "SELECT "+stateColumns+", name FROM hookgate_routes")
+	rs, err := store.RouteStates(ctx, g.Pool)
 	if err != nil {
-		return fmt.Errorf("read routes: %w", err)
+		return err
 	}
 	m := map[string]state{}
-	for rows.Next() {
-		var name string
-		s, err := scanState(rows, &name)
-		if err != nil {
-			rows.Close()
-			return fmt.Errorf("read routes: %w", err)
-		}
-		m[name] = s
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read routes: %w", err)
+	for _, r := range rs {
+		m[r.Name] = stateOf(r)
 	}
 	g.states.Store(&m)
 	return g.repause(ctx, m)
 }
+
+// queueListMax is the most queues River's QueueList returns at once.
+const queueListMax = 10000
 
 // repause pauses the River queues of paused routes that run.
 func (g *Guard) repause(ctx context.Context, m map[string]state) error {
@@ -274,15 +256,31 @@ func (g *Guard) repause(ctx context.Context, m map[string]state) error {
 	if len(queues) == 0 {
 		return nil
 	}
-	rows, err := g.Pool.Query(ctx, `SELECT name FROM river_queue WHERE paused_at IS NULL AND name = ANY($1)`, queues)
+	// River's queues are few (a route's each, and the embedder's): all of
+	// them in one read, and on its own each that a full list may have left
+	// out.
+	list, err := g.Queues.QueueList(ctx, river.NewQueueListParams().First(queueListMax))
 	if err != nil {
 		return fmt.Errorf("read queues: %w", err)
 	}
-	running, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("read queues: %w", err)
+	listed := make(map[string]*rivertype.Queue, len(list.Queues))
+	for _, q := range list.Queues {
+		listed[q.Name] = q
 	}
-	for _, q := range running {
+	for _, q := range queues {
+		row, ok := listed[q]
+		if !ok && len(list.Queues) == queueListMax {
+			row, err = g.Queues.QueueGet(ctx, q)
+			if errors.Is(err, rivertype.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("read queues: %w", err)
+			}
+		}
+		if row == nil || row.PausedAt != nil {
+			continue // no row to pause, or paused already
+		}
 		if err := g.Queues.QueuePause(ctx, q, nil); err != nil {
 			return fmt.Errorf("pause queue %s: %w", q, err)
 		}
@@ -327,24 +325,11 @@ func (g *Guard) flush(ctx context.Context) error {
 	if len(counts) == 0 {
 		return nil
 	}
-	var names []string
-	var ok, failed []int64
+	var rows []store.RouteCounts
 	for name, c := range counts {
-		names, ok, failed = append(names, name), append(ok, c.succeeded), append(failed, c.failed)
+		rows = append(rows, store.RouteCounts{Route: name, Succeeded: c.succeeded, Failed: c.failed})
 	}
-	err := pgx.BeginFunc(ctx, g.Pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO hookgate_route_minutes AS m (route, minute, succeeded, failed)
-			SELECT t.route, date_trunc('minute', now()), t.ok, t.failed
-			FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS t(route, ok, failed) ORDER BY t.route
-			ON CONFLICT (route, minute) DO UPDATE SET succeeded = m.succeeded + excluded.succeeded, failed = m.failed + excluded.failed`,
-			names, ok, failed); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `UPDATE hookgate_routes r SET last_success_at = now()
-			FROM unnest($1::text[], $2::bigint[]) AS t(route, ok) WHERE r.name = t.route AND t.ok > 0`, names, ok)
-		return err
-	})
+	err := pgx.BeginFunc(ctx, g.Pool, func(tx pgx.Tx) error { return store.AddRouteCountsTx(ctx, tx, rows) })
 	if err != nil {
 		g.mu.Lock()
 		if g.counts == nil {
@@ -372,122 +357,71 @@ func probeFor(r fanout.Route) time.Duration { return r.Timeout + 10*time.Second 
 // is over and no other probe runs. When the circuit turns out closed (another
 // process's probe succeeded) the attempt is admitted as an ordinary one.
 func (g *Guard) takeProbe(ctx context.Context, r fanout.Route) (bool, error) {
-	tag, err := g.Pool.Exec(ctx, `UPDATE hookgate_routes SET probe_until = clock_timestamp() + make_interval(secs => $3)
-		WHERE name = $1 AND failures >= $2
-		AND (open_until IS NULL OR open_until <= clock_timestamp())
-		AND (probe_until IS NULL OR probe_until <= clock_timestamp())`,
-		r.Name, r.Circuit.Failures, probeFor(r).Seconds())
+	took, err := store.TakeProbe(ctx, g.Pool, r.Name, r.Circuit.Failures, probeFor(r))
 	if err != nil {
-		return false, fmt.Errorf("circuit probe: %w", err)
+		return false, err
 	}
-	if tag.RowsAffected() == 1 {
+	if took {
 		return true, nil
 	}
-	s, err := scanState(g.Pool.QueryRow(ctx, "SELECT "+stateColumns+" FROM hookgate_routes WHERE name = $1", r.Name))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
+	s, ok, err := store.RouteStateOf(ctx, g.Pool, r.Name)
 	if err != nil {
 		return false, fmt.Errorf("circuit probe: %w", err)
 	}
-	g.setState(r.Name, s)
+	if ok {
+		g.setState(r.Name, stateOf(s))
+	}
 	return false, nil
 }
 
 // dropProbe gives the probe back (its attempt did not start after all).
 func (g *Guard) dropProbe(ctx context.Context, r fanout.Route) error {
-	if _, err := g.Pool.Exec(ctx, "UPDATE hookgate_routes SET probe_until = NULL WHERE name = $1", r.Name); err != nil {
-		return fmt.Errorf("circuit probe: %w", err)
-	}
-	return nil
+	return store.DropProbe(ctx, g.Pool, r.Name)
 }
 
 // note records a permanent refusal as the route's last failure, for
 // operators, without counting it towards the circuit.
 func (g *Guard) note(ctx context.Context, r fanout.Route, detail string) error {
-	if _, err := g.Pool.Exec(ctx, "UPDATE hookgate_routes SET last_failure_at = now(), last_error = $2 WHERE name = $1", r.Name, detail); err != nil {
-		return fmt.Errorf("route failure: %w", err)
-	}
-	return nil
+	return store.NoteRouteFailure(ctx, g.Pool, r.Name, detail)
 }
 
 // fail counts a failed attempt: the circuit opens at the route's threshold of
 // consecutive failures, or again when a probe fails.
 func (g *Guard) fail(ctx context.Context, r fanout.Route, t Ticket, detail string) error {
-	s, err := scanState(g.Pool.QueryRow(ctx, `UPDATE hookgate_routes SET failures = failures + 1,
-			last_failure_at = now(), last_error = $2,
-			open_until = CASE WHEN $3 > 0 AND ($4 OR failures + 1 = $3) THEN clock_timestamp() + make_interval(secs => $5) ELSE open_until END,
-			probe_until = CASE WHEN $4 THEN NULL ELSE probe_until END
-		WHERE name = $1 RETURNING `+stateColumns,
-		r.Name, detail, r.Circuit.Failures, t.Probe, r.Circuit.Cooldown.Seconds()))
-	if errors.Is(err, pgx.ErrNoRows) {
+	s, ok, err := store.FailRoute(ctx, g.Pool, store.RouteFailure{Route: r.Name, Detail: detail,
+		Threshold: r.Circuit.Failures, Probe: t.Probe, Cooldown: r.Circuit.Cooldown})
+	if err != nil {
+		return err
+	}
+	if !ok {
 		return nil // the route's row is written when a gateway starts with it
 	}
-	if err != nil {
-		return fmt.Errorf("circuit: %w", err)
-	}
-	g.setState(r.Name, s)
+	g.setState(r.Name, stateOf(s))
 	return nil
 }
 
 // close ends a run of failures: the circuit closes.
 func (g *Guard) close(ctx context.Context, r fanout.Route) error {
-	s, err := scanState(g.Pool.QueryRow(ctx, `UPDATE hookgate_routes SET failures = 0, open_until = NULL, probe_until = NULL
-		WHERE name = $1 RETURNING `+stateColumns, r.Name))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil
-	}
+	s, ok, err := store.CloseCircuit(ctx, g.Pool, r.Name)
 	if err != nil {
-		return fmt.Errorf("circuit: %w", err)
+		return err
 	}
-	g.setState(r.Name, s)
+	if ok {
+		g.setState(r.Name, stateOf(s))
+	}
 	return nil
 }
 
-// The rate ring of route $1, window $2 seconds: lockRingSQL takes the ring's
-// lock (in a statement of its own: a row locked earlier in the same statement
-// could not be updated by it), then permitSQL takes a start when the ring's
-// oldest is older than the window, or else says how long until it is. A
-// route with no ring (not synced) is not limited.
-const (
-	lockRingSQL = `SELECT next FROM hookgate_route_rates WHERE route = $1 FOR UPDATE`
-	permitSQL   = `WITH s AS (UPDATE hookgate_rate_slots sl SET at = clock_timestamp() FROM hookgate_route_rates r
-			WHERE r.route = $1 AND sl.route = $1 AND sl.slot = r.next AND sl.at <= clock_timestamp() - make_interval(secs => $2)
-			RETURNING sl.slot),
-		n AS (UPDATE hookgate_route_rates SET next = (next + 1) % size WHERE route = $1 AND EXISTS (SELECT 1 FROM s) RETURNING next)
-		SELECT EXISTS (SELECT 1 FROM s) OR NOT EXISTS (SELECT 1 FROM hookgate_route_rates WHERE route = $1),
-			coalesce((SELECT extract(epoch FROM sl.at + make_interval(secs => $2) - clock_timestamp())
-				FROM hookgate_rate_slots sl JOIN hookgate_route_rates r ON r.route = sl.route AND r.next = sl.slot
-				WHERE sl.route = $1), 0)::float8`
-)
-
 // permit takes a start from the route's rate, or returns how long to wait.
 func (g *Guard) permit(ctx context.Context, r fanout.Route) (time.Duration, error) {
-	b := &pgx.Batch{}
-	// A start lost with a crash of the database only lets one more through.
-	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
-	b.Queue(lockRingSQL, r.Name)
-	b.Queue(permitSQL, r.Name, r.Rate.Per.Seconds())
-	results := g.Pool.SendBatch(ctx, b) // one implicit transaction
-	var ok bool
-	var wait float64
-	_, err := results.Exec()
-	if err == nil {
-		_, err = results.Exec()
-	}
-	if err == nil {
-		err = results.QueryRow().Scan(&ok, &wait)
-	}
-	if cerr := results.Close(); err == nil {
-		err = cerr
-	}
+	ok, wait, err := store.TakeRateStart(ctx, g.Pool, r.Name, r.Rate.Per)
 	if err != nil {
-		return 0, fmt.Errorf("rate: %w", err)
+		return 0, err
 	}
 	if ok {
 		return 0, nil
 	}
-	d := time.Duration(wait*float64(time.Second)) + time.Millisecond
+	d := wait + time.Millisecond
 	return d + jitter(d/2+50*time.Millisecond), nil
 }
 

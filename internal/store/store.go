@@ -44,3 +44,12 @@ func DatabaseNow(ctx context.Context, db Querier) (time.Time, error) {
 	}
 	return now, nil
 }
+
+// NoDiskWaitTx lets tx commit without waiting for the disk: a crash of the
+// database may lose it after its commit returned, all of it together.
+func NoDiskWaitTx(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = off"); err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	return nil
+}
