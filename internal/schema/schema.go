@@ -273,6 +273,10 @@ const (
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname = 'public' AND c.relkind = 'S' AND (c.relname LIKE 'hookgate\_%' OR c.relname LIKE 'river\_%')
 		UNION ALL
+		SELECT format('ALTER VIEW public.%I SET SCHEMA %I', c.relname, $1::text)
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = 'public' AND c.relkind = 'v' AND (c.relname LIKE 'hookgate\_%' OR c.relname LIKE 'river\_%')
+		UNION ALL
 		SELECT format('ALTER TYPE public.%I SET SCHEMA %I', t.typname, $1::text)
 		FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
 		WHERE n.nspname = 'public' AND t.typtype IN ('e', 'c', 'd') AND t.typrelid = 0
