@@ -241,7 +241,8 @@ func Count(ctx context.Context, db DB, f Filter) (int, error) {
 	return store.CountDeliveries(ctx, db, f.query())
 }
 
-// Receipt is one receipt of a delivery, without its body.
+// Receipt is one receipt of a delivery as the operators see it: without its
+// body, its hash in hex.
 type Receipt struct {
 	Scope       string            `json:"scope"`
 	ReceivedAt  time.Time         `json:"received_at"`
@@ -282,7 +283,13 @@ func Show(ctx context.Context, db DB, provider, deliveryID string) (Detail, erro
 	}
 	for i, r := range stored {
 		if i == 0 { // the event is described by its first receipt
-			d.Event, d.Entity, d.EventTime = r.Event, r.Entity, r.EventTime
+			d.Event = r.Event
+			if r.Entity != "" {
+				d.Entity = &r.Entity
+			}
+			if !r.EventTime.IsZero() {
+				d.EventTime = &r.EventTime
+			}
 		}
 		d.Receipts = append(d.Receipts, Receipt{Scope: r.Scope, ReceivedAt: r.ReceivedAt, ContentType: r.ContentType,
 			BodySHA256: hex.EncodeToString(r.BodySHA256), Headers: r.Headers})

@@ -138,35 +138,18 @@ func CountDeliveries(ctx context.Context, db Querier, f DeliveryFilter) (int, er
 	return n, nil
 }
 
-// StoredReceipt is one receipt of a delivery, without its body, as the
-// operators see it.
-type StoredReceipt struct {
-	Scope       string            `json:"scope"`
-	ReceivedAt  time.Time         `json:"received_at"`
-	ContentType string            `json:"content_type"`
-	BodySHA256  []byte            `json:"-"`
-	Headers     map[string]string `json:"headers"`
-	// Event, Entity and EventTime are what this receipt told of its event.
-	Event     string     `json:"-"`
-	Entity    *string    `json:"-"`
-	EventTime *time.Time `json:"-"`
-}
-
 // ReceiptsOf returns the receipts of the event (provider, deliveryID), oldest
-// first, without their bodies.
-func ReceiptsOf(ctx context.Context, db Querier, provider, deliveryID string) ([]StoredReceipt, error) {
+// first, without their bodies (Body is nil).
+func ReceiptsOf(ctx context.Context, db Querier, provider, deliveryID string) ([]Receipt, error) {
 	rows, err := db.Query(ctx, `
-		SELECT event, entity, event_time, scope, received_at, content_type, body_sha256, headers
+		SELECT provider, scope, delivery_id, event, entity, event_time, content_type, headers,
+			NULL::bytea, body_sha256, received_at, expires_at
 		FROM hookgate_receipts WHERE provider = $1 AND delivery_id = $2
 		ORDER BY received_at, scope`, provider, deliveryID)
 	if err != nil {
 		return nil, fmt.Errorf("show delivery: %w", err)
 	}
-	rs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (StoredReceipt, error) {
-		var r StoredReceipt
-		err := row.Scan(&r.Event, &r.Entity, &r.EventTime, &r.Scope, &r.ReceivedAt, &r.ContentType, &r.BodySHA256, &r.Headers)
-		return r, err
-	})
+	rs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Receipt, error) { return scanReceipt(row) })
 	if err != nil {
 		return nil, fmt.Errorf("show delivery: %w", err)
 	}
