@@ -51,7 +51,7 @@ func TestAnEarlierReleasesDatabaseMovesToItsSchema(t *testing.T) {
 		{Name: "held", Match: []string{"stripe:invoice.held"}, Target: "builtin:ok"},
 	}
 	// The earlier layout: everything in public.
-	old := runGateway(t, hookgate.Config{DatabaseURL: url, DatabaseSchema: "public", Routes: routes}, handlers...)
+	old := runGateway(t, hookgate.Config{DatabaseURL: url, Schema: "public", Routes: routes}, handlers...)
 	post := func(g *running, path string) {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+g.gw.Addr()+path, strings.NewReader(`{"reason":"test"}`))
 		req.Header.Set("Authorization", "Bearer admin-token")

@@ -54,7 +54,7 @@ func (g *Gateway) open(ctx context.Context) (*pgxpool.Pool, func(), error) {
 		}
 	}
 	pool, closeDB, err := database.Open(ctx, database.Options{
-		URL: env.DatabaseURL.Value(), DataDir: env.DataDir, Mode: database.StartOwn, Schema: env.DatabaseSchema,
+		URL: env.DatabaseURL.Value(), DataDir: env.DataDir, Mode: database.StartOwn, Schema: env.Schema,
 		Conns: builtins + min(env.Workers, 50) + 24 + g.opts.conns, Logger: g.opts.logger,
 	})
 	if err != nil {

@@ -151,7 +151,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if command == "migrate" {
 		// migrate may use the private server a gateway runs.
 		pool, closeDB, err := database.Open(ctx, database.Options{URL: cfg.DatabaseURL.Value(), DataDir: cfg.DataDir,
-			Mode: database.ShareOrStart, Schema: cfg.DatabaseSchema, Logger: logger})
+			Mode: database.ShareOrStart, Schema: cfg.Schema, Logger: logger})
 		if err != nil {
 			return err
 		}
@@ -172,7 +172,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	quiet := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	open := func(ctx context.Context, conns int) (*pgxpool.Pool, func(), error) {
 		return database.Open(ctx, database.Options{URL: cfg.DatabaseURL.Value(), DataDir: cfg.DataDir,
-			Mode: database.ShareOnly, Conns: conns, Schema: cfg.DatabaseSchema, Logger: quiet})
+			Mode: database.ShareOnly, Conns: conns, Schema: cfg.Schema, Logger: quiet})
 	}
 	return bench.Run(ctx, bench.Env{Config: cfg, Providers: cfg.Providers, Open: open, Stdout: stdout}, args[1:])
 }

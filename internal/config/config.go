@@ -36,11 +36,11 @@ type Config struct {
 	// DatabaseURL is the PostgreSQL URL. Empty: a private PostgreSQL is started
 	// under DataDir.
 	DatabaseURL Secret `env:"DATABASE_URL" secret:"true"`
-	// DatabaseSchema is the PostgreSQL schema hookgate's and River's tables
+	// Schema is the PostgreSQL schema hookgate's and River's tables
 	// live in; the service's own tables stay in theirs. A database an
 	// earlier release made (its tables in public) is moved there at start.
 	// Defaults to hookgate.
-	DatabaseSchema string `env:"GATEWAY_DATABASE_SCHEMA" default:"hookgate"`
+	Schema string `env:"GATEWAY_DATABASE_SCHEMA" default:"hookgate"`
 	// DataDir is where the private PostgreSQL lives. Defaults to ./.data.
 	DataDir string `env:"GATEWAY_DATA_DIR" default:"./.data"`
 	// Addr is the listen address. Defaults to :8080.
@@ -225,7 +225,7 @@ func (c Config) withDefaults() Config {
 		}
 	}
 	str(&c.DataDir, "./.data")
-	str(&c.DatabaseSchema, schema.Default)
+	str(&c.Schema, schema.Default)
 	str(&c.Addr, ":8080")
 	str(&c.Console, "on")
 	str(&c.GitHubAPIURL, "https://api.github.com")
@@ -345,7 +345,7 @@ func (c Config) validate() []error {
 	bad := func(name, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{name}, args...)...))
 	}
-	if err := schema.CheckName(c.DatabaseSchema); err != nil {
+	if err := schema.CheckName(c.Schema); err != nil {
 		bad("GATEWAY_DATABASE_SCHEMA", "%v", err)
 	}
 	if c.DatabaseURL == "" && strings.TrimSpace(c.DataDir) == "" {
