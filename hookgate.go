@@ -66,10 +66,12 @@ import (
 // Gateway is one gateway process: its HTTP server, its River client and its
 // database, built by New and run by Run.
 type Gateway struct {
-	cfg       config.Resolved
-	opts      options
-	handlers  handlers.Registry
-	recoverer *recovery.Recoverer
+	cfg      config.Resolved
+	opts     options
+	handlers handlers.Registry
+	// recovery is the Recoverer's configuration, its API clients made: the
+	// Recoverer itself needs the database and the ingester, Run's.
+	recovery recovery.RecovererConfig
 
 	ran     atomic.Bool
 	started chan struct{}
@@ -119,15 +121,15 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		return nil, fmt.Errorf("hookgate.New: %w", err)
 	}
 	env := resolved
-	recoverer := &recovery.Recoverer{Lookback: env.RecoveryLookback, Retention: env.Retention, Logger: o.logger}
-	if recoverer.GitHub, recoverer.Stripe, err = recovery.Clients(recovery.Settings{
+	rec := recovery.RecovererConfig{Lookback: env.RecoveryLookback, Retention: env.Retention, Logger: o.logger}
+	if rec.GitHub, rec.Stripe, err = recovery.Clients(recovery.Settings{
 		GitHubHooks: env.GitHubRecoveryHooks, GitHubToken: env.GitHubToken.Value(), GitHubAppID: env.GitHubAppID,
 		GitHubAppKeyFile: env.GitHubAppKeyFile, GitHubAPIURL: env.GitHubAPIURL,
 		StripeAPIKey: env.StripeAPIKey.Value(), StripeAPIURL: env.StripeAPIURL, MaxBodyBytes: env.MaxBodyBytes,
 	}); err != nil {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}
-	return &Gateway{cfg: resolved, opts: o, handlers: builtins, recoverer: recoverer, started: make(chan struct{})}, nil
+	return &Gateway{cfg: resolved, opts: o, handlers: builtins, recovery: rec, started: make(chan struct{})}, nil
 }
 
 // Run starts the database (the private PostgreSQL when DATABASE_URL is

@@ -161,8 +161,6 @@ func (g *Gateway) build(ctx context.Context, pool *pgxpool.Pool) (*process, erro
 	if err != nil {
 		return nil, err
 	}
-	pt.enqueuer.Client = client
-	pt.guard.Queues = client
 
 	p := &process{logger: logger, addr: env.Addr, metrics: env.MetricsAddr, m: pt.m, client: client, guard: pt.guard,
 		recorder: &rejections.Recorder{Pool: pool, Logger: logger},
@@ -200,8 +198,8 @@ func (g *Gateway) build(ctx context.Context, pool *pgxpool.Pool) (*process, erro
 }
 
 // parts syncs the route table to the database and makes what ingest and
-// dispatch share: metrics, receipts, the routes' guard, the enqueuer (its
-// River client set once there is one), ingest and recovery.
+// dispatch share: metrics, receipts, the River client that inserts, the
+// routes' guard, the enqueuer, ingest and recovery.
 func (g *Gateway) parts(ctx context.Context, pool *pgxpool.Pool) (parts, error) {
 	env, table, logger := g.cfg, g.cfg.Table, g.opts.logger
 	if err := routes.Sync(ctx, pool, table); err != nil {
@@ -210,15 +208,22 @@ func (g *Gateway) parts(ctx context.Context, pool *pgxpool.Pool) (parts, error) 
 	if err := dispatch.QueueByRoute(ctx, pool, table); err != nil {
 		return parts{}, err
 	}
+	// The River client that works the jobs needs its workers, and they need
+	// the enqueuer: the enqueuer, the guard and the operators' pause and
+	// resume insert and pause through a client that does only that, made
+	// first.
+	inserter, err := dispatch.NewInserter(pool, logger)
+	if err != nil {
+		return parts{}, err
+	}
 	pt := parts{pool: pool, table: table, m: metrics.New(pool), store: &receipts.Store{Retention: env.Retention},
-		guard: &routes.Guard{Pool: pool, Table: table, Logger: logger}}
+		guard: routes.NewGuard(pool, table, inserter, logger)}
 	if err := pt.guard.Refresh(ctx); err != nil {
 		return parts{}, err
 	}
 	pt.m.Routes(pt.guard.Gauges)
-	pt.enqueuer = &dispatch.Enqueuer{Routes: table, MaxAttempts: env.MaxAttempts,
-		Filters: &filter.Reporter{Count: pt.m.FilterFailed, Logger: logger}}
-	pt.ingester = &ingest.Ingester{Pool: pool, Receipts: pt.store, Enqueuer: pt.enqueuer}
+	pt.enqueuer = dispatch.NewEnqueuer(inserter, table, dispatch.EnqueuerConfig{MaxAttempts: env.MaxAttempts,
+		Filters: &filter.Reporter{Count: pt.m.FilterFailed, Logger: logger}})
 	// Forwarding yields to acknowledgements: while ingest is under load
 	// (ingest.BusyAt deliveries wait for their acknowledgement), one dispatch
 	// goes on per five acknowledgements, the rest when ingest is idle (or
@@ -226,12 +231,12 @@ func (g *Gateway) parts(ctx context.Context, pool *pgxpool.Pool) (parts, error) 
 	// the acknowledged rate reaches the target while sending at 16 and 64
 	// senders; two dispatches at a time instead let 20% through at 16
 	// senders but 6% at 64.
-	pt.yield = &yield.Gate{Busy: pt.ingester.Busy, Share: 0.2}
-	pt.ingester.Acked = pt.yield.Acked
+	load := &ingest.Load{}
+	pt.yield = yield.NewGate(load.Busy, yield.Config{Share: 0.2})
+	pt.ingester = ingest.NewIngester(pool, pt.store, pt.enqueuer, ingest.Config{Acked: pt.yield.Acked, Load: load})
 	pt.m.Gauge("hookgate_dispatch_yielding", "Dispatches held back while eight or more deliveries wait for their acknowledgement (at most "+
 		dispatch.MaxYield.String()+" each).", func() float64 { return float64(pt.yield.Waiting()) })
-	pt.rec = g.recoverer
-	pt.rec.Pool, pt.rec.Ingester, pt.rec.Metrics = pool, pt.ingester, pt.m
+	pt.rec = recovery.NewRecoverer(pool, pt.ingester, pt.m, g.recovery)
 	// The series alerts and dashboards read are there, at zero, from the start.
 	known := metrics.Known{Recovery: pt.rec.Providers()}
 	for _, p := range env.Providers.Providers() {
@@ -250,11 +255,8 @@ func (g *Gateway) parts(ctx context.Context, pool *pgxpool.Pool) (parts, error) 
 func (g *Gateway) riverClient(pt parts) (*river.Client[pgx.Tx], error) {
 	env, logger, pool := g.cfg, g.opts.logger, pt.pool
 	return dispatch.NewClient(pool, dispatch.ClientConfig{
-		Dispatch: &dispatch.Worker{
-			Pool: pool, Routes: pt.table, Handlers: g.handlers, Receipts: pt.store, Logger: logger, Metrics: pt.m, Guard: pt.guard,
-			Forwarder: forward.New(env.ForwardSecrets, env.ForwardTimeout, env.Workers),
-			Yield:     pt.yield,
-		},
+		Dispatch: dispatch.NewWorker(pool, pt.table, pt.store, g.handlers, forward.New(env.ForwardSecrets, env.ForwardTimeout, env.Workers),
+			pt.guard, pt.yield, pt.m, logger),
 		Reconcile:      &dispatch.ReconcileWorker{Pool: pool, Routes: pt.table},
 		Workers:        env.Workers,
 		ForwardTimeout: env.ForwardTimeout,

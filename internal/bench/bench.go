@@ -462,12 +462,12 @@ func runCeiling(ctx context.Context, env Env, o options, gen *generator) (float6
 	if err := routes.CheckBuiltins(handlers.Default(nil).Names()); err != nil {
 		return 0, err
 	}
-	client, err := dispatch.NewInsertClient(pool, nil)
+	client, err := dispatch.NewInserter(pool, nil)
 	if err != nil {
 		return 0, err
 	}
-	in := &ingest.Ingester{Pool: pool, Receipts: &receipts.Store{Retention: env.Config.Retention},
-		Enqueuer: &dispatch.Enqueuer{Client: client, Routes: routes, MaxAttempts: env.Config.MaxAttempts}}
+	in := ingest.NewIngester(pool, &receipts.Store{Retention: env.Config.Retention},
+		dispatch.NewEnqueuer(client, routes, dispatch.EnqueuerConfig{MaxAttempts: env.Config.MaxAttempts}), ingest.Config{})
 	provs := map[string]providers.Provider{}
 	for _, p := range env.Providers.Providers() {
 		provs[p.Name()] = p

@@ -636,9 +636,9 @@ func (c *Console) handleRouteAction(w http.ResponseWriter, r *http.Request) {
 	var err error
 	switch action {
 	case "pause":
-		_, err = routes.Pause(r.Context(), c.Pool, c.Enqueuer.Client, c.Routes, name, change)
+		_, err = routes.Pause(r.Context(), c.Pool, c.Enqueuer.Client(), c.Routes, name, change)
 	case "resume":
-		_, err = routes.Resume(r.Context(), c.Pool, c.Enqueuer.Client, c.Routes, name, change)
+		_, err = routes.Resume(r.Context(), c.Pool, c.Enqueuer.Client(), c.Routes, name, change)
 	default:
 		c.fail(w, r, http.StatusNotFound, "No such action: routes are paused or resumed.")
 		return

@@ -86,11 +86,11 @@ func BenchmarkNoisyNeighbour(b *testing.B) {
 				route("healthy", healthy.URL, 50, fanout.Rate{}, fanout.Circuit{}),
 			}
 			bundle := setupDispatch(b, "", nil, dispatchOpts{table: table, forwardTimeout: 30 * time.Second})
-			bundle.enq.Routes = table[:1]
+			hungOnly := bundle.only(table[:1])
 			for i := range hungDispatches {
-				bundle.accept(b, pushDelivery(fmt.Sprintf("hung-%d", i)))
+				hungOnly.accept(b, pushDelivery(fmt.Sprintf("hung-%d", i)))
 			}
-			bundle.enq.Routes = table[1:]
+			bundle = bundle.only(table[1:])
 			bundle.start(b)
 			time.Sleep(time.Second) // the hung route's workers take their dispatches
 

@@ -23,7 +23,7 @@ import (
 
 // ClientConfig configures the River client that works hookgate's jobs.
 type ClientConfig struct {
-	// Dispatch works dispatches. Required.
+	// Dispatch works dispatches (NewWorker). Required.
 	Dispatch *Worker
 	// Reconcile is the periodic reconcile job (every minute, and at start);
 	// nil: not scheduled.
@@ -54,6 +54,11 @@ type ClientConfig struct {
 // within about 25 s + 30 s.
 func jobTimeout(forward time.Duration) time.Duration  { return MaxYield + forward + 5*time.Second }
 func rescueAfter(forward time.Duration) time.Duration { return jobTimeout(forward) + 5*time.Second }
+
+// fetchCooldown is the least time between two fetches of a queue by the
+// working client, and between two notifications of inserts into a queue by
+// a client that inserts: see NewClient.
+const fetchCooldown = 20 * time.Millisecond
 
 // NewClient returns a River client that works cfg's workers. It is not started.
 func NewClient(pool *pgxpool.Pool, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
@@ -90,7 +95,7 @@ func NewClient(pool *pgxpool.Pool, cfg ClientConfig) (*river.Client[pgx.Tx], err
 		// fetches and cost ingest throughput; 30 ms raised the end-to-end p99
 		// at 1,000 deliveries/s past 250 ms. The poll catches snoozed
 		// dispatches (waiting on an entity lock) quickly.
-		FetchCooldown:     20 * time.Millisecond,
+		FetchCooldown:     fetchCooldown,
 		FetchPollInterval: 100 * time.Millisecond,
 		// Dispatch rows are the lasting record; completed River jobs are kept
 		// an hour for River UI, so that a busy gateway's job table stays small.
@@ -98,10 +103,10 @@ func NewClient(pool *pgxpool.Pool, cfg ClientConfig) (*river.Client[pgx.Tx], err
 		// Not the GIN indexes hookgate's schema drops (migration 0015).
 		ReindexerIndexNames:  schema.RiverReindexed(),
 		JobTimeout:           jobTimeout(cfg.ForwardTimeout),
-		RescueStuckJobsAfter: rescueAfter(cfg.Dispatch.Routes.MaxTimeout(cfg.ForwardTimeout)),
+		RescueStuckJobsAfter: rescueAfter(cfg.Dispatch.routes.MaxTimeout(cfg.ForwardTimeout)),
 		PeriodicJobs:         periodic,
 		WorkerMiddleware:     []rivertype.WorkerMiddleware{cleanErrors(cfg.Logger)},
-		Queues:               queues(cfg.Dispatch.Routes, cfg.Workers, cfg.Queues),
+		Queues:               queues(cfg.Dispatch.routes, cfg.Workers, cfg.Queues),
 		Workers:              workers,
 	})
 	if err != nil {
@@ -152,9 +157,15 @@ func queues(table fanout.Table, workers int, extra map[string]river.QueueConfig)
 	return qs
 }
 
-// NewInsertClient returns a River client that only inserts jobs.
-func NewInsertClient(pool *pgxpool.Pool, logger *slog.Logger) (*river.Client[pgx.Tx], error) {
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger})
+// NewInserter returns a River client that only inserts jobs and pauses,
+// resumes and lists queues: it works none and is never started. The
+// enqueuer, the routes' guard and the operators' pause and resume use it,
+// made before the client that works the jobs (NewClient), whose workers need
+// the enqueuer. A client notifies the working clients of its inserts into a
+// queue at most once per its FetchCooldown: the working client's own here,
+// so that a new dispatch is announced as often as it may be fetched.
+func NewInserter(pool *pgxpool.Pool, logger *slog.Logger) (*river.Client[pgx.Tx], error) {
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger, FetchCooldown: fetchCooldown})
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)
 	}

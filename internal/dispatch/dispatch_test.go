@@ -17,9 +17,11 @@ import (
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handlers"
+	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
 	"github.com/hookgate/hookgate/internal/routes"
+	"github.com/hookgate/hookgate/internal/yield"
 )
 
 type dispatchBundle struct {
@@ -67,19 +69,31 @@ func setupDispatch(t testing.TB, spec string, handlers handlers.Registry, opts .
 	if err := routes.Sync(context.Background(), pool, rs); err != nil {
 		t.Fatal(err)
 	}
-	guard := &routes.Guard{Pool: pool, Table: rs, Logger: logger}
+	inserter, err := dispatch.NewInserter(pool, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard := routes.NewGuard(pool, rs, inserter, logger)
 	if err := guard.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	store := &receipts.Store{Retention: 72 * time.Hour}
-	w := &dispatch.Worker{Pool: pool, Routes: rs, Handlers: handlers, Receipts: store, Logger: logger, Guard: guard,
-		Forwarder: forward.New(o.forwardSecrets, o.forwardTimeout, o.workers)}
+	w := dispatch.NewWorker(pool, rs, store, handlers, forward.New(o.forwardSecrets, o.forwardTimeout, o.workers),
+		guard, yield.Never(), metrics.Discard(), logger)
 	client, err := dispatch.NewClient(pool, dispatch.ClientConfig{Dispatch: w, Workers: o.workers, ForwardTimeout: o.forwardTimeout, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &dispatchBundle{pool: pool, client: client, enq: &dispatch.Enqueuer{Client: client, Routes: rs, MaxAttempts: 3}, store: store,
+	return &dispatchBundle{pool: pool, client: client, enq: dispatch.NewEnqueuer(client, rs, dispatch.EnqueuerConfig{MaxAttempts: 3}), store: store,
 		guard: guard, table: rs}
+}
+
+// only is b with an enqueuer of the given routes alone: deliveries it
+// accepts are dispatched to those routes only.
+func (b *dispatchBundle) only(routes fanout.Table) *dispatchBundle {
+	c := *b
+	c.enq = dispatch.NewEnqueuer(b.client, routes, dispatch.EnqueuerConfig{MaxAttempts: 3})
+	return &c
 }
 
 func (b *dispatchBundle) accept(t testing.TB, d providers.Delivery) int {

@@ -33,16 +33,39 @@ func (Args) Kind() string { return Kind }
 // Enqueuer creates dispatch rows and their River jobs inside the caller's
 // transaction.
 type Enqueuer struct {
-	// Client inserts the jobs; it may be an insert-only client.
-	Client *river.Client[pgx.Tx]
-	// Routes is the fan-out table.
-	Routes fanout.Table
+	client      *river.Client[pgx.Tx]
+	routes      fanout.Table
+	maxAttempts int
+	filters     *filter.Reporter
+}
+
+// EnqueuerConfig are an Enqueuer's settings; the zero EnqueuerConfig is the
+// defaults.
+type EnqueuerConfig struct {
 	// MaxAttempts is a job's attempt limit when its route sets none.
 	// Defaults to River's (25).
 	MaxAttempts int
-	// Filters hears of route filters that failed on a delivery; may be nil.
+	// Filters hears of route filters that failed on a delivery. Defaults to
+	// a Reporter that counts and logs nothing.
 	Filters *filter.Reporter
 }
+
+// NewEnqueuer returns an Enqueuer of table's routes whose jobs client
+// inserts; it may be an insert-only client (NewInserter).
+func NewEnqueuer(client *river.Client[pgx.Tx], table fanout.Table, cfg EnqueuerConfig) *Enqueuer {
+	if cfg.Filters == nil {
+		cfg.Filters = &filter.Reporter{}
+	}
+	return &Enqueuer{client: client, routes: table, maxAttempts: cfg.MaxAttempts, filters: cfg.Filters}
+}
+
+// Client is the River client that inserts the jobs; it pauses and resumes
+// routes' queues too, and inserts other jobs in the same transactions
+// (bulk replay's).
+func (e *Enqueuer) Client() *river.Client[pgx.Tx] { return e.client }
+
+// Routes is the fan-out table the Enqueuer creates dispatches of.
+func (e *Enqueuer) Routes() fanout.Table { return e.routes }
 
 // EnqueueTx creates generation 1 of the dispatch of every route matching the
 // event, with one River job each, and returns how many it created. Routes that
@@ -61,7 +84,7 @@ func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, provider, deliveryI
 // best done before a transaction is open. It returns nil when no filter is
 // involved (the transaction decides by the route table alone, at no cost).
 func (e *Enqueuer) Prematch(ev providers.Delivery) []string {
-	if !e.Routes.FiltersFor(ev.Provider, ev.Event) {
+	if !e.routes.FiltersFor(ev.Provider, ev.Event) {
 		return nil
 	}
 	return append([]string{}, e.Matching(ev)...)
@@ -70,7 +93,7 @@ func (e *Enqueuer) Prematch(ev providers.Delivery) []string {
 // Matching returns the routes that take ev under the route table and its
 // filters as they are now.
 func (e *Enqueuer) Matching(ev providers.Delivery) []string {
-	return e.Routes.Matching(input(ev), e.Filters.Failed)
+	return e.routes.Matching(input(ev), e.filters.Failed)
 }
 
 // input is an event as route filters see it.
@@ -115,8 +138,8 @@ func (e *Enqueuer) EnqueueManyTx(ctx context.Context, tx pgx.Tx, events []provid
 // insertOpts places a route's dispatch job in the route's own queue, with the
 // route's attempt limit.
 func (e *Enqueuer) insertOpts(route string) *river.InsertOpts {
-	opts := &river.InsertOpts{MaxAttempts: e.MaxAttempts}
-	if r, ok := e.Routes.ByName(route); ok {
+	opts := &river.InsertOpts{MaxAttempts: e.maxAttempts}
+	if r, ok := e.routes.ByName(route); ok {
 		opts.Queue = r.Queue()
 		if r.MaxAttempts > 0 {
 			opts.MaxAttempts = r.MaxAttempts
@@ -159,7 +182,7 @@ func (e *Enqueuer) CreateTx(ctx context.Context, tx pgx.Tx, want []Created) ([]C
 			InsertOpts: e.insertOpts(w.Route),
 		}
 	}
-	results, err := e.Client.InsertManyTx(ctx, tx, params)
+	results, err := e.client.InsertManyTx(ctx, tx, params)
 	if err != nil {
 		return nil, fmt.Errorf("insert dispatch jobs: %w", err)
 	}
@@ -192,7 +215,7 @@ func (e *Enqueuer) CreateTx(ctx context.Context, tx pgx.Tx, want []Created) ([]C
 		}
 		for chunk := range slices.Chunk(orphans, maxDeleteMany) {
 			params := river.NewJobDeleteManyParams().IDs(chunk...).First(len(chunk))
-			if _, err := e.Client.JobDeleteManyTx(ctx, tx, params); err != nil {
+			if _, err := e.client.JobDeleteManyTx(ctx, tx, params); err != nil {
 				return nil, fmt.Errorf("delete unneeded dispatch jobs: %w", err)
 			}
 		}

@@ -69,15 +69,13 @@ func TestHungTargetHoldsOnlyItsOwnRoute(t *testing.T) {
 	a := setupDispatch(t, "", nil, dispatchOpts{table: table, forwardTimeout: 30 * time.Second})
 	b := setupDispatch(t, "", nil, dispatchOpts{table: table, forwardTimeout: 30 * time.Second, pool: a.pool})
 
-	hungOnly := fanout.Table{table[0]}
-	healthyOnly := fanout.Table{table[1]}
+	hungOnly := a.only(fanout.Table{table[0]})
+	healthyOnly := a.only(fanout.Table{table[1]})
 	for i := range 60 {
-		a.enq.Routes = hungOnly
-		a.accept(t, pushDelivery(fmt.Sprintf("hung-%d", i)))
+		hungOnly.accept(t, pushDelivery(fmt.Sprintf("hung-%d", i)))
 	}
 	for i := range 20 {
-		a.enq.Routes = healthyOnly
-		a.accept(t, pushDelivery(fmt.Sprintf("ok-%d", i)))
+		healthyOnly.accept(t, pushDelivery(fmt.Sprintf("ok-%d", i)))
 	}
 	a.start(t)
 	b.start(t)

@@ -14,7 +14,10 @@ import (
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handlers"
+	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/receipts"
+	"github.com/hookgate/hookgate/internal/routes"
+	"github.com/hookgate/hookgate/internal/yield"
 )
 
 // workerEnv, when set, makes the test binary a dispatch worker process on that
@@ -33,19 +36,19 @@ func TestMain(m *testing.M) {
 	dbtest.Main(m)
 }
 
-func runWorkerProcess(url, routes string) error {
+func runWorkerProcess(url, spec string) error {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		return err
 	}
 	handlers := handlers.Default(discard())
-	rs, err := fanout.Parse(routes, handlers.Names(), fanout.Defaults{})
+	rs, err := fanout.Parse(spec, handlers.Names(), fanout.Defaults{})
 	if err != nil {
 		return err
 	}
-	w := &dispatch.Worker{Pool: pool, Routes: rs, Handlers: handlers, Receipts: &receipts.Store{Retention: 72 * time.Hour},
-		Logger: discard(), Forwarder: forward.New(nil, 10*time.Second, 4)}
+	w := dispatch.NewWorker(pool, rs, &receipts.Store{Retention: 72 * time.Hour}, handlers, forward.New(nil, 10*time.Second, 4),
+		routes.AdmitAll{}, yield.Never(), metrics.Discard(), discard())
 	client, err := dispatch.NewClient(pool, dispatch.ClientConfig{Dispatch: w, Workers: 4, ForwardTimeout: 10 * time.Second, Logger: discard()})
 	if err != nil {
 		return err

@@ -47,33 +47,45 @@ import (
 type Worker struct {
 	river.WorkerDefaults[Args]
 
-	// Pool is the database the dispatch rows and receipts live in.
-	Pool *pgxpool.Pool
-	// Routes is the fan-out table.
-	Routes fanout.Table
-	// Handlers are the builtin targets.
-	Handlers handlers.Registry
-	// Forwarder sends to http(s) targets.
-	Forwarder *forward.Client
-	// Receipts reads the event's stored body.
-	Receipts *receipts.Store
-	// Logger logs failures; never payloads.
-	Logger *slog.Logger
-	// Metrics records final states; nil records nothing.
-	Metrics *metrics.Metrics
-	// Guard admits each attempt within its route's pause, circuit and rate;
-	// nil admits all.
-	Guard *routes.Guard
-	// Yield holds dispatches back, up to MaxYield, while ingest is under
-	// load; nil holds none.
-	Yield *yield.Gate
+	pool      *pgxpool.Pool
+	routes    fanout.Table
+	handlers  handlers.Registry
+	forwarder *forward.Client
+	receipts  *receipts.Store
+	logger    *slog.Logger
+	metrics   *metrics.Metrics
+	guard     Admitter
+	yield     *yield.Gate
 
 	// retryAt holds, per job id, when a target's Retry-After allows the next
 	// attempt; NextRetry takes it right after Work returns.
 	retryAt sync.Map
 
-	once     sync.Once
 	recorder *batch.Batcher[outcome, struct{}]
+}
+
+// Admitter admits each attempt of a route's dispatch within the route's
+// pause, circuit and rate, or says how long it waits, and learns how an
+// admitted attempt ended: *routes.Guard, or routes.AdmitAll where none of
+// them is in force.
+type Admitter interface {
+	Admit(ctx context.Context, r fanout.Route) (wait time.Duration, t routes.Ticket, err error)
+	Done(ctx context.Context, r fanout.Route, t routes.Ticket, o routes.Outcome, detail string)
+}
+
+// NewWorker returns a Worker of table's dispatches, whose rows live in pool
+// and whose events' stored bodies it reads through rs. handlers are the
+// builtin targets (none: a builtin route's dispatches are discarded), and
+// forwarder sends to http(s) targets. guard admits each attempt; gate holds
+// dispatches back, up to MaxYield, while ingest is under load
+// (yield.Never holds none). m records final states and forward attempts;
+// logger logs failures, never payloads.
+func NewWorker(pool *pgxpool.Pool, table fanout.Table, rs *receipts.Store, handlers handlers.Registry, forwarder *forward.Client,
+	guard Admitter, gate *yield.Gate, m *metrics.Metrics, logger *slog.Logger) *Worker {
+	w := &Worker{pool: pool, routes: table, handlers: handlers, forwarder: forwarder, receipts: rs, logger: logger,
+		metrics: m, guard: guard, yield: gate}
+	w.recorder = &batch.Batcher[outcome, struct{}]{Do: w.recordBatch, MaxBatch: 128, Concurrency: 2}
+	return w
 }
 
 var (
@@ -90,7 +102,7 @@ const MaxYield = 5 * time.Second
 // Work implements river.Worker.
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	w.retryAt.Delete(job.ID) // an earlier attempt's, should River not have taken it
-	w.Yield.Enter(ctx, time.Now().Add(MaxYield))
+	w.yield.Enter(ctx, time.Now().Add(MaxYield))
 	err := w.work(ctx, job)
 	var snooze *river.JobSnoozeError
 	var fe *forward.Error
@@ -104,13 +116,13 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		return river.JobCancel(err)
 	case errors.Is(err, errNoTarget), errors.As(err, &fe) && fe.Permanent, errors.As(err, &discard):
 		w.recordFailure(ctx, job, Discarded, err)
-		w.Metrics.Dispatch(job.Args.Route, Discarded, time.Time{})
+		w.metrics.Dispatch(job.Args.Route, Discarded, time.Time{})
 		return river.JobCancel(err)
 	}
 	state := Retrying
 	if job.Attempt >= job.MaxAttempts {
 		state = Discarded
-		w.Metrics.Dispatch(job.Args.Route, state, time.Time{})
+		w.metrics.Dispatch(job.Args.Route, state, time.Time{})
 	} else if errors.As(err, &fe) && fe.RetryAfter > 0 {
 		// Only for a job River will retry: it then calls NextRetry, which
 		// takes the entry; a discarded job's would stay forever.
@@ -123,7 +135,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 // Timeout implements river.Worker: the route's attempt time limit and the
 // database work around it.
 func (w *Worker) Timeout(job *river.Job[Args]) time.Duration {
-	if r, ok := w.Routes.ByName(job.Args.Route); ok && r.Timeout > 0 {
+	if r, ok := w.routes.ByName(job.Args.Route); ok && r.Timeout > 0 {
 		return jobTimeout(r.Timeout)
 	}
 	return 0 // the client's
@@ -139,7 +151,7 @@ func (w *Worker) NextRetry(job *river.Job[Args]) time.Time {
 }
 
 func (w *Worker) work(ctx context.Context, job *river.Job[Args]) error {
-	route, ok := w.Routes.ByName(job.Args.Route)
+	route, ok := w.routes.ByName(job.Args.Route)
 	if !ok {
 		return fmt.Errorf("%w: route %q is no longer configured", errNoTarget, job.Args.Route)
 	}
@@ -147,7 +159,7 @@ func (w *Worker) work(ctx context.Context, job *river.Job[Args]) error {
 	if !builtin {
 		return w.forward(ctx, job, route)
 	}
-	handler := w.Handlers[name]
+	handler := w.handlers[name]
 	if handler == nil {
 		return fmt.Errorf("%w: route %q: no builtin handler %q", errNoTarget, route.Name, name)
 	}
@@ -162,7 +174,7 @@ func (w *Worker) admit(ctx context.Context, route fanout.Route, paused bool) (ro
 	if paused {
 		return routes.Ticket{}, river.JobSnooze(routes.PausedWait)
 	}
-	wait, t, err := w.Guard.Admit(ctx, route)
+	wait, t, err := w.guard.Admit(ctx, route)
 	if err != nil {
 		return t, err
 	}
@@ -202,7 +214,7 @@ func delivery(r receipts.Receipt, a Args, attempt int) handlers.Delivery {
 // River runs the job again, so the effect still happens once.
 func (w *Worker) runBuiltin(ctx context.Context, job *river.Job[Args], route fanout.Route, handler handlers.Handler) error {
 	a := job.Args
-	tx, err := w.Pool.Begin(ctx)
+	tx, err := w.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
@@ -223,7 +235,7 @@ func (w *Worker) runBuiltin(ctx context.Context, job *river.Job[Args], route fan
 		// after a crash): the effect already happened, only complete the job.
 		return w.complete(ctx, tx, job)
 	}
-	r, err := w.Receipts.First(ctx, tx, a.Provider, a.DeliveryID)
+	r, err := w.receipts.First(ctx, tx, a.Provider, a.DeliveryID)
 	if errors.Is(err, receipts.ErrNotFound) {
 		return errGone
 	}
@@ -252,11 +264,11 @@ func (w *Worker) runBuiltin(ctx context.Context, job *river.Job[Args], route fan
 	}
 	if err := handlers.Call(ctx, tx, handler, delivery(r, a, job.Attempt)); err != nil {
 		if pe := (*handlers.PanicError)(nil); errors.As(err, &pe) {
-			w.Logger.ErrorContext(ctx, "handler panicked", "route", a.Route, "delivery_id", a.DeliveryID,
+			w.logger.ErrorContext(ctx, "handler panicked", "route", a.Route, "delivery_id", a.DeliveryID,
 				"panic", errtext.Clean(fmt.Sprint(pe.Value)), "stack", string(pe.Stack))
 		}
 		err = fmt.Errorf("handler: %w", err)
-		w.Guard.Done(ctx, route, ticket, routes.Failed, errText(err))
+		w.guard.Done(ctx, route, ticket, routes.Failed, errText(err))
 		return err
 	}
 	if ordered(r) {
@@ -267,7 +279,7 @@ func (w *Worker) runBuiltin(ctx context.Context, job *river.Job[Args], route fan
 	if err := w.finish(ctx, tx, job, Succeeded, r.ReceivedAt); err != nil {
 		return err
 	}
-	w.Guard.Done(ctx, route, ticket, routes.Succeeded, "")
+	w.guard.Done(ctx, route, ticket, routes.Succeeded, "")
 	return nil
 }
 
@@ -280,7 +292,7 @@ func (w *Worker) finish(ctx context.Context, tx pgx.Tx, job *river.Job[Args], st
 	if err := w.complete(ctx, tx, job); err != nil {
 		return err
 	}
-	w.Metrics.Dispatch(job.Args.Route, state, sinceReceipt(job.Args, receivedAt))
+	w.metrics.Dispatch(job.Args.Route, state, sinceReceipt(job.Args, receivedAt))
 	return nil
 }
 
@@ -327,9 +339,9 @@ func (w *Worker) forward(ctx context.Context, job *river.Job[Args], route fanout
 			}
 			return err
 		}
-		err = w.Forwarder.ForwardWithin(ctx, route.Target, route.Timeout, delivery(c.r, a, job.Attempt))
-		w.Metrics.ForwardAttempt(a.Route, forward.Outcome(err))
-		w.Guard.Done(ctx, route, ticket, guardOutcome(err), errText(err))
+		err = w.forwarder.ForwardWithin(ctx, route.Target, route.Timeout, delivery(c.r, a, job.Attempt))
+		w.metrics.ForwardAttempt(a.Route, forward.Outcome(err))
+		w.guard.Done(ctx, route, ticket, guardOutcome(err), errText(err))
 		if err != nil {
 			// The lease is kept while the dispatch retries: an earlier
 			// attempt may have been accepted with its outcome lost, and an
@@ -350,7 +362,7 @@ func (w *Worker) forward(ctx context.Context, job *river.Job[Args], route fanout
 			return err
 		}
 	}
-	w.Metrics.Dispatch(a.Route, o.state, sinceReceipt(a, c.r.ReceivedAt))
+	w.metrics.Dispatch(a.Route, o.state, sinceReceipt(a, c.r.ReceivedAt))
 	return nil
 }
 
@@ -398,7 +410,7 @@ func (w *Worker) recordAgain(ctx context.Context, o outcome) error {
 	var err error
 	for try := range againTries {
 		time.Sleep(time.Duration(try) * 200 * time.Millisecond)
-		err = pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error { return writeOutcomes(ctx, tx, []outcome{o}) })
+		err = pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error { return writeOutcomes(ctx, tx, []outcome{o}) })
 		if err == nil {
 			return nil
 		}
@@ -410,10 +422,10 @@ func (w *Worker) recordAgain(ctx context.Context, o outcome) error {
 // waits before it rescues a job whose process died.
 func (w *Worker) leaseTTL() time.Duration {
 	timeout := 10 * time.Second
-	if w.Forwarder != nil && w.Forwarder.Timeout > 0 {
-		timeout = w.Forwarder.Timeout
+	if w.forwarder.Timeout > 0 {
+		timeout = w.forwarder.Timeout
 	}
-	return rescueAfter(w.Routes.MaxTimeout(timeout))
+	return rescueAfter(w.routes.MaxTimeout(timeout))
 }
 
 // dropLease gives back the claim's lease, if it took one.
@@ -421,7 +433,7 @@ func (w *Worker) dropLease(ctx context.Context, c *claim) error {
 	if c.leased == "" {
 		return nil
 	}
-	return store.GiveBackLease(context.WithoutCancel(ctx), w.Pool, store.DispatchKey(c.args))
+	return store.GiveBackLease(context.WithoutCancel(ctx), w.pool, store.DispatchKey(c.args))
 }
 
 // claim is what one attempt of a forward starts from.
@@ -447,7 +459,7 @@ func (w *Worker) claim(ctx context.Context, a Args, exact bool) (*claim, error) 
 	// The lease needs only the event's entity, so at first it takes any
 	// receipt's; when it is not the first receipt's, the claim is made again
 	// exactly.
-	sc, err := store.ClaimDispatch(ctx, w.Pool, store.DispatchKey(a), exact, w.leaseTTL())
+	sc, err := store.ClaimDispatch(ctx, w.pool, store.DispatchKey(a), exact, w.leaseTTL())
 	c := &claim{args: a, state: sc.State, r: sc.Receipt, paused: sc.Paused}
 	entity, leased, stale, mark := sc.Entity, sc.Leased, sc.Stale, sc.Mark
 	if leased {
@@ -486,16 +498,13 @@ type outcome struct {
 
 // record writes the outcome in the next batch and returns once it is committed.
 func (w *Worker) record(ctx context.Context, o outcome) error {
-	w.once.Do(func() {
-		w.recorder = &batch.Batcher[outcome, struct{}]{Do: w.recordBatch, MaxBatch: 128, Concurrency: 2}
-	})
 	_, err := w.recorder.Submit(ctx, o)
 	return err
 }
 
 // recordBatch writes outcomes and watermarks in one transaction.
 func (w *Worker) recordBatch(ctx context.Context, os []outcome) ([]struct{}, error) {
-	err := pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error { return writeOutcomes(ctx, tx, os) })
+	err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error { return writeOutcomes(ctx, tx, os) })
 	if err != nil {
 		return nil, err
 	}
@@ -525,14 +534,14 @@ func markOf(a Args, r receipts.Receipt) store.Watermark {
 // River retries the job whether or not the row could be updated.
 func (w *Worker) recordFailure(ctx context.Context, job *river.Job[Args], state string, cause error) {
 	msg := errText(cause)
-	if err := store.SetDispatchState(context.WithoutCancel(ctx), w.Pool, store.DispatchKey(job.Args), state, job.Attempt, &msg); err != nil {
-		w.Logger.ErrorContext(ctx, "record dispatch failure", "error", err, "route", job.Args.Route, "delivery_id", job.Args.DeliveryID)
+	if err := store.SetDispatchState(context.WithoutCancel(ctx), w.pool, store.DispatchKey(job.Args), state, job.Attempt, &msg); err != nil {
+		w.logger.ErrorContext(ctx, "record dispatch failure", "error", err, "route", job.Args.Route, "delivery_id", job.Args.DeliveryID)
 	}
 	if IsFinal(state) { // an ended dispatch holds no lease (one left would expire)
-		if err := store.GiveBackLease(context.WithoutCancel(ctx), w.Pool, store.DispatchKey(job.Args)); err != nil {
-			w.Logger.WarnContext(ctx, "give back lease", "error", err, "route", job.Args.Route, "delivery_id", job.Args.DeliveryID)
+		if err := store.GiveBackLease(context.WithoutCancel(ctx), w.pool, store.DispatchKey(job.Args)); err != nil {
+			w.logger.WarnContext(ctx, "give back lease", "error", err, "route", job.Args.Route, "delivery_id", job.Args.DeliveryID)
 		}
 	}
-	w.Logger.WarnContext(ctx, "dispatch failed", "error", msg, "state", state, "route", job.Args.Route,
+	w.logger.WarnContext(ctx, "dispatch failed", "error", msg, "state", state, "route", job.Args.Route,
 		"provider", job.Args.Provider, "delivery_id", job.Args.DeliveryID, "attempt", job.Attempt)
 }

@@ -14,8 +14,11 @@ import (
 	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
+	hgroutes "github.com/hookgate/hookgate/internal/routes"
+	"github.com/hookgate/hookgate/internal/yield"
 )
 
 // A target's Retry-After is kept only for a job River will retry, and only
@@ -34,7 +37,7 @@ func TestRetryAfterIsKeptOnlyForAJobRiverWillRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	logger := slog.New(slog.DiscardHandler)
-	client, err := NewInsertClient(pool, logger)
+	client, err := NewInserter(pool, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,14 +50,14 @@ func TestRetryAfterIsKeptOnlyForAJobRiverWillRetry(t *testing.T) {
 	if _, err := store.InsertTx(ctx, tx, d); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := (&Enqueuer{Client: client, Routes: routes}).EnqueueTx(ctx, tx, "github", "d-1", "push"); err != nil {
+	if _, err := NewEnqueuer(client, routes, EnqueuerConfig{}).EnqueueTx(ctx, tx, "github", "d-1", "push"); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 
-	w := &Worker{Pool: pool, Routes: routes, Receipts: store, Logger: logger, Forwarder: forward.New(nil, 2*time.Second, 1)}
+	w := NewWorker(pool, routes, store, nil, forward.New(nil, 2*time.Second, 1), hgroutes.AdmitAll{}, yield.Never(), metrics.Discard(), logger)
 	kept := func() int {
 		n := 0
 		w.retryAt.Range(func(any, any) bool { n++; return true })

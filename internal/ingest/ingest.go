@@ -17,7 +17,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -77,12 +76,16 @@ const DefaultCommitters = 2
 
 // Ingester accepts verified deliveries.
 type Ingester struct {
-	// Pool is the database.
-	Pool *pgxpool.Pool
-	// Receipts stores receipts.
-	Receipts *receipts.Store
-	// Enqueuer creates the dispatches.
-	Enqueuer *dispatch.Enqueuer
+	pool     *pgxpool.Pool
+	receipts *receipts.Store
+	enqueuer *dispatch.Enqueuer
+	acked    func()
+	load     *Load
+	batcher  *batch.Batcher[providers.Delivery, Outcome]
+}
+
+// Config are an Ingester's settings; the zero Config is the defaults.
+type Config struct {
 	// MaxBatch bounds how many deliveries one transaction takes. Defaults to 64.
 	MaxBatch int
 	// MaxBatchBytes bounds the bodies one transaction takes (a larger body
@@ -96,37 +99,78 @@ type Ingester struct {
 	// MaxQueue bounds the deliveries waiting for a committer; past it a
 	// delivery is refused at once (ErrUnavailable). Defaults to 1,024.
 	MaxQueue int
-	// Acked, when set, is called after each Accept returns (forwarding
-	// paces itself by it: package yield).
-	Acked func()
 	// MaxWait bounds how long a delivery waits for its batch to start, and
 	// CommitTimeout how long that batch may take: when the database is slow,
 	// a sender gets its 503 in bounded time instead of memory growing.
 	// GitHub waits 10 s for an answer. Default to 5 s and 10 s.
 	MaxWait, CommitTimeout time.Duration
-
-	once      sync.Once
-	batcher   *batch.Batcher[providers.Delivery, Outcome]
-	accepting atomic.Int64 // Accept calls waiting for their outcome
+	// Acked is called after each Accept returns (forwarding paces itself by
+	// it: package yield). Defaults to doing nothing.
+	Acked func()
+	// Load counts the deliveries waiting for their acknowledgement. Defaults
+	// to a Load of the Ingester's own.
+	Load *Load
 }
+
+// NewIngester returns an Ingester that stores receipts through rs and creates
+// their dispatches through enqueuer, in transactions on pool.
+func NewIngester(pool *pgxpool.Pool, rs *receipts.Store, enqueuer *dispatch.Enqueuer, cfg Config) *Ingester {
+	if cfg.Committers <= 0 {
+		cfg.Committers = DefaultCommitters
+	}
+	if cfg.Acked == nil {
+		cfg.Acked = func() {}
+	}
+	if cfg.Load == nil {
+		cfg.Load = &Load{}
+	}
+	in := &Ingester{pool: pool, receipts: rs, enqueuer: enqueuer, acked: cfg.Acked, load: cfg.Load}
+	in.batcher = &batch.Batcher[providers.Delivery, Outcome]{
+		Do: func(ctx context.Context, ds []providers.Delivery) ([]Outcome, error) {
+			return in.CommitMany(ctx, ds), nil
+		},
+		MaxBatch: cfg.MaxBatch, Concurrency: cfg.Committers,
+		Weight:    func(d providers.Delivery) int64 { return int64(len(d.Body)) },
+		MaxWeight: cmp.Or(cfg.MaxBatchBytes, 8<<20),
+		MaxQueue:  cmp.Or(cfg.MaxQueue, 1024), MaxWait: cmp.Or(cfg.MaxWait, 5*time.Second),
+		Timeout: cmp.Or(cfg.CommitTimeout, 10*time.Second),
+	}
+	return in
+}
+
+// Load is ingest's load in one process: how many deliveries wait for their
+// acknowledgement (Accept calls waiting for their outcome) in the Ingesters
+// given it (Config.Load). Forwarding yields to it (package yield). It stands
+// apart from the Ingester so that the yield gate, which the Ingester tells of
+// its acknowledgements (Config.Acked), can be made first and read it. A zero
+// Load is ready to use.
+type Load struct {
+	accepting atomic.Int64
+}
+
+// Busy reports whether ingest is under load: at least BusyAt deliveries wait
+// for their acknowledgement at once. Forwarding yields to it (package yield).
+// A few senders whose batches are committing are no load: under a moderate
+// load there is nearly always one, and yielding to any held forwards back
+// for hundreds of milliseconds with the machine half idle; nor is a queue
+// for a committer a sign, since a closed loop of senders finds it empty most
+// of the time however loaded the machine.
+func (l *Load) Busy() bool { return l.accepting.Load() >= BusyAt }
 
 // Accept records a verified delivery, in a batch with the deliveries that
 // arrive while other batches commit. Errors are receipts.ErrConflict (the key
 // is taken by another body; nothing changed), wrap ErrRefused (the database
 // refused this delivery alone) or wrap ErrUnavailable.
 func (in *Ingester) Accept(ctx context.Context, d providers.Delivery) (Result, error) {
-	in.start()
-	in.accepting.Add(1)
+	in.load.accepting.Add(1)
 	defer func() {
-		in.accepting.Add(-1)
-		if in.Acked != nil {
-			in.Acked()
-		}
+		in.load.accepting.Add(-1)
+		in.acked()
 	}()
 	// Route filters read the payload: they run here, before the delivery
 	// joins a transaction, so that a costly filter never holds its
 	// batch-mates' commit.
-	d.Routes = in.Enqueuer.Prematch(d)
+	d.Routes = in.enqueuer.Prematch(d)
 	o, err := in.batcher.Submit(ctx, d)
 	if err != nil {
 		// The queue was full or slow, or the sender is gone: a delivery whose
@@ -137,35 +181,6 @@ func (in *Ingester) Accept(ctx context.Context, d providers.Delivery) (Result, e
 	return o.Result, o.Err
 }
 
-// start makes the batcher, once.
-func (in *Ingester) start() {
-	in.once.Do(func() {
-		committers := in.Committers
-		if committers <= 0 {
-			committers = DefaultCommitters
-		}
-		in.batcher = &batch.Batcher[providers.Delivery, Outcome]{
-			Do: func(ctx context.Context, ds []providers.Delivery) ([]Outcome, error) {
-				return in.CommitMany(ctx, ds), nil
-			},
-			MaxBatch: in.MaxBatch, Concurrency: committers,
-			Weight:    func(d providers.Delivery) int64 { return int64(len(d.Body)) },
-			MaxWeight: cmp.Or(in.MaxBatchBytes, 8<<20),
-			MaxQueue:  cmp.Or(in.MaxQueue, 1024), MaxWait: cmp.Or(in.MaxWait, 5*time.Second),
-			Timeout: cmp.Or(in.CommitTimeout, 10*time.Second),
-		}
-	})
-}
-
-// Busy reports whether ingest is under load: at least BusyAt deliveries wait
-// for their acknowledgement at once. Forwarding yields to it (package yield).
-// A few senders whose batches are committing are no load: under a moderate
-// load there is nearly always one, and yielding to any held forwards back
-// for hundreds of milliseconds with the machine half idle; nor is a queue
-// for a committer a sign, since a closed loop of senders finds it empty most
-// of the time however loaded the machine.
-func (in *Ingester) Busy() bool { return in.accepting.Load() >= BusyAt }
-
 // BusyAt is how many deliveries waiting for their acknowledgement at once
 // make ingest busy: at 400 deliveries a second a gateway on this project's
 // 2-core machine has about two waiting at a time, and sixteen senders at full
@@ -174,7 +189,6 @@ const BusyAt = 8
 
 // Waiting returns how many deliveries wait for a transaction to take them.
 func (in *Ingester) Waiting() int {
-	in.start()
 	return in.batcher.Waiting()
 }
 
@@ -269,7 +283,7 @@ func classify(err error) fault {
 // (receipts, then dispatches), so that concurrent batches holding the same
 // keys wait for one another in one order and never deadlock.
 func (in *Ingester) AcceptMany(ctx context.Context, ds []providers.Delivery) ([]Outcome, error) {
-	tx, err := in.Pool.Begin(ctx)
+	tx, err := in.pool.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", err)
 	}
@@ -290,7 +304,7 @@ func (in *Ingester) AcceptMany(ctx context.Context, ds []providers.Delivery) ([]
 // that records more than deliveries (recovery writes its audit entries in the
 // same transaction). After an error the caller must roll tx back.
 func (in *Ingester) AcceptManyTx(ctx context.Context, tx pgx.Tx, ds []providers.Delivery) ([]Outcome, error) {
-	kinds, err := in.Receipts.InsertManyTx(ctx, tx, ds)
+	kinds, err := in.receipts.InsertManyTx(ctx, tx, ds)
 	if err != nil {
 		return nil, err
 	}
@@ -310,7 +324,7 @@ func (in *Ingester) AcceptManyTx(ctx context.Context, tx pgx.Tx, ds []providers.
 		}
 	}
 	if len(events) > 0 {
-		counts, err := in.Enqueuer.EnqueueManyTx(ctx, tx, events)
+		counts, err := in.enqueuer.EnqueueManyTx(ctx, tx, events)
 		if err != nil {
 			return nil, err
 		}

@@ -22,11 +22,11 @@ import (
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
 
-func setup(t *testing.T) (*ingest.Ingester, *pgxpool.Pool) {
+func setup(t *testing.T, cfg ingest.Config) (*ingest.Ingester, *pgxpool.Pool) {
 	t.Helper()
 	pool := dbtest.NewPool(t)
 	logger := slog.New(slog.DiscardHandler)
-	client, err := dispatch.NewInsertClient(pool, logger)
+	client, err := dispatch.NewInserter(pool, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,11 +34,7 @@ func setup(t *testing.T) (*ingest.Ingester, *pgxpool.Pool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &ingest.Ingester{
-		Pool:     pool,
-		Receipts: &receipts.Store{Retention: 72 * time.Hour},
-		Enqueuer: &dispatch.Enqueuer{Client: client, Routes: routes},
-	}, pool
+	return ingest.NewIngester(pool, &receipts.Store{Retention: 72 * time.Hour}, dispatch.NewEnqueuer(client, routes, dispatch.EnqueuerConfig{}), cfg), pool
 }
 
 func push(id, scope, body string) providers.Delivery {
@@ -68,7 +64,7 @@ func describe(o ingest.Outcome) string {
 // duplicate or conflict never fails the others.
 func TestAcceptManyOutcomes(t *testing.T) {
 	t.Parallel()
-	in, pool := setup(t)
+	in, pool := setup(t, ingest.Config{})
 	ctx := context.Background()
 	if _, err := in.AcceptMany(ctx, []providers.Delivery{push("old", "1", `{"v":1}`), push("old2", "1", `{"v":1}`)}); err != nil {
 		t.Fatal(err)
@@ -105,7 +101,7 @@ func TestAcceptManyOutcomes(t *testing.T) {
 // A commit that fails fails every delivery of its batch, and stores nothing.
 func TestAcceptManyFailedCommit(t *testing.T) {
 	t.Parallel()
-	in, pool := setup(t)
+	in, pool := setup(t, ingest.Config{})
 	ctx := context.Background()
 	_, err := pool.Exec(ctx, `
 		CREATE FUNCTION fail_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -139,8 +135,7 @@ func TestAcceptManyFailedCommit(t *testing.T) {
 // of one delivery resolve to one accepted, whatever batches they land in.
 func TestAcceptConcurrentBatches(t *testing.T) {
 	t.Parallel()
-	in, pool := setup(t)
-	in.MaxBatch = 8
+	in, pool := setup(t, ingest.Config{MaxBatch: 8})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	got := map[string]int{}
@@ -171,7 +166,7 @@ func TestAcceptConcurrentBatches(t *testing.T) {
 // ErrRefused (the request's own 400), never ErrUnavailable.
 func TestCommitManyRefusesOnlyTheFaultyDelivery(t *testing.T) {
 	t.Parallel()
-	in, pool := setup(t)
+	in, pool := setup(t, ingest.Config{})
 	ctx := context.Background()
 	// Stands for any value the database refuses that validation missed.
 	if _, err := pool.Exec(ctx, `ALTER TABLE hookgate_receipts ADD CONSTRAINT no_poison CHECK (delivery_id <> 'poison')`); err != nil {
@@ -205,7 +200,7 @@ func TestCommitManyRefusesOnlyTheFaultyDelivery(t *testing.T) {
 // ErrUnavailable at once: it is not split into 64 more failing transactions.
 func TestCommitManyUnavailableFailsAllWithoutSplitting(t *testing.T) {
 	t.Parallel()
-	in, pool := setup(t)
+	in, pool := setup(t, ingest.Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // the transaction cannot even begin
 	var batch []providers.Delivery
@@ -228,7 +223,7 @@ func TestCommitManyUnavailableFailsAllWithoutSplitting(t *testing.T) {
 // and each event is dispatched once per route.
 func TestConcurrentBatchesOfTheSameEventsNeverDeadlock(t *testing.T) {
 	t.Parallel()
-	in, pool := setup(t)
+	in, pool := setup(t, ingest.Config{})
 	ctx := context.Background()
 	const rounds, events = 20, 64
 	for round := range rounds {
@@ -264,10 +259,10 @@ func TestConcurrentBatchesOfTheSameEventsNeverDeadlock(t *testing.T) {
 // batch is committing are no load.
 func TestBusyOnceEnoughDeliveriesWait(t *testing.T) {
 	t.Parallel()
-	in, pool := setup(t)
-	ctx := context.Background()
 	acked := make(chan struct{}, ingest.BusyAt)
-	in.Acked = func() { acked <- struct{}{} }
+	load := &ingest.Load{}
+	in, pool := setup(t, ingest.Config{Acked: func() { acked <- struct{}{} }, Load: load})
+	ctx := context.Background()
 	// Commits wait behind this lock until it is let go.
 	hold, err := pool.Begin(ctx)
 	if err != nil {
@@ -283,7 +278,7 @@ func TestBusyOnceEnoughDeliveriesWait(t *testing.T) {
 		return n
 	}
 	for i := range ingest.BusyAt {
-		if in.Busy() {
+		if load.Busy() {
 			t.Fatalf("busy with %d deliveries waiting", i)
 		}
 		wg.Go(func() {
@@ -301,7 +296,7 @@ func TestBusyOnceEnoughDeliveriesWait(t *testing.T) {
 		})
 	}
 	dbtest.Eventually(t, 5*time.Second, fmt.Sprintf("busy with %d deliveries waiting", ingest.BusyAt), func() error {
-		if !in.Busy() {
+		if !load.Busy() {
 			return errors.New("not busy")
 		}
 		return nil
@@ -310,7 +305,7 @@ func TestBusyOnceEnoughDeliveriesWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	wg.Wait()
-	if in.Busy() || len(acked) != ingest.BusyAt {
-		t.Fatalf("after the commits: busy %v, %d acknowledgements told", in.Busy(), len(acked))
+	if load.Busy() || len(acked) != ingest.BusyAt {
+		t.Fatalf("after the commits: busy %v, %d acknowledgements told", load.Busy(), len(acked))
 	}
 }

@@ -4,7 +4,7 @@
 // recoveries through the providers' APIs, the
 // River queue's depth, and Go's runtime and process metrics.
 //
-// A nil *Metrics records nothing, so code under test needs none.
+// Code under test that needs metrics but reads none gets them from Discard.
 package metrics
 
 import (
@@ -97,6 +97,11 @@ func New(pool *pgxpool.Pool) *Metrics {
 	return m
 }
 
+// Discard returns metrics that no one reads: they record into a registry of
+// their own that is served nowhere, for code that must be given metrics where
+// none are wanted (tests).
+func Discard() *Metrics { return New(nil) }
+
 // Known are the label values a gateway knows at start.
 type Known struct {
 	// Providers are the configured providers (ingest's provider label).
@@ -124,9 +129,6 @@ var (
 // and an absent series cannot be told from one that is not exported. The
 // age of each known route's oldest unfinished dispatch is 0 when it has none.
 func (m *Metrics) Declare(k Known) {
-	if m == nil {
-		return
-	}
 	for _, p := range k.Providers {
 		for _, outcome := range declaredIngest {
 			m.ingest.WithLabelValues(p, outcome)
@@ -168,9 +170,6 @@ func (m *Metrics) Handler() http.Handler {
 // secret's index, or -1 when none matched; took is only observed for
 // verified requests.
 func (m *Metrics) Ingest(provider, outcome string, secretIndex int, took time.Duration) {
-	if m == nil {
-		return
-	}
 	m.ingest.WithLabelValues(provider, outcome).Inc()
 	if secretIndex > 0 {
 		m.secondary.WithLabelValues(provider).Inc()
@@ -183,9 +182,6 @@ func (m *Metrics) Ingest(provider, outcome string, secretIndex int, took time.Du
 // Dispatch records a dispatch's final state; for a success, receivedAt is its
 // delivery's first receipt time.
 func (m *Metrics) Dispatch(route, state string, receivedAt time.Time) {
-	if m == nil {
-		return
-	}
 	m.dispatches.WithLabelValues(route, state).Inc()
 	if state == "succeeded" && !receivedAt.IsZero() {
 		m.toSuccess.WithLabelValues(route).Observe(time.Since(receivedAt).Seconds())
@@ -195,9 +191,6 @@ func (m *Metrics) Dispatch(route, state string, receivedAt time.Time) {
 // Gauge reports a value read at each scrape, such as a queue's length: read
 // must be cheap and need no database. A name registered twice panics.
 func (m *Metrics) Gauge(name, help string, read func() float64) {
-	if m == nil {
-		return
-	}
 	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, read))
 }
 
@@ -213,9 +206,6 @@ type RouteGauge struct {
 // (hookgate_route_circuit{state}, 1 for the route's current state) as read
 // returns them; read must need no database.
 func (m *Metrics) Routes(read func() []RouteGauge) {
-	if m == nil {
-		return
-	}
 	m.registry.MustRegister(&routeCollector{read: read,
 		paused: prometheus.NewDesc("hookgate_route_paused", "1 while an operator has paused the route, else 0.", []string{"route"}, nil),
 		circuit: prometheus.NewDesc("hookgate_route_circuit",
@@ -248,15 +238,12 @@ func bool01(b bool) float64 {
 
 // ForwardAttempt records one forward attempt's outcome on a route.
 func (m *Metrics) ForwardAttempt(route, outcome string) {
-	if m == nil {
-		return
-	}
 	m.attempts.WithLabelValues(route, outcome).Inc()
 }
 
 // Recovery counts n recoveries of a provider's deliveries with an outcome.
 func (m *Metrics) Recovery(provider, outcome string, n int) {
-	if m == nil || n == 0 {
+	if n == 0 {
 		return
 	}
 	m.recovery.WithLabelValues(provider, outcome).Add(float64(n))
@@ -264,17 +251,11 @@ func (m *Metrics) Recovery(provider, outcome string, n int) {
 
 // FilterFailed counts one delivery on which a route's filter failed.
 func (m *Metrics) FilterFailed(route string) {
-	if m == nil {
-		return
-	}
 	m.filters.WithLabelValues(route).Inc()
 }
 
 // RecoveryRun counts one recovery run of a provider, ok or failed.
 func (m *Metrics) RecoveryRun(provider string, ok bool) {
-	if m == nil {
-		return
-	}
 	result := "failed"
 	if ok {
 		result = "ok"

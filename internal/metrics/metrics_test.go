@@ -69,7 +69,7 @@ func TestDeclarePresentsSeriesAtZero(t *testing.T) {
 }
 
 // A gateway that declares nothing exports only what happened, as before;
-// and a nil Metrics declares nothing.
+// and Discard's metrics take what is recorded, for no one.
 func TestDeclareNothing(t *testing.T) {
 	t.Parallel()
 	m := metrics.New(nil)
@@ -77,8 +77,9 @@ func TestDeclareNothing(t *testing.T) {
 	if text := scrape(t, m); strings.Contains(text, "hookgate_ingest_requests_total") || strings.Contains(text, "hookgate_dispatch_oldest_unfinished_seconds") {
 		t.Errorf("series without any event or label:\n%s", text)
 	}
-	var none *metrics.Metrics
+	none := metrics.Discard()
 	none.Declare(metrics.Known{Routes: []string{"ci"}})
+	none.FilterFailed("ci")
 }
 
 // A declared route with a dispatch waiting shows that dispatch's age, once.

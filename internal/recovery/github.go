@@ -32,7 +32,7 @@ type listed struct {
 // recoverGitHub recovers each hook's deliveries in turn; a hook that fails
 // leaves the others to recover, unless the run's context ended.
 func (r *Recoverer) recoverGitHub(ctx context.Context, opts Options) (Report, error) {
-	var api githubAPI = r.GitHub
+	var api githubAPI = r.github
 	rep := newReport("github", opts)
 	var errs []error
 	for _, h := range api.Hooks() {
@@ -63,7 +63,7 @@ func (r *Recoverer) recoverHook(ctx context.Context, api githubAPI, h Hook, opts
 	if err != nil {
 		return err
 	}
-	missing, err := r.missingGitHub(ctx, h, deliveries, start.Add(-r.minAge()))
+	missing, err := r.missingGitHub(ctx, h, deliveries, start.Add(-r.minAge))
 	if err != nil {
 		return err
 	}
@@ -72,7 +72,7 @@ func (r *Recoverer) recoverHook(ctx context.Context, api githubAPI, h Hook, opts
 		guids = append(guids, l.guid)
 	}
 	rep.Found = append(rep.Found, guids...)
-	r.Metrics.Recovery("github", "found", len(missing))
+	r.metrics.Recovery("github", "found", len(missing))
 	if opts.DryRun {
 		return r.explain(ctx, h, guids, rep)
 	}
@@ -172,7 +172,7 @@ func (r *Recoverer) missingGitHub(ctx context.Context, h Hook, deliveries []*lis
 	if len(guids) == 0 {
 		return nil, nil
 	}
-	stored, err := store.ReceivedIDs(ctx, r.Pool, "github", h.scope(), guids)
+	stored, err := store.ReceivedIDs(ctx, r.pool, "github", h.scope(), guids)
 	if err != nil {
 		return nil, err
 	}
@@ -206,12 +206,12 @@ func (r *Recoverer) requestRedelivery(ctx context.Context, hd hookDeliveries, h 
 	// Held from here until it arrives or is given up on, the last ask too:
 	// the run that finds it never arrived must still list it.
 	if err := hd.redeliver(ctx, l.id); err != nil {
-		r.Metrics.Recovery("github", "failed", 1)
+		r.metrics.Recovery("github", "failed", 1)
 		refused, err := r.redeliveryFailed(ctx, h, l.guid, actor, err, rep)
 		return true, refused, err
 	}
 	rep.Requested = append(rep.Requested, l.guid)
-	r.Metrics.Recovery("github", "requested", 1)
+	r.metrics.Recovery("github", "requested", 1)
 	return true, nil, nil
 }
 
@@ -231,8 +231,8 @@ func (r *Recoverer) waitOrGiveUp(ctx context.Context, h Hook, guid, actor string
 	}
 	rep.Skipped = append(rep.Skipped, Skip{DeliveryID: guid, Reason: reason})
 	if gaveUp {
-		r.Metrics.Recovery("github", "given_up", 1)
-		r.logger().WarnContext(ctx, "recovery: GitHub was asked for a delivery 3 times and it never arrived",
+		r.metrics.Recovery("github", "given_up", 1)
+		r.logger.WarnContext(ctx, "recovery: GitHub was asked for a delivery 3 times and it never arrived",
 			"hook", h.String(), "delivery_id", guid)
 	}
 	return lately || n < MaxAttempts, nil
@@ -258,7 +258,7 @@ func (r *Recoverer) redeliveryFailed(ctx context.Context, h Hook, guid, actor st
 		return nil, fmt.Errorf("redeliver %s: %w", guid, reqErr)
 	}
 	// A refusal is no ask: it is not counted against the GUID's 3.
-	r.logger().WarnContext(ctx, "recovery: GitHub refused a redelivery", "hook", h.String(), "delivery_id", guid, "error", reqErr)
+	r.logger.WarnContext(ctx, "recovery: GitHub refused a redelivery", "hook", h.String(), "delivery_id", guid, "error", reqErr)
 	if uerr := r.unclaim(ctx, h, guid, actor, reqErr); uerr != nil {
 		return nil, errors.Join(reqErr, uerr)
 	}
@@ -281,7 +281,7 @@ func requestScope(h Hook) string {
 // recent). It returns the attempt's number, or 0 when the GUID was asked for
 // lately or MaxAttempts times already.
 func (r *Recoverer) claim(ctx context.Context, h Hook, l *listed, actor string) (int, error) {
-	tx, err := r.Pool.Begin(ctx)
+	tx, err := r.pool.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("claim: %w", err)
 	}
@@ -304,7 +304,7 @@ func (r *Recoverer) claim(ctx context.Context, h Hook, l *listed, actor string) 
 // explain says, for a dry run, which missing GUIDs a run would not ask for
 // and why, reading the counts only.
 func (r *Recoverer) explain(ctx context.Context, h Hook, missing []string, rep *Report) error {
-	asks, err := store.RedeliveryAttempts(ctx, r.Pool, requestScope(h), missing, askAgainAfter)
+	asks, err := store.RedeliveryAttempts(ctx, r.pool, requestScope(h), missing, askAgainAfter)
 	if err != nil {
 		return err
 	}
@@ -322,7 +322,7 @@ func (r *Recoverer) explain(ctx context.Context, h Hook, missing []string, rep *
 // unclaim takes back the ask claim counted for a GUID GitHub then refused,
 // with an audit entry saying so, in one transaction.
 func (r *Recoverer) unclaim(ctx context.Context, h Hook, guid, actor string, refusal error) error {
-	tx, err := r.Pool.Begin(ctx)
+	tx, err := r.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("unclaim: %w", err)
 	}
@@ -346,7 +346,7 @@ func (r *Recoverer) unclaim(ctx context.Context, h Hook, guid, actor string, ref
 // long enough ago, and not given up on before: recorded with an audit entry,
 // once).
 func (r *Recoverer) settle(ctx context.Context, h Hook, guid, actor string) (n int, lately, gaveUp bool, err error) {
-	tx, err := r.Pool.Begin(ctx)
+	tx, err := r.pool.Begin(ctx)
 	if err != nil {
 		return 0, false, false, fmt.Errorf("read attempts: %w", err)
 	}

@@ -46,7 +46,7 @@ func (w *Worker) Timeout(*river.Job[JobArgs]) time.Duration { return jobTimeout 
 func (w *Worker) Work(ctx context.Context, job *river.Job[JobArgs]) error {
 	rep, err := w.Recoverer.Run(ctx, job.Args.Provider, Options{})
 	if len(rep.Found) > 0 && err == nil { // a failed run is logged by Run
-		w.Recoverer.logger().InfoContext(ctx, "recovery ran", "provider", rep.Provider, "found", len(rep.Found),
+		w.Recoverer.logger.InfoContext(ctx, "recovery ran", "provider", rep.Provider, "found", len(rep.Found),
 			"requested", len(rep.Requested), "stored", len(rep.Stored), "skipped", len(rep.Skipped))
 	}
 	if perr := w.Recoverer.Prune(ctx); err == nil {

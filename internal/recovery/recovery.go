@@ -96,8 +96,8 @@ func newReport(provider string, opts Options) Report {
 // the log and the metrics, since no later run does better.
 func (r *Recoverer) skip(ctx context.Context, rep *Report, provider, id, reason string) {
 	rep.Skipped = append(rep.Skipped, Skip{DeliveryID: id, Reason: reason})
-	r.Metrics.Recovery(provider, "skipped", 1)
-	r.logger().WarnContext(ctx, "recovery: the provider's API listed a delivery the gateway cannot store", "provider", provider, "delivery_id", id, "reason", reason)
+	r.metrics.Recovery(provider, "skipped", 1)
+	r.logger.WarnContext(ctx, "recovery: the provider's API listed a delivery the gateway cannot store", "provider", provider, "delivery_id", id, "reason", reason)
 }
 
 // Options are one run's choices.
@@ -113,29 +113,64 @@ type Options struct {
 
 // Recoverer runs recovery for the providers it has credentials for.
 type Recoverer struct {
-	Pool *pgxpool.Pool
-	// GitHub and Stripe are the providers' API clients; nil: not configured.
+	pool *pgxpool.Pool
+	// github and stripe are the providers' API clients; nil: not configured.
+	github   *GitHub
+	stripe   *Stripe
+	ingester *ingest.Ingester
+	metrics  *metrics.Metrics
+	// lookback bounds how far back a run lists; retention, when set, bounds
+	// it too: a receipt older than that is gone, and its absence must not
+	// pass for a delivery missed.
+	lookback, retention time.Duration
+	logger              *slog.Logger
+	minAge              time.Duration
+}
+
+// RecovererConfig are a Recoverer's settings; the zero RecovererConfig is
+// the defaults: no provider configured.
+type RecovererConfig struct {
+	// GitHub and Stripe are the providers' API clients (Clients makes them
+	// from the gateway's settings); nil: that provider's recovery is not
+	// configured.
 	GitHub *GitHub
 	Stripe *Stripe
-	// Ingester stores recovered Stripe events and their dispatches.
-	Ingester *ingest.Ingester
-	// Lookback bounds how far back a run lists (DefaultLookback when 0);
+	// Lookback bounds how far back a run lists. Defaults to DefaultLookback.
 	// Retention, when set, bounds it too: a receipt older than that is gone,
 	// and its absence must not pass for a delivery missed.
 	Lookback, Retention time.Duration
-	Metrics             *metrics.Metrics
-	Logger              *slog.Logger
-	// MinAge overrides minAge (tests set it to a millisecond).
+	// Logger receives what a run could not do. Defaults to discarding it.
+	Logger *slog.Logger
+	// MinAge is how old a delivery must be before a run recovers it: the
+	// newest are left to their ordinary path. Defaults to two minutes
+	// (tests set a millisecond).
 	MinAge time.Duration
+}
+
+// NewRecoverer returns a Recoverer of the deliveries stored in pool, which
+// stores recovered Stripe events and their dispatches through ingester and
+// counts what it does in m.
+func NewRecoverer(pool *pgxpool.Pool, ingester *ingest.Ingester, m *metrics.Metrics, cfg RecovererConfig) *Recoverer {
+	if cfg.Lookback <= 0 {
+		cfg.Lookback = DefaultLookback
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MinAge <= 0 {
+		cfg.MinAge = minAge
+	}
+	return &Recoverer{pool: pool, github: cfg.GitHub, stripe: cfg.Stripe, ingester: ingester, metrics: m,
+		lookback: cfg.Lookback, retention: cfg.Retention, logger: cfg.Logger, minAge: cfg.MinAge}
 }
 
 // Providers lists the providers recovery is configured for.
 func (r *Recoverer) Providers() []string {
 	var names []string
-	if r.GitHub != nil {
+	if r.github != nil {
 		names = append(names, "github")
 	}
-	if r.Stripe != nil {
+	if r.stripe != nil {
 		names = append(names, "stripe")
 	}
 	return names
@@ -149,9 +184,9 @@ func (r *Recoverer) Run(ctx context.Context, provider string, opts Options) (Rep
 	}
 	var run func(context.Context, Options) (Report, error)
 	switch {
-	case provider == "github" && r.GitHub != nil:
+	case provider == "github" && r.github != nil:
 		run = r.recoverGitHub
-	case provider == "stripe" && r.Stripe != nil:
+	case provider == "stripe" && r.stripe != nil:
 		run = r.recoverStripe
 	case provider == "github":
 		return newReport(provider, opts), fmt.Errorf("%w: set GITHUB_RECOVERY_HOOKS and GITHUB_TOKEN or a GitHub App", ErrNotConfigured)
@@ -161,9 +196,9 @@ func (r *Recoverer) Run(ctx context.Context, provider string, opts Options) (Rep
 		return newReport(provider, opts), fmt.Errorf("%w: recovery knows github and stripe, not %q", ErrNotConfigured, provider)
 	}
 	rep, err := guarded(ctx, provider, opts, run)
-	r.Metrics.RecoveryRun(provider, err == nil)
+	r.metrics.RecoveryRun(provider, err == nil)
 	if err != nil {
-		r.logger().WarnContext(ctx, "recovery: a run failed; the next run starts again from the checkpoint", "provider", provider,
+		r.logger.WarnContext(ctx, "recovery: a run failed; the next run starts again from the checkpoint", "provider", provider,
 			"found", len(rep.Found), "requested", len(rep.Requested), "stored", len(rep.Stored), "error", err)
 	}
 	return rep, err
@@ -184,12 +219,9 @@ func guarded(ctx context.Context, provider string, opts Options, run func(contex
 // Floor is the earliest time a run starting at now lists from: the lookback
 // back, and never past the retention.
 func (r *Recoverer) Floor(now time.Time) time.Time {
-	lookback := r.Lookback
-	if lookback <= 0 {
-		lookback = DefaultLookback
-	}
-	if r.Retention > 0 {
-		lookback = min(lookback, r.Retention)
+	lookback := r.lookback
+	if r.retention > 0 {
+		lookback = min(lookback, r.retention)
 	}
 	return now.Add(-lookback)
 }
@@ -198,7 +230,7 @@ func (r *Recoverer) Floor(now time.Time) time.Time {
 // started from the checkpoint (so may move it).
 func (r *Recoverer) window(ctx context.Context, source string, start time.Time, opts Options) (time.Time, bool, error) {
 	floor := r.Floor(start)
-	cp, err := store.RecoveryCheckpoint(ctx, r.Pool, source)
+	cp, err := store.RecoveryCheckpoint(ctx, r.pool, source)
 	if err != nil {
 		return time.Time{}, false, err
 	}
@@ -217,22 +249,7 @@ func (r *Recoverer) window(ctx context.Context, source string, start time.Time, 
 
 // saveCheckpoint moves source's checkpoint to at; it never moves it back.
 func (r *Recoverer) saveCheckpoint(ctx context.Context, source string, at time.Time) error {
-	return store.SaveRecoveryCheckpoint(ctx, r.Pool, source, at)
-}
-
-// minAge is how old a delivery must be before a run recovers it.
-func (r *Recoverer) minAge() time.Duration {
-	if r.MinAge > 0 {
-		return r.MinAge
-	}
-	return minAge
-}
-
-func (r *Recoverer) logger() *slog.Logger {
-	if r.Logger == nil {
-		return slog.New(slog.DiscardHandler)
-	}
-	return r.Logger
+	return store.SaveRecoveryCheckpoint(ctx, r.pool, source, at)
 }
 
 // recordAudit writes one audit entry per delivery id, in tx.
@@ -249,6 +266,6 @@ func recordAudit(ctx context.Context, tx pgx.Tx, actor, provider, reason string,
 // still hold: GitHub keeps deliveries for days, and no run lists further back
 // than the lookback.
 func (r *Recoverer) Prune(ctx context.Context) error {
-	keep := max(r.Lookback, DefaultLookback) + 7*24*time.Hour
-	return store.PruneRedeliveryRequests(ctx, r.Pool, keep)
+	keep := max(r.lookback, DefaultLookback) + 7*24*time.Hour
+	return store.PruneRedeliveryRequests(ctx, r.pool, keep)
 }

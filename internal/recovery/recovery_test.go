@@ -33,12 +33,14 @@ import (
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/ingest"
+	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
 	"github.com/hookgate/hookgate/internal/recovery"
 	"github.com/hookgate/hookgate/internal/routes"
 	"github.com/hookgate/hookgate/internal/server"
 	"github.com/hookgate/hookgate/internal/verify"
+	"github.com/hookgate/hookgate/internal/yield"
 )
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
@@ -57,15 +59,19 @@ type gateway struct {
 	srv      *httptest.Server
 	ingester *ingest.Ingester
 	client   *river.Client[pgx.Tx]
-	// job is the Recoverer the River client's recovery worker runs; its
-	// clients are set by a test.
-	job *recovery.Recoverer
 
 	mu  sync.Mutex
 	got map[string]int // forwards received, by delivery id
 }
 
 func startGateway(t *testing.T) *gateway {
+	t.Helper()
+	return startGatewayWith(t, recovery.RecovererConfig{})
+}
+
+// startGatewayWith starts a gateway whose River client's recovery worker
+// runs a Recoverer configured with job.
+func startGatewayWith(t *testing.T, job recovery.RecovererConfig) *gateway {
 	t.Helper()
 	g := &gateway{pool: dbtest.NewPool(t), got: map[string]int{}}
 	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -85,21 +91,24 @@ func startGateway(t *testing.T) *gateway {
 		t.Fatal(err)
 	}
 	store := &receipts.Store{Retention: 72 * time.Hour}
-	enq := &dispatch.Enqueuer{Routes: table, MaxAttempts: 5}
-	guard := &routes.Guard{Pool: g.pool, Table: table, Logger: logger}
-	g.job = &recovery.Recoverer{Pool: g.pool, MinAge: time.Millisecond}
+	inserter, err := dispatch.NewInserter(g.pool, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enq := dispatch.NewEnqueuer(inserter, table, dispatch.EnqueuerConfig{MaxAttempts: 5})
+	guard := routes.NewGuard(g.pool, table, inserter, logger)
+	g.ingester = ingest.NewIngester(g.pool, store, enq, ingest.Config{})
+	job.MinAge = time.Millisecond
+	rec := recovery.NewRecoverer(g.pool, g.ingester, metrics.Discard(), job)
 	g.client, err = dispatch.NewClient(g.pool, dispatch.ClientConfig{
-		Dispatch: &dispatch.Worker{Pool: g.pool, Routes: table, Handlers: handlers, Receipts: store, Logger: logger,
-			Guard: guard, Forwarder: forward.New(nil, 5*time.Second, 8)},
+		Dispatch: dispatch.NewWorker(g.pool, table, store, handlers, forward.New(nil, 5*time.Second, 8),
+			guard, yield.Never(), metrics.Discard(), logger),
 		Workers: 8, Logger: logger,
-		Extra: func(w *river.Workers) error { return river.AddWorkerSafely(w, &recovery.Worker{Recoverer: g.job}) },
+		Extra: func(w *river.Workers) error { return river.AddWorkerSafely(w, &recovery.Worker{Recoverer: rec}) },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	enq.Client = g.client
-	g.ingester = &ingest.Ingester{Pool: g.pool, Receipts: store, Enqueuer: enq}
-	g.job.Ingester = g.ingester
 	g.srv = httptest.NewServer(server.New(server.Config{
 		Logger: logger,
 		Providers: mustRegistry(t,
@@ -120,7 +129,8 @@ func startGateway(t *testing.T) *gateway {
 
 // recoverer returns a Recoverer of g's database with the given clients.
 func (g *gateway) recoverer(gh *recovery.GitHub, st *recovery.Stripe) *recovery.Recoverer {
-	return &recovery.Recoverer{Pool: g.pool, GitHub: gh, Stripe: st, Ingester: g.ingester, MinAge: time.Millisecond}
+	return recovery.NewRecoverer(g.pool, g.ingester, metrics.Discard(),
+		recovery.RecovererConfig{GitHub: gh, Stripe: st, MinAge: time.Millisecond})
 }
 
 // forwarded waits until every id was forwarded, then returns the counts.
@@ -652,14 +662,13 @@ func TestRecoveryRefusesBadConfiguration(t *testing.T) {
 // would.
 func TestRecoveryRunsAsOneRiverJobAtATime(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t)
 	st := newFakeStripe(t, stripeKey)
 	st.events = append(st.events, stripeEvent("evt_job1", "invoice.paid", "in_job1", time.Now().Add(-time.Hour)))
 	client, err := recovery.NewStripe(recovery.StripeConfig{APIKey: stripeKey, APIURL: st.srv.URL})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.job.Stripe = client
+	g := startGatewayWith(t, recovery.RecovererConfig{Stripe: client})
 	ctx := context.Background()
 	// Two processes' schedulers insert at once, in one transaction so that
 	// neither runs before the other is inserted.

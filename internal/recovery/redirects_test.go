@@ -37,12 +37,14 @@ func (w *watched) Write(p []byte) (int, error) {
 	return w.log.Write(p)
 }
 
-// watch gives r fresh metrics and a logger of what is WARN or worse.
-func watch(r *recovery.Recoverer) *watched {
+// watchedRecoverer returns a Recoverer of g's database with the given
+// clients, fresh metrics and a logger of what is WARN or worse, and those
+// metrics and that log.
+func (g *gateway) watchedRecoverer(gh *recovery.GitHub, st *recovery.Stripe) (*recovery.Recoverer, *watched) {
 	w := &watched{m: metrics.New(nil)}
-	r.Metrics = w.m
-	r.Logger = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	return w
+	r := recovery.NewRecoverer(g.pool, g.ingester, w.m, recovery.RecovererConfig{GitHub: gh, Stripe: st, MinAge: time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	return r, w
 }
 
 // metric returns a series' value as /metrics shows it, "" when absent.
@@ -138,8 +140,7 @@ func TestRecoveryFollowsNoRedirectAwayFromGitHub(t *testing.T) {
 			guid := fmt.Sprintf("ab000000-0000-4000-8000-%012d", len(c.name))
 			f.add("acme/api/42", 42, guid, "push", pushBody(len(c.name)), time.Now().Add(-time.Hour), 503)
 			cp := setCheckpoint(t, g, "github:repo:acme/api:42")
-			r := g.recoverer(githubClient(t, f, "repo:acme/api:42"), nil)
-			w := watch(r)
+			r, w := g.watchedRecoverer(githubClient(t, f, "repo:acme/api:42"), nil)
 			rep, err := r.Run(context.Background(), "github", recovery.Options{})
 			if !errors.Is(err, recovery.ErrRedirectRefused) {
 				t.Errorf("run: %v, want ErrRedirectRefused", err)
@@ -201,8 +202,7 @@ func TestRecoveryFollowsNoRedirectWithAGitHubApp(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := g.recoverer(gh, nil)
-			w := watch(r)
+			r, w := g.watchedRecoverer(gh, nil)
 			rep, err := r.Run(context.Background(), "github", recovery.Options{})
 			if !errors.Is(err, recovery.ErrRedirectRefused) {
 				t.Errorf("run: %v, want ErrRedirectRefused", err)
@@ -236,8 +236,7 @@ func TestStripeRecoveryFollowsNoRedirect(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := g.recoverer(nil, client)
-			w := watch(r)
+			r, w := g.watchedRecoverer(nil, client)
 			_, err = r.Run(context.Background(), "stripe", recovery.Options{})
 			if !errors.Is(err, recovery.ErrRedirectRefused) {
 				t.Errorf("run: %v, want ErrRedirectRefused", err)
@@ -278,24 +277,21 @@ func TestRecoveryTakesNoMalformedAnswerForNothingMissing(t *testing.T) {
 				fmt.Fprint(w, c.body)
 			}))
 			defer api.Close()
-			var r *recovery.Recoverer
+			var gh *recovery.GitHub
+			var st *recovery.Stripe
+			var err error
 			source := "stripe"
 			if c.provider == "github" {
 				hooks, _ := recovery.ParseHooks("repo:acme/api:42")
-				gh, err := recovery.NewGitHub(recovery.GitHubConfig{Hooks: hooks, Token: "t", APIURL: api.URL})
-				if err != nil {
+				if gh, err = recovery.NewGitHub(recovery.GitHubConfig{Hooks: hooks, Token: "t", APIURL: api.URL}); err != nil {
 					t.Fatal(err)
 				}
-				r, source = g.recoverer(gh, nil), "github:repo:acme/api:42"
-			} else {
-				st, err := recovery.NewStripe(recovery.StripeConfig{APIKey: "rk_test", APIURL: api.URL})
-				if err != nil {
-					t.Fatal(err)
-				}
-				r = g.recoverer(nil, st)
+				source = "github:repo:acme/api:42"
+			} else if st, err = recovery.NewStripe(recovery.StripeConfig{APIKey: "rk_test", APIURL: api.URL}); err != nil {
+				t.Fatal(err)
 			}
 			cp := setCheckpoint(t, g, source)
-			w := watch(r)
+			r, w := g.watchedRecoverer(gh, st)
 			if _, err := r.Run(context.Background(), c.provider, recovery.Options{}); err == nil {
 				t.Errorf("%s taken for nothing missing", c.name)
 			}
@@ -325,8 +321,7 @@ func TestStripeRecoverySkipsAnEventPastTheMaxBodyBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := g.recoverer(nil, client)
-	w := watch(r)
+	r, w := g.watchedRecoverer(nil, client)
 	rep, err := r.Run(context.Background(), "stripe", recovery.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -39,8 +39,8 @@ func (r *Recoverer) recoverStripe(ctx context.Context, opts Options) (Report, er
 	if err != nil {
 		return rep, err
 	}
-	var api stripeAPI = r.Stripe
-	run := &stripeRun{r: r, api: api, opts: opts, rep: &rep, young: start.Add(-r.minAge())}
+	var api stripeAPI = r.stripe
+	run := &stripeRun{r: r, api: api, opts: opts, rep: &rep, young: start.Add(-r.minAge)}
 	err = api.list(ctx, since, func(e event) error { return run.add(ctx, e) }, func(id, reason string) { run.skip(ctx, id, reason) })
 	// What was found missing is stored even when the listing failed part way.
 	if ctx.Err() == nil {
@@ -126,7 +126,7 @@ func (s *stripeRun) compare(ctx context.Context) error {
 	}
 	for _, e := range missing {
 		s.rep.Found = append(s.rep.Found, e.id)
-		s.r.Metrics.Recovery("stripe", "found", 1)
+		s.r.metrics.Recovery("stripe", "found", 1)
 		if e.tooLarge() {
 			s.skip(ctx, e.id, fmt.Sprintf("the %s event is %d bytes, more than GATEWAY_MAX_BODY_BYTES (%d): not stored", cmp.Or(e.typ, "untyped"), e.size, s.api.maxBodyBytes()))
 			continue
@@ -159,7 +159,7 @@ func (r *Recoverer) missingStripe(ctx context.Context, events []candidate) ([]ca
 	for i, e := range events {
 		ids[i] = e.id
 	}
-	stored, err := store.ReceivedIDs(ctx, r.Pool, "stripe", "", ids)
+	stored, err := store.ReceivedIDs(ctx, r.pool, "stripe", "", ids)
 	if err != nil {
 		return nil, err
 	}
@@ -182,11 +182,11 @@ func (r *Recoverer) storeStripe(ctx context.Context, events []candidate, actor s
 	for chunk := range slices.Chunk(ds, storeBatch) {
 		stored, err := r.storeStripeTx(ctx, chunk, actor)
 		if err != nil {
-			r.Metrics.Recovery("stripe", "failed", len(chunk))
+			r.metrics.Recovery("stripe", "failed", len(chunk))
 			return err
 		}
 		rep.Stored = append(rep.Stored, stored...)
-		r.Metrics.Recovery("stripe", "stored", len(stored))
+		r.metrics.Recovery("stripe", "stored", len(stored))
 	}
 	return nil
 }
@@ -197,12 +197,12 @@ func (r *Recoverer) storeStripe(ctx context.Context, events []candidate, actor s
 // API's copy changed between the two reads, a conflict: either way it is
 // stored once and is not counted here.
 func (r *Recoverer) storeStripeTx(ctx context.Context, ds []providers.Delivery, actor string) ([]string, error) {
-	tx, err := r.Pool.Begin(ctx)
+	tx, err := r.pool.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("store events: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	outcomes, err := r.Ingester.AcceptManyTx(ctx, tx, ds)
+	outcomes, err := r.ingester.AcceptManyTx(ctx, tx, ds)
 	if err != nil {
 		return nil, fmt.Errorf("store events: %w", err)
 	}

@@ -127,7 +127,7 @@ func selectRoutes(e *dispatch.Enqueuer, ev providers.Delivery, named []string) (
 	// The filters as they are now decide, as the route table does.
 	matching := e.Matching(ev)
 	if len(named) == 0 {
-		for _, r := range e.Routes {
+		for _, r := range e.Routes() {
 			if r.MatchesEvent(ev.Provider, ev.Event) && !slices.Contains(matching, r.Name) {
 				filteredOut = append(filteredOut, r.Name)
 			}
@@ -136,7 +136,7 @@ func selectRoutes(e *dispatch.Enqueuer, ev providers.Delivery, named []string) (
 	}
 	for _, r := range named {
 		if !slices.Contains(matching, r) {
-			if route, ok := e.Routes.ByName(r); ok && route.Filter != nil && route.MatchesEvent(ev.Provider, ev.Event) {
+			if route, ok := e.Routes().ByName(r); ok && route.Filter != nil && route.MatchesEvent(ev.Provider, ev.Event) {
 				return nil, nil, fmt.Errorf("%w: route %q's filter is false for %s:%s, or fails on it", ErrUnknownRoute, r, ev.Provider, ev.Event)
 			}
 			return nil, nil, fmt.Errorf("%w: %q is not a configured route matching %s:%s", ErrUnknownRoute, r, ev.Provider, ev.Event)
@@ -226,7 +226,7 @@ func BulkTx(ctx context.Context, tx pgx.Tx, e *dispatch.Enqueuer, actor string, 
 		return "", 0, err
 	}
 	if matched > 0 {
-		if _, err := e.Client.InsertTx(ctx, tx, BatchArgs{ReplayID: id}, nil); err != nil {
+		if _, err := e.Client().InsertTx(ctx, tx, BatchArgs{ReplayID: id}, nil); err != nil {
 			return "", 0, fmt.Errorf("enqueue replay: %w", err)
 		}
 	}
@@ -296,7 +296,7 @@ func (w *BatchWorker) Work(ctx context.Context, job *river.Job[BatchArgs]) error
 		return err
 	}
 	if next != nil {
-		if _, err := w.Enqueuer.Client.InsertTx(ctx, tx, BatchArgs{ReplayID: job.Args.ReplayID}, nil); err != nil {
+		if _, err := w.Enqueuer.Client().InsertTx(ctx, tx, BatchArgs{ReplayID: job.Args.ReplayID}, nil); err != nil {
 			return fmt.Errorf("enqueue next batch: %w", err)
 		}
 	}

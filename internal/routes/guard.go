@@ -59,24 +59,26 @@ type state struct {
 
 // Guard admits attempts of routes' dispatches: not while the route is paused
 // or its circuit open, and within its rate, counted across all processes.
-// Run must be running for its view of the routes to stay current. A nil
-// Guard admits everything.
+// Run must be running for its view of the routes to stay current.
 type Guard struct {
-	// Pool is the database the routes' state lives in.
-	Pool *pgxpool.Pool
-	// Table is the fan-out table.
-	Table fanout.Table
-	// Logger reports what could not be written.
-	Logger *slog.Logger
-	// Queues, when set, pauses again the River queue of a paused route that
-	// was resumed in River UI: its dispatches would otherwise be fetched and
-	// put back, over and over, for as long as the route stays paused.
-	Queues *river.Client[pgx.Tx]
+	pool   *pgxpool.Pool
+	table  fanout.Table
+	queues *river.Client[pgx.Tx]
+	logger *slog.Logger
 
 	states atomic.Pointer[map[string]state]
 
 	mu     sync.Mutex
 	counts map[string]*outcomeCount // since the last flush
+}
+
+// NewGuard returns a Guard of table's routes, whose shared state lives in
+// pool. Through queues (an insert-only River client will do) it pauses again
+// the River queue of a paused route that was resumed in River UI: its
+// dispatches would otherwise be fetched and put back, over and over, for as
+// long as the route stays paused. logger reports what could not be written.
+func NewGuard(pool *pgxpool.Pool, table fanout.Table, queues *river.Client[pgx.Tx], logger *slog.Logger) *Guard {
+	return &Guard{pool: pool, table: table, queues: queues, logger: logger}
 }
 
 type outcomeCount struct {
@@ -93,9 +95,6 @@ type Ticket struct {
 // zero means not: the dispatch should wait that long (without spending an
 // attempt) and ask again. An admitted attempt's outcome goes to Done.
 func (g *Guard) Admit(ctx context.Context, r fanout.Route) (wait time.Duration, t Ticket, err error) {
-	if g == nil {
-		return 0, t, nil
-	}
 	s := g.state(r.Name)
 	now := time.Now()
 	if s.paused {
@@ -148,9 +147,6 @@ const (
 // text, already free of credentials. Best effort: a state that cannot be
 // written is logged.
 func (g *Guard) Done(ctx context.Context, r fanout.Route, t Ticket, o Outcome, detail string) {
-	if g == nil {
-		return
-	}
 	failed := o != Succeeded
 	g.mu.Lock()
 	if g.counts == nil {
@@ -181,7 +177,7 @@ func (g *Guard) Done(ctx context.Context, r fanout.Route, t Ticket, o Outcome, d
 		err = g.close(ctx, r)
 	}
 	if err != nil {
-		g.Logger.WarnContext(ctx, "record route outcome", "route", r.Name, "error", err)
+		g.logger.WarnContext(ctx, "record route outcome", "route", r.Name, "error", err)
 	}
 }
 
@@ -227,7 +223,7 @@ func stateOf(r store.RouteState) state {
 
 // Refresh reads every route's state.
 func (g *Guard) Refresh(ctx context.Context) error {
-	rs, err := store.RouteStates(ctx, g.Pool)
+	rs, err := store.RouteStates(ctx, g.pool)
 	if err != nil {
 		return err
 	}
@@ -244,11 +240,8 @@ const queueListMax = 10000
 
 // repause pauses the River queues of paused routes that run.
 func (g *Guard) repause(ctx context.Context, m map[string]state) error {
-	if g.Queues == nil {
-		return nil
-	}
 	var queues []string
-	for _, r := range g.Table {
+	for _, r := range g.table {
 		if m[r.Name].paused {
 			queues = append(queues, r.Queue())
 		}
@@ -259,7 +252,7 @@ func (g *Guard) repause(ctx context.Context, m map[string]state) error {
 	// River's queues are few (a route's each, and the embedder's): all of
 	// them in one read, and on its own each that a full list may have left
 	// out.
-	list, err := g.Queues.QueueList(ctx, river.NewQueueListParams().First(queueListMax))
+	list, err := g.queues.QueueList(ctx, river.NewQueueListParams().First(queueListMax))
 	if err != nil {
 		return fmt.Errorf("read queues: %w", err)
 	}
@@ -270,7 +263,7 @@ func (g *Guard) repause(ctx context.Context, m map[string]state) error {
 	for _, q := range queues {
 		row, ok := listed[q]
 		if !ok && len(list.Queues) == queueListMax {
-			row, err = g.Queues.QueueGet(ctx, q)
+			row, err = g.queues.QueueGet(ctx, q)
 			if errors.Is(err, rivertype.ErrNotFound) {
 				continue
 			}
@@ -281,10 +274,10 @@ func (g *Guard) repause(ctx context.Context, m map[string]state) error {
 		if row == nil || row.PausedAt != nil {
 			continue // no row to pause, or paused already
 		}
-		if err := g.Queues.QueuePause(ctx, q, nil); err != nil {
+		if err := g.queues.QueuePause(ctx, q, nil); err != nil {
 			return fmt.Errorf("pause queue %s: %w", q, err)
 		}
-		g.Logger.WarnContext(ctx, "a paused route's queue was resumed outside the gateway (River UI?): paused it again; resume the route instead",
+		g.logger.WarnContext(ctx, "a paused route's queue was resumed outside the gateway (River UI?): paused it again; resume the route instead",
 			"queue", q)
 	}
 	return nil
@@ -308,7 +301,7 @@ func (g *Guard) Run(ctx context.Context) {
 			_ = g.Refresh(ctx) // kept as it was while the database does not answer
 		case <-flush.C:
 			if err := g.flush(ctx); err != nil && ctx.Err() == nil {
-				g.Logger.WarnContext(ctx, "record route counts", "error", err)
+				g.logger.WarnContext(ctx, "record route counts", "error", err)
 			}
 		}
 	}
@@ -329,7 +322,7 @@ func (g *Guard) flush(ctx context.Context) error {
 	for name, c := range counts {
 		rows = append(rows, store.RouteCounts{Route: name, Succeeded: c.succeeded, Failed: c.failed})
 	}
-	err := pgx.BeginFunc(ctx, g.Pool, func(tx pgx.Tx) error { return store.AddRouteCountsTx(ctx, tx, rows) })
+	err := pgx.BeginFunc(ctx, g.pool, func(tx pgx.Tx) error { return store.AddRouteCountsTx(ctx, tx, rows) })
 	if err != nil {
 		g.mu.Lock()
 		if g.counts == nil {
@@ -357,14 +350,14 @@ func probeFor(r fanout.Route) time.Duration { return r.Timeout + 10*time.Second 
 // is over and no other probe runs. When the circuit turns out closed (another
 // process's probe succeeded) the attempt is admitted as an ordinary one.
 func (g *Guard) takeProbe(ctx context.Context, r fanout.Route) (bool, error) {
-	took, err := store.TakeProbe(ctx, g.Pool, r.Name, r.Circuit.Failures, probeFor(r))
+	took, err := store.TakeProbe(ctx, g.pool, r.Name, r.Circuit.Failures, probeFor(r))
 	if err != nil {
 		return false, err
 	}
 	if took {
 		return true, nil
 	}
-	s, ok, err := store.RouteStateOf(ctx, g.Pool, r.Name)
+	s, ok, err := store.RouteStateOf(ctx, g.pool, r.Name)
 	if err != nil {
 		return false, fmt.Errorf("circuit probe: %w", err)
 	}
@@ -376,19 +369,19 @@ func (g *Guard) takeProbe(ctx context.Context, r fanout.Route) (bool, error) {
 
 // dropProbe gives the probe back (its attempt did not start after all).
 func (g *Guard) dropProbe(ctx context.Context, r fanout.Route) error {
-	return store.DropProbe(ctx, g.Pool, r.Name)
+	return store.DropProbe(ctx, g.pool, r.Name)
 }
 
 // note records a permanent refusal as the route's last failure, for
 // operators, without counting it towards the circuit.
 func (g *Guard) note(ctx context.Context, r fanout.Route, detail string) error {
-	return store.NoteRouteFailure(ctx, g.Pool, r.Name, detail)
+	return store.NoteRouteFailure(ctx, g.pool, r.Name, detail)
 }
 
 // fail counts a failed attempt: the circuit opens at the route's threshold of
 // consecutive failures, or again when a probe fails.
 func (g *Guard) fail(ctx context.Context, r fanout.Route, t Ticket, detail string) error {
-	s, ok, err := store.FailRoute(ctx, g.Pool, store.RouteFailure{Route: r.Name, Detail: detail,
+	s, ok, err := store.FailRoute(ctx, g.pool, store.RouteFailure{Route: r.Name, Detail: detail,
 		Threshold: r.Circuit.Failures, Probe: t.Probe, Cooldown: r.Circuit.Cooldown})
 	if err != nil {
 		return err
@@ -402,7 +395,7 @@ func (g *Guard) fail(ctx context.Context, r fanout.Route, t Ticket, detail strin
 
 // close ends a run of failures: the circuit closes.
 func (g *Guard) close(ctx context.Context, r fanout.Route) error {
-	s, ok, err := store.CloseCircuit(ctx, g.Pool, r.Name)
+	s, ok, err := store.CloseCircuit(ctx, g.pool, r.Name)
 	if err != nil {
 		return err
 	}
@@ -414,7 +407,7 @@ func (g *Guard) close(ctx context.Context, r fanout.Route) error {
 
 // permit takes a start from the route's rate, or returns how long to wait.
 func (g *Guard) permit(ctx context.Context, r fanout.Route) (time.Duration, error) {
-	ok, wait, err := store.TakeRateStart(ctx, g.Pool, r.Name, r.Rate.Per)
+	ok, wait, err := store.TakeRateStart(ctx, g.pool, r.Name, r.Rate.Per)
 	if err != nil {
 		return 0, err
 	}
@@ -429,8 +422,8 @@ func (g *Guard) permit(ctx context.Context, r fanout.Route) (time.Duration, erro
 // last read them (no query), for the metrics.
 func (g *Guard) Gauges() []metrics.RouteGauge {
 	now := time.Now()
-	gs := make([]metrics.RouteGauge, len(g.Table))
-	for i, r := range g.Table {
+	gs := make([]metrics.RouteGauge, len(g.table))
+	for i, r := range g.table {
 		s := g.state(r.Name)
 		gs[i] = metrics.RouteGauge{Route: r.Name, Paused: s.paused, Circuit: circuitState(r.Circuit, s.failures, s.probeUntil.After(now))}
 	}
@@ -449,3 +442,16 @@ func circuitState(c fanout.Circuit, failures int, probing bool) string {
 	}
 	return CircuitClosed
 }
+
+// AdmitAll admits every attempt at once and records no outcome: the guard of
+// a dispatch worker whose routes' pauses, circuits and rates are not in force
+// (tests).
+type AdmitAll struct{}
+
+// Admit admits the attempt at once.
+func (AdmitAll) Admit(context.Context, fanout.Route) (time.Duration, Ticket, error) {
+	return 0, Ticket{}, nil
+}
+
+// Done records nothing.
+func (AdmitAll) Done(context.Context, fanout.Route, Ticket, Outcome, string) {}

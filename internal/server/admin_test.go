@@ -38,6 +38,7 @@ import (
 	"github.com/hookgate/hookgate/internal/routes"
 	"github.com/hookgate/hookgate/internal/server"
 	"github.com/hookgate/hookgate/internal/verify"
+	"github.com/hookgate/hookgate/internal/yield"
 )
 
 const adminToken = "operator-token-123"
@@ -88,14 +89,18 @@ func setupAdminOn(t *testing.T, pool *pgxpool.Pool, token string, opts ...func(*
 	if err := routes.Sync(context.Background(), b.pool, table); err != nil {
 		t.Fatal(err)
 	}
-	b.guard = &routes.Guard{Pool: b.pool, Table: table, Logger: logger}
+	inserter, err := dispatch.NewInserter(b.pool, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.guard = routes.NewGuard(b.pool, table, inserter, logger)
 	m := metrics.New(b.pool)
 	m.Routes(b.guard.Gauges)
 	store := &receipts.Store{Retention: 72 * time.Hour}
-	enq := &dispatch.Enqueuer{Routes: table, MaxAttempts: 1}
+	enq := dispatch.NewEnqueuer(inserter, table, dispatch.EnqueuerConfig{MaxAttempts: 1})
 	b.client, err = dispatch.NewClient(b.pool, dispatch.ClientConfig{
-		Dispatch: &dispatch.Worker{Pool: b.pool, Routes: table, Handlers: handlers, Receipts: store, Logger: logger,
-			Metrics: m, Guard: b.guard, Forwarder: forward.New(nil, 5*time.Second, 8)},
+		Dispatch: dispatch.NewWorker(b.pool, table, store, handlers, forward.New(nil, 5*time.Second, 8),
+			b.guard, yield.Never(), m, logger),
 		Extra: func(w *river.Workers) error {
 			return river.AddWorkerSafely(w, &replay.BatchWorker{Pool: b.pool, Enqueuer: enq})
 		},
@@ -104,8 +109,6 @@ func setupAdminOn(t *testing.T, pool *pgxpool.Pool, token string, opts ...func(*
 	if err != nil {
 		t.Fatal(err)
 	}
-	enq.Client = b.client
-	b.guard.Queues = b.client
 	ui, err := riverui.NewHandler(&riverui.HandlerOpts{Endpoints: riverui.NewEndpoints(b.client, nil), Logger: logger, Prefix: "/admin/river"})
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +120,7 @@ func setupAdminOn(t *testing.T, pool *pgxpool.Pool, token string, opts ...func(*
 			providers.GitHub{Secrets: verify.Secrets{ghSecret}},
 			providers.Stripe{Secrets: verify.Secrets{stripeSecret}, Tolerance: 5 * time.Minute},
 		),
-		Ingester:   &ingest.Ingester{Pool: b.pool, Receipts: store, Enqueuer: enq},
+		Ingester:   ingest.NewIngester(b.pool, store, enq, ingest.Config{}),
 		Ready:      func(context.Context) error { return nil },
 		Now:        func() time.Time { return now },
 		Metrics:    m,

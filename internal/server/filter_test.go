@@ -84,11 +84,11 @@ func TestRouteFiltersDecideAtIngestAndReplay(t *testing.T) {
 
 	// The filter now names acme/web: a replay of f-3 dispatches it to
 	// api-prs, and one of f-1 no longer does.
-	client, err := dispatch.NewInsertClient(b.pool, slog.New(slog.DiscardHandler))
+	client, err := dispatch.NewInserter(b.pool, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := &dispatch.Enqueuer{Client: client, Routes: filterRoutes(t, "acme/web"), Filters: reporter}
+	now := dispatch.NewEnqueuer(client, filterRoutes(t, "acme/web"), dispatch.EnqueuerConfig{Filters: reporter})
 	redispatch := func(id string, req replay.Request) replay.Result {
 		t.Helper()
 		tx, err := b.pool.Begin(context.Background())

@@ -91,7 +91,7 @@ func setup(t testing.TB, opts setupOpts) *testBundle {
 	if opts.pool != nil {
 		ingestPool = opts.pool
 	}
-	client, err := dispatch.NewInsertClient(ingestPool, logger)
+	client, err := dispatch.NewInserter(ingestPool, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,12 +119,9 @@ func setup(t testing.TB, opts setupOpts) *testBundle {
 	h := server.New(server.Config{
 		Logger:    logger,
 		Providers: mustRegistry(t, provs...),
-		Ingester: &ingest.Ingester{
-			Pool:       ingestPool,
-			Receipts:   &receipts.Store{Retention: 72 * time.Hour},
-			Enqueuer:   &dispatch.Enqueuer{Client: client, Routes: routes, MaxAttempts: 5, Filters: opts.filters},
-			Committers: opts.committers,
-		},
+		Ingester: ingest.NewIngester(ingestPool, &receipts.Store{Retention: 72 * time.Hour},
+			dispatch.NewEnqueuer(client, routes, dispatch.EnqueuerConfig{MaxAttempts: 5, Filters: opts.filters}),
+			ingest.Config{Committers: opts.committers}),
 		Ready:                   ready,
 		MaxBodyBytes:            cmp.Or(opts.maxBody, maxBody),
 		MaxInflightBytes:        opts.maxInflight,

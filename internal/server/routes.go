@@ -54,7 +54,7 @@ func (s *server) changeRoute(w http.ResponseWriter, r *http.Request, change func
 		writeError(w, r, s.Logger, err)
 		return
 	}
-	v, err := change(r.Context(), s.Admin.Pool, s.Admin.Enqueuer.Client, s.Admin.Routes, chi.URLParam(r, "name"),
+	v, err := change(r.Context(), s.Admin.Pool, s.Admin.Enqueuer.Client(), s.Admin.Routes, chi.URLParam(r, "name"),
 		routes.Change{Actor: Actor(s.Admin.Token), Reason: req.Reason})
 	if err != nil {
 		writeError(w, r, s.Logger, err)

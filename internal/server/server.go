@@ -119,6 +119,10 @@ func New(cfg Config) http.Handler {
 	if cfg.Admin.Guesses == nil {
 		cfg.Admin.Guesses = &guess.Guard{Logger: cfg.Logger}
 	}
+	serveMetrics := cfg.Metrics != nil && !cfg.MetricsElsewhere
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.Discard()
+	}
 	s := &server{Config: cfg, providers: map[string]providers.Provider{},
 		budget: inflight.New(cfg.MaxInflightBytes, cfg.MaxInflightBytesPerAddr, cfg.MaxArrivingPerAddr),
 		ready: &throttle.Value[struct{}]{Every: time.Second, Read: func(ctx context.Context) (struct{}, error) {
@@ -162,7 +166,7 @@ func New(cfg Config) http.Handler {
 
 	r.Get("/healthz", s.handleHealthz)
 	r.Get("/readyz", s.handleReadyz)
-	if s.Metrics != nil && !s.MetricsElsewhere {
+	if serveMetrics {
 		r.Method(http.MethodGet, "/metrics", s.Metrics.Handler())
 	}
 	r.Post("/webhooks/{provider}", s.handleIngest)

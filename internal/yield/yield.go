@@ -1,7 +1,7 @@
 // Package yield makes forwarding yield to acknowledgements. A sender waits
 // for its acknowledgement (GitHub gives up after 10 s and never retries); a
-// forward target waits for nothing. When both compete for the machine (the
-// ingester's Busy: enough deliveries wait for their acknowledgement), the
+// forward target waits for nothing. When both compete for the machine (ingest
+// is busy: enough deliveries wait for their acknowledgement, ingest.Load), the
 // dispatches of this process hold back, except a share of them paced by the
 // acknowledgements given (one dispatch per five acknowledgements, say), so
 // that forwarding never stops and its rate grows with the load's; they go on
@@ -20,32 +20,50 @@ import (
 // Gate holds dispatches back while ingest is busy. Held dispatches sleep
 // until they are woken: one for each dispatch earned by acknowledgements, all
 // of them once ingest is idle, or each by its bound. Only one of them at a
-// time looks at Busy, every Poll (the others look every 50 ms whether one
-// still does); ingest counts as idle when it saw Busy false twice in a row
-// (under load Busy is false for a moment each time a batch's senders get
+// time looks at busy, every Poll (the others look every 50 ms whether one
+// still does); ingest counts as idle when it saw busy false twice in a row
+// (under load busy is false for a moment each time a batch's senders get
 // their answers).
 type Gate struct {
-	// Busy reports whether ingest is under load in this process (the
-	// ingester's: enough deliveries wait for their acknowledgement).
-	Busy func() bool
-	// Share is how many dispatches each acknowledgement lets go on while
-	// Busy: 0.2 lets one forward go per five acknowledgements. Zero holds
-	// every dispatch until ingest is idle or its bound.
-	Share float64
-	// Poll is how often the held dispatch that watches ingest looks at Busy.
-	// Defaults to 5 ms.
-	Poll time.Duration
+	busy  func() bool
+	share float64
+	poll  time.Duration
 
 	credits  atomic.Int64 // thousandths of a dispatch earned by Acked
 	waiting  atomic.Int64
 	held     atomic.Int64
-	watching atomic.Bool // a held dispatch is looking at Busy every Poll
+	watching atomic.Bool // a held dispatch is looking at busy every poll
 
-	once sync.Once
 	one  chan struct{} // wakes one held dispatch: a dispatch was earned
 	mu   sync.Mutex
 	idle chan struct{} // closed (and replaced) to wake all: ingest is idle
 }
+
+// Config are a Gate's settings.
+type Config struct {
+	// Share is how many dispatches each acknowledgement lets go on while
+	// ingest is busy: 0.2 lets one forward go per five acknowledgements.
+	// Zero holds every dispatch until ingest is idle or its bound.
+	Share float64
+	// Poll is how often the held dispatch that watches ingest looks at
+	// busy. Defaults to 5 ms.
+	Poll time.Duration
+}
+
+// NewGate returns a Gate that holds dispatches back while busy reports
+// ingest under load in this process (the ingester's: enough deliveries wait
+// for their acknowledgement).
+func NewGate(busy func() bool, cfg Config) *Gate {
+	if cfg.Poll <= 0 {
+		cfg.Poll = 5 * time.Millisecond
+	}
+	return &Gate{busy: busy, share: cfg.Share, poll: cfg.Poll, one: make(chan struct{}, 1), idle: make(chan struct{})}
+}
+
+// Never returns a Gate that never holds a dispatch: ingest is never busy to
+// it, and acknowledgements earn nothing. For a dispatch worker with no ingest
+// beside it to yield to (tests).
+func Never() *Gate { return NewGate(func() bool { return false }, Config{}) }
 
 // maxCredits bounds the dispatches earned and not yet taken, in thousandths:
 // a burst of acknowledgements with no dispatch waiting saves up no flood.
@@ -55,20 +73,13 @@ const maxCredits = 64_000
 // them watches ingest (the watcher may have gone on).
 const unwatched = 50 * time.Millisecond
 
-func (g *Gate) init() {
-	g.once.Do(func() {
-		g.one = make(chan struct{}, 1)
-		g.idle = make(chan struct{})
-	})
-}
-
 // Acked says an acknowledgement was given: it earns Share of a dispatch, and
-// wakes a held dispatch when one is earned. Safe on a nil Gate.
+// wakes a held dispatch when one is earned.
 func (g *Gate) Acked() {
-	if g == nil || g.Share <= 0 {
+	if g.share <= 0 {
 		return
 	}
-	earned := int64(g.Share * 1000)
+	earned := int64(g.share * 1000)
 	for {
 		n := g.credits.Load()
 		if g.credits.CompareAndSwap(n, min(n+earned, maxCredits)) {
@@ -76,7 +87,6 @@ func (g *Gate) Acked() {
 		}
 	}
 	if g.waiting.Load() > 0 {
-		g.init()
 		g.wakeOne()
 	}
 }
@@ -101,23 +111,17 @@ func (g *Gate) wakeAll() {
 
 // Enter returns when the dispatch may run: at once while ingest is idle or a
 // dispatch is earned; else when either becomes so, when until has passed (a
-// dispatch is never held longer: nothing starves), or when ctx ends. A nil
-// Gate never holds.
+// dispatch is never held longer: nothing starves), or when ctx ends.
 func (g *Gate) Enter(ctx context.Context, until time.Time) {
-	if g == nil || g.Busy == nil || !g.Busy() || g.take() {
+	if !g.busy() || g.take() {
 		return
 	}
-	g.init()
 	g.held.Add(1)
 	g.waiting.Add(1)
 	defer g.waiting.Add(-1)
-	poll := g.Poll
-	if poll <= 0 {
-		poll = 5 * time.Millisecond
-	}
-	t := time.NewTimer(poll)
+	t := time.NewTimer(g.poll)
 	defer t.Stop()
-	idleSeen := false // the watcher's last look saw Busy false
+	idleSeen := false // the watcher's last look saw busy false
 	for {
 		g.mu.Lock()
 		idle := g.idle
@@ -135,7 +139,7 @@ func (g *Gate) Enter(ctx context.Context, until time.Time) {
 		watcher := g.watching.CompareAndSwap(false, true)
 		wait := unwatched
 		if watcher {
-			wait = poll
+			wait = g.poll
 		}
 		t.Reset(min(wait, left))
 		looked := false // the watcher's Poll has passed: time to look at ingest
@@ -156,7 +160,7 @@ func (g *Gate) Enter(ctx context.Context, until time.Time) {
 		if !watcher {
 			idleSeen = false
 		} else if looked {
-			busy := g.Busy()
+			busy := g.busy()
 			if !busy && idleSeen {
 				g.wakeAll()
 				return
@@ -191,16 +195,10 @@ func (g *Gate) take() bool {
 
 // Waiting is how many dispatches are held back now.
 func (g *Gate) Waiting() int {
-	if g == nil {
-		return 0
-	}
 	return int(g.waiting.Load())
 }
 
 // Held is how many dispatches have been held back so far.
 func (g *Gate) Held() int64 {
-	if g == nil {
-		return 0
-	}
 	return g.held.Load()
 }

@@ -16,7 +16,7 @@ import (
 // context ends.
 func TestGateHoldsDispatchesWhileIngestIsBusy(t *testing.T) {
 	var busy atomic.Bool
-	g := &yield.Gate{Busy: busy.Load, Share: 0.5, Poll: time.Millisecond}
+	g := yield.NewGate(busy.Load, yield.Config{Share: 0.5, Poll: time.Millisecond})
 	ctx := context.Background()
 	forever := time.Now().Add(time.Hour)
 
@@ -53,16 +53,19 @@ func TestGateHoldsDispatchesWhileIngestIsBusy(t *testing.T) {
 		t.Errorf("Held = %d, Waiting = %d; want 3 and 0", g.Held(), g.Waiting())
 	}
 
-	var none *yield.Gate
-	none.Enter(ctx, forever) // a nil gate holds nothing
-	none.Acked()
+	never := yield.Never()
+	never.Enter(ctx, forever) // holds nothing
+	never.Acked()
+	if never.Held() != 0 {
+		t.Errorf("Never held %d dispatches", never.Held())
+	}
 }
 
 // Forwarding keeps pace with acknowledgements while ingest is busy: each
 // acknowledgement earns Share of a dispatch, and a held dispatch goes on once
 // one is earned.
 func TestGateSharesAcknowledgements(t *testing.T) {
-	g := &yield.Gate{Busy: func() bool { return true }, Share: 0.5, Poll: time.Hour}
+	g := yield.NewGate(func() bool { return true }, yield.Config{Share: 0.5, Poll: time.Hour})
 	ctx := context.Background()
 	entered := make(chan struct{})
 	go func() { g.Enter(ctx, time.Now().Add(time.Hour)); close(entered) }()
@@ -108,7 +111,7 @@ func TestGateSharesAcknowledgements(t *testing.T) {
 func TestGateWakesOnePerDispatchEarnedAndAllWhenIdle(t *testing.T) {
 	var busy atomic.Bool
 	busy.Store(true)
-	g := &yield.Gate{Busy: busy.Load, Share: 1, Poll: time.Millisecond}
+	g := yield.NewGate(busy.Load, yield.Config{Share: 1, Poll: time.Millisecond})
 	ctx := context.Background()
 	entered := make(chan int, 3)
 	for i := range 3 {
@@ -150,7 +153,7 @@ func TestGateHoldsThroughAMomentWithoutSenders(t *testing.T) {
 		n := looks.Add(1)
 		return n != 3 && n < idleFrom.Load() // the third look alone sees no sender
 	}
-	g := &yield.Gate{Busy: busy, Poll: time.Millisecond}
+	g := yield.NewGate(busy, yield.Config{Poll: time.Millisecond})
 	entered := make(chan struct{})
 	go func() { g.Enter(context.Background(), time.Now().Add(time.Hour)); close(entered) }()
 	dbtest.Eventually(t, time.Second, "ten looks at ingest", func() error {
