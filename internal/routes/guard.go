@@ -241,9 +241,11 @@ const queueListMax = 10000
 // repause pauses the River queues of paused routes that run.
 func (g *Guard) repause(ctx context.Context, m map[string]state) error {
 	var queues []string
+	routeOf := map[string]string{}
 	for _, r := range g.table {
 		if m[r.Name].paused {
 			queues = append(queues, r.Queue())
+			routeOf[r.Queue()] = r.Name
 		}
 	}
 	if len(queues) == 0 {
@@ -274,8 +276,23 @@ func (g *Guard) repause(ctx context.Context, m map[string]state) error {
 		if row == nil || row.PausedAt != nil {
 			continue // no row to pause, or paused already
 		}
-		if err := g.queues.QueuePause(ctx, q, nil); err != nil {
+		// The states were read before the queues: a resume may have come
+		// between. The route's row is locked while its queue is paused, so
+		// a resume either came first (and it is left alone) or waits and
+		// resumes the queue after.
+		var paused bool
+		err := pgx.BeginFunc(ctx, g.pool, func(tx pgx.Tx) error {
+			var err error
+			if paused, err = store.LockRoutePausedTx(ctx, tx, routeOf[q]); err != nil || !paused {
+				return err
+			}
+			return g.queues.QueuePauseTx(ctx, tx, q, nil)
+		})
+		if err != nil {
 			return fmt.Errorf("pause queue %s: %w", q, err)
+		}
+		if !paused {
+			continue
 		}
 		g.logger.WarnContext(ctx, "a paused route's queue was resumed outside the gateway (River UI?): paused it again; resume the route instead",
 			"queue", q)

@@ -45,6 +45,21 @@ func RoutePaused(ctx context.Context, db Querier, route string) (bool, error) {
 	return paused, nil
 }
 
+// LockRoutePausedTx locks route's state row in tx until tx ends (an
+// operator's resume waits for it) and says whether the route is paused; a
+// route without a row is not.
+func LockRoutePausedTx(ctx context.Context, tx pgx.Tx, route string) (bool, error) {
+	var paused bool
+	err := tx.QueryRow(ctx, "SELECT paused_at IS NOT NULL FROM hookgate_routes WHERE name = $1 FOR UPDATE", route).Scan(&paused)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("lock route pause: %w", err)
+	}
+	return paused, nil
+}
+
 // PauseRoute is an operator's pause of a route.
 type PauseRoute struct {
 	// Route is the route's name.
