@@ -45,8 +45,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -88,37 +90,44 @@ type Gateway struct {
 // naming the route and the handler; so are a bad option and recovery set up
 // halfway.
 func New(cfg Config, opts ...Option) (*Gateway, error) {
+	// Every error at once, one a line: the configuration's, the options',
+	// the handlers the routes name.
+	var errs []error
 	resolved, err := cfg.Resolve()
 	if err != nil {
-		return nil, fmt.Errorf("configuration: %w", err)
+		errs = append(errs, fmt.Errorf("configuration: %w", err))
 	}
 	var o options
 	for i, opt := range opts {
 		if opt == nil {
-			return nil, fmt.Errorf("hookgate.New: option %d is nil", i+1)
+			errs = append(errs, fmt.Errorf("hookgate.New: option %d is nil", i+1))
+			continue
 		}
 		if err := opt(&o); err != nil {
-			return nil, fmt.Errorf("hookgate.New: %w", err)
+			errs = append(errs, fmt.Errorf("hookgate.New: %w", err))
 		}
 	}
 	if o.logger == nil {
 		o.logger = slog.Default()
 	}
 	builtins := handlers.Default(o.logger)
-	for name, h := range o.handlers {
+	for _, name := range slices.Sorted(maps.Keys(o.handlers)) {
 		if _, shipped := builtins[name]; shipped {
-			return nil, fmt.Errorf("hookgate.New: WithHandler(%q): a shipped handler's name", name)
+			errs = append(errs, fmt.Errorf("hookgate.New: WithHandler(%q): a shipped handler's name", name))
+			continue
 		}
-		builtins[name] = builtinHandler(h)
+		builtins[name] = builtinHandler(o.handlers[name])
 	}
+	// The routes resolved so far: those with a mistake of their own are
+	// reported above.
 	if err := resolved.CheckBuiltins(builtins.Names()); err != nil {
-		return nil, fmt.Errorf("configuration: %w", err)
+		errs = append(errs, fmt.Errorf("configuration: %w", err))
 	}
 	if err := checkRiver(o); err != nil {
-		return nil, fmt.Errorf("hookgate.New: %w", err)
+		errs = append(errs, fmt.Errorf("hookgate.New: %w", err))
 	}
 	if err := checkPatterns(o.http); err != nil {
-		return nil, fmt.Errorf("hookgate.New: %w", err)
+		errs = append(errs, fmt.Errorf("hookgate.New: %w", err))
 	}
 	env := resolved
 	rec := recovery.RecovererConfig{Lookback: env.RecoveryLookback, Retention: env.Retention, Logger: o.logger}
@@ -126,8 +135,11 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		GitHubHooks: env.GitHubRecoveryHooks, GitHubToken: env.GitHubToken.Value(), GitHubAppID: env.GitHubAppID,
 		GitHubAppKeyFile: env.GitHubAppKeyFile, GitHubAPIURL: env.GitHubAPIURL,
 		StripeAPIKey: env.StripeAPIKey.Value(), StripeAPIURL: env.StripeAPIURL, MaxBodyBytes: env.MaxBodyBytes,
-	}); err != nil {
-		return nil, fmt.Errorf("configuration: %w", err)
+	}); err != nil && len(errs) == 0 { // recovery's settings are checked by Resolve first
+		errs = append(errs, fmt.Errorf("configuration: %w", err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return &Gateway{cfg: resolved, opts: o, handlers: builtins, recovery: rec, started: make(chan struct{})}, nil
 }

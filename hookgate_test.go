@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -83,6 +84,27 @@ func TestNewRefusesWhatCannotWork(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("New of a Config with four mistakes: %v; want it to say %q", err, want)
 		}
+	}
+	// Every mistake of one route, every route naming a handler not given,
+	// and every bad option, beside the Config's own.
+	okh := func(context.Context, pgx.Tx, hookgate.Delivery) error { return nil }
+	_, err = hookgate.New(hookgate.Config{Workers: -1, Routes: []hookgate.Route{
+		{Name: "r", Match: []string{"nosuchprov:x"}, Concurrency: -1, MaxAttempts: -2, Rate: "fast", Timeout: -1},
+		{Name: "n1", Match: []string{"stripe:*"}, Target: "builtin:nope1"},
+		{Name: "n2", Match: []string{"stripe:*"}, Target: "builtin:nope2"},
+	}}, hookgate.WithHandler("Bad Name", okh), hookgate.WithHandler("log", okh))
+	for _, want := range []string{"GATEWAY_WORKERS", `route 1 ("r"): key match`, `route 1 ("r"): key concurrency`, `route 1 ("r"): key max_attempts`,
+		`route 1 ("r"): key rate`, `route 1 ("r"): key timeout`, `no builtin handler named "nope1"`, `no builtin handler named "nope2"`,
+		`WithHandler("Bad Name")`, `WithHandler("log"): a shipped handler's name`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("New of a Config and options with ten mistakes: %v; want it to say %q", err, want)
+		}
+	}
+	// A wrong budget is one mistake, not a second one of the per-address
+	// budget derived from it.
+	_, err = hookgate.New(hookgate.Config{MaxInflightBytes: -5})
+	if err == nil || strings.Contains(err.Error(), "PER_ADDR") {
+		t.Errorf("New with a negative budget: %v; want one error, of GATEWAY_MAX_INFLIGHT_BYTES alone", err)
 	}
 }
 
@@ -176,5 +198,29 @@ func TestAServicesHandlerGetsEveryPromise(t *testing.T) {
 	effects, err := pgx.CollectRows(rows, pgx.RowTo[int])
 	if err != nil || len(effects) != 1 || effects[0] != 2 {
 		t.Errorf("effects of evt_flaky by attempt: %v, %v; want only the second attempt's", effects, err)
+	}
+}
+
+// A configuration marshalled as JSON, or logged through slog's JSON
+// handler, shows no secret, no database password and no forward target.
+func TestAConfigAsJSONShowsNoSecret(t *testing.T) {
+	t.Parallel()
+	cfg := hookgate.Config{DatabaseURL: "postgres://u:hunter2@db/x", StripeSecrets: hookgate.SecretList{"whsec_SUPERSECRET"},
+		AdminToken: "admin-SECRET", Routes: []hookgate.Route{{Name: "r", Match: []string{"stripe:*"}, Target: "https://user:pw-SECRET@x.example/hook-SECRET"}}}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged strings.Builder
+	slog.New(slog.NewJSONHandler(&logged, nil)).Info("starting", "config", cfg, "route", cfg.Routes[0], "secret", cfg.AdminToken)
+	for _, out := range []string{string(b), logged.String()} {
+		for _, secret := range []string{"hunter2", "SUPERSECRET", "admin-SECRET", "pw-SECRET", "hook-SECRET"} {
+			if strings.Contains(out, secret) {
+				t.Errorf("%s shows %q", out, secret)
+			}
+		}
+	}
+	if !strings.Contains(string(b), `"Name":"r"`) {
+		t.Errorf("%s: want the route's name kept", b)
 	}
 }

@@ -120,16 +120,18 @@ func WithHTTPHandler(pattern string, h http.Handler) Option {
 // Migrations run in the order given; an error (or a panic) stops Run. Each
 // gets a pool of its own (up to four connections, closed when it returns),
 // so that its session settings (SET search_path, SET ROLE) never reach the
-// gateway's connections; its connections have the server's own search_path
-// (DATABASE_URL's, when it sets one), so its tables go to public, or to the
-// schema it names.
+// gateway's connections; its connections have the service's own search_path
+// (DATABASE_URL's when it sets one, else the role's or the server's),
+// without hookgate's schema (nor "$user" when the user is named like it),
+// so its tables go to public, or to the schemas that path names.
 //
 // The service's tables share the database with hookgate's and River's,
 // which live in a schema of their own (GATEWAY_DATABASE_SCHEMA, hookgate by
 // default). The gateway's connections (a handler's tx, Gateway.Pool) put
-// that schema first on their search_path and public after it: a handler
-// finds the service's tables in public by their plain names, as long as
-// they are named unlike hookgate_* and river_*. To look at them on the private PostgreSQL,
+// that schema first on their search_path and the service's own search_path
+// after it: a handler finds the service's tables by their plain names,
+// wherever its migration made them, as long as they are named unlike
+// hookgate's and River's own tables. To look at them on the private PostgreSQL,
 // connect as Gateway.Pool does, as the user the gateway runs as (or root):
 // user and database hookgate, over the Unix socket in
 // <GATEWAY_DATA_DIR>/socket (psql -h "$GATEWAY_DATA_DIR/socket" -p PORT -U

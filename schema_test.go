@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -28,7 +29,8 @@ func TestAnEarlierReleasesDatabaseMovesToItsSchema(t *testing.T) {
 	var failing atomic.Bool
 	failing.Store(true)
 	migrate := hookgate.WithMigration(func(ctx context.Context, pool *pgxpool.Pool) error {
-		_, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS app_effects (id text)`)
+		// river_stats is the service's own, whatever its name.
+		_, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS app_effects (id text); CREATE TABLE IF NOT EXISTS river_stats (n int)`)
 		return err
 	})
 	handlers := []hookgate.Option{migrate,
@@ -107,8 +109,12 @@ func TestAnEarlierReleasesDatabaseMovesToItsSchema(t *testing.T) {
 	}
 	var left int
 	if err := g.gw.Pool().QueryRow(context.Background(), `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = 'public' AND (c.relname LIKE 'hookgate%' OR c.relname LIKE 'river%')`).Scan(&left); err != nil || left != 0 {
+		WHERE n.nspname = 'public' AND (c.relname LIKE 'hookgate%' OR c.relname LIKE 'river%') AND c.relname <> 'river_stats'`).Scan(&left); err != nil || left != 0 {
 		t.Errorf("%d of hookgate's or River's relations left in public (%v)", left, err)
+	}
+	var stats string
+	if err := g.gw.Pool().QueryRow(context.Background(), `SELECT to_regclass('public.river_stats')::text`).Scan(&stats); err != nil || stats == "" {
+		t.Errorf("the service's river_stats was moved out of public: %q, %v", stats, err)
 	}
 	var appTable string
 	if err := g.gw.Pool().QueryRow(context.Background(), `SELECT to_regclass('app_effects')::text`).Scan(&appTable); err != nil || appTable != "app_effects" {
@@ -124,6 +130,42 @@ func TestAnEarlierReleasesDatabaseMovesToItsSchema(t *testing.T) {
 			WHERE route IN ('flaky', 'held')`).Scan(&states)
 		if states != "flaky:succeeded held:succeeded" {
 			return fmt.Errorf("%s", states)
+		}
+		return nil
+	})
+}
+
+// A service whose tables live in a schema of its own (its DATABASE_URL's
+// search_path, or its role's) has its handler find them by their plain
+// names: the gateway's connections put hookgate's schema first and the
+// service's own search_path after it.
+func TestAHandlerFindsTheServicesTablesInTheServicesOwnSchema(t *testing.T) {
+	u, err := url.Parse(dbtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", "svc")
+	u.RawQuery = q.Encode()
+	migrate := hookgate.WithMigration(func(ctx context.Context, pool *pgxpool.Pool) error {
+		_, err := pool.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS svc; CREATE TABLE IF NOT EXISTS effects (id text)`)
+		return err
+	})
+	handler := hookgate.WithHandler("ok", func(ctx context.Context, tx pgx.Tx, d hookgate.Delivery) error {
+		_, err := tx.Exec(ctx, `INSERT INTO effects VALUES ($1)`, d.DeliveryID)
+		return err
+	})
+	g := runGateway(t, hookgate.Config{DatabaseURL: hookgate.Secret(u.String()),
+		Routes: []hookgate.Route{{Name: "ok", Match: []string{"stripe:invoice.*"}, Target: "builtin:ok"}}}, migrate, handler)
+	if got := stripeSends(g.gw.Addr(), invoice("svc", "invoice.paid")); got != "202 accepted" {
+		t.Fatal(got)
+	}
+	dbtest.Eventually(t, 20*time.Second, "the handler's row in svc.effects", func() error {
+		var n int
+		if err := g.gw.Pool().QueryRow(context.Background(), `SELECT count(*) FROM svc.effects WHERE id = 'evt_svc'`).Scan(&n); err != nil || n != 1 {
+			var state string
+			_ = g.gw.Pool().QueryRow(context.Background(), `SELECT state || ' ' || coalesce(last_error, '') FROM hookgate_dispatches`).Scan(&state)
+			return fmt.Errorf("%d rows (%v); dispatch %s", n, err, state)
 		}
 		return nil
 	})

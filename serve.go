@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -86,14 +85,14 @@ func runMigration(ctx context.Context, pool *pgxpool.Pool, migrate func(context.
 	// The service's tables are its own schema's, not hookgate's: its
 	// connections keep their own search_path (the URL's, the role's or the
 	// server's), without hookgate's schema.
-	first, _, _ := strings.Cut(cfg.ConnConfig.RuntimeParams["search_path"], ",")
+	name := schema.Of(cfg.ConnConfig)
 	plain := cfg.ConnConfig.Copy()
 	if urlPath, ok := urlSearchPath(cfg.ConnString()); ok {
 		plain.RuntimeParams["search_path"] = urlPath
 	} else {
 		delete(plain.RuntimeParams, "search_path")
 	}
-	path, err := schema.ServicePath(ctx, plain, strings.TrimSpace(first))
+	path, err := schema.ServicePath(ctx, plain, name)
 	if err != nil {
 		return fmt.Errorf("open its pool: %w", err)
 	}

@@ -2,14 +2,17 @@ package hookgatetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/url"
 	"os"
 	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/dbtest"
@@ -42,7 +45,16 @@ func Database(t testing.TB, migrations ...func(context.Context, *pgxpool.Pool) e
 	if err != nil {
 		t.Fatalf("hookgatetest: DATABASE_URL is not a PostgreSQL URL")
 	}
-	schema.Use(cfg.ConnConfig, schema.Default)
+	// The service's own search_path (the URL's, the role's or the
+	// server's), without hookgate's schema: its migrations run with it, and
+	// the gateway's connections have it after hookgate's schema.
+	path, err := schema.ServicePath(ctx, cfg.ConnConfig.Copy(), schema.Default)
+	if err != nil {
+		t.Fatalf("hookgatetest: %v", err)
+	}
+	own := cfg.Copy()
+	own.ConnConfig.RuntimeParams["search_path"] = path
+	schema.Use(cfg.ConnConfig, schema.Default, path)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatalf("hookgatetest: %v", err)
@@ -51,14 +63,8 @@ func Database(t testing.TB, migrations ...func(context.Context, *pgxpool.Pool) e
 	if err := schema.Migrate(ctx, pool, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatalf("hookgatetest: migrate: %v", err)
 	}
-	ownCfg, _ := pgxpool.ParseConfig(u)
-	path, err := schema.ServicePath(ctx, ownCfg.ConnConfig, schema.Default)
-	if err != nil {
-		t.Fatalf("hookgatetest: %v", err)
-	}
-	ownCfg.ConnConfig.RuntimeParams["search_path"] = path
 	for i, migrate := range migrations {
-		own, err := pgxpool.NewWithConfig(ctx, ownCfg.Copy())
+		own, err := pgxpool.NewWithConfig(ctx, own.Copy())
 		if err != nil {
 			t.Fatalf("hookgatetest: %v", err)
 		}
@@ -84,11 +90,18 @@ func newDatabase(t testing.TB, base string) string {
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, base)
 	if err != nil {
-		// Not err: it may quote the URL and its password.
-		t.Fatalf("hookgatetest: cannot connect to DATABASE_URL's server")
+		// Not err's text, which may quote the URL: what kind of failure.
+		var pgErr *pgconn.PgError
+		cause := "the server cannot be reached"
+		if errors.As(err, &pgErr) {
+			cause = pgErr.Code + " " + pgErr.Message
+		}
+		t.Fatalf("hookgatetest: cannot connect to DATABASE_URL's server: %s", cause)
 	}
 	defer conn.Close(ctx)
-	name := fmt.Sprintf("hookgatetest_%d_%d", os.Getpid(), databases.Add(1))
+	// The process id and a random part: two test binaries, on two machines
+	// sharing a server, or one left by a killed run, never pick one name.
+	name := fmt.Sprintf("hookgatetest_%d_%d_%08x", os.Getpid(), databases.Add(1), rand.Uint32())
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
 		t.Fatalf("hookgatetest: create a test database on DATABASE_URL's server: %v", err)
 	}

@@ -12,9 +12,10 @@
 // rolls back the handler's writes, as the gateway does, and leaves the
 // transaction usable, so a test can roll everything back at its end.
 //
-// The test database is the service's own (DATABASE_URL, as its other tests
-// have it), with the service's tables: run the service's migration on it
-// first (the same function it gives WithMigration). A delivery built here is
+// The test database is a fresh one from Database (migrated as the gateway
+// migrates it, then by the service's own migrations), or the service's own
+// (DATABASE_URL, as its other tests have it), with hookgate's and the
+// service's tables. A delivery built here is
 // on route "test", generation 1, attempt 1 (Attempt sets others); GitHub's
 // carry delivery ids "hookgatetest-<n>" (GitHubWith takes yours) and
 // X-GitHub-Hook-ID 1. Order between deliveries (superseded) is the

@@ -12,8 +12,10 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"strconv"
@@ -189,6 +191,20 @@ func (r Route) String() string {
 // GoString is String, for %#v.
 func (r Route) GoString() string { return r.String() }
 
+// MarshalJSON writes the route without its target, when an http(s) URL:
+// a configuration marshalled or logged as JSON must not show it either.
+func (r Route) MarshalJSON() ([]byte, error) {
+	type plain Route // without this method
+	p := plain(r)
+	if !strings.HasPrefix(p.Target, "builtin:") && p.Target != "" {
+		p.Target = "[redacted]"
+	}
+	return json.Marshal(p)
+}
+
+// LogValue is String, for slog's handlers.
+func (r Route) LogValue() slog.Value { return slog.StringValue(r.String()) }
+
 // Circuit is a route's circuit breaker: after Failures consecutive failed
 // attempts no attempt starts for Cooldown, then one probe decides.
 type Circuit struct {
@@ -320,22 +336,22 @@ func (c Config) Resolve() (Resolved, error) {
 		} else if c.routesFrom != "" {
 			where = fmt.Sprintf("%s: route %q", c.routesFrom, route.Name)
 		}
-		fr, err := resolveRoute(route, d)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", where, err))
-			continue
+		fr, keyErrs := resolveRoute(route, d)
+		for _, ke := range keyErrs {
+			errs = append(errs, fmt.Errorf("%s: %w", where, ke))
 		}
 		if seen[route.Name] {
 			errs = append(errs, fmt.Errorf("%s: the name %s is used by another route", where, route.Name))
 			continue
 		}
 		seen[route.Name] = true
-		r.Table = append(r.Table, fr)
+		if len(keyErrs) == 0 {
+			r.Table = append(r.Table, fr)
+		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return Resolved{}, err
-	}
-	return r, nil
+	// On error, r holds the routes that resolved, for a caller that
+	// reports what else is wrong with them.
+	return r, errors.Join(errs...)
 }
 
 // validate checks the values that are not routes', each error naming its
@@ -389,7 +405,9 @@ func (c Config) validate() []error {
 		bad("GATEWAY_MAX_INFLIGHT_BYTES", "must be at least GATEWAY_MAX_BODY_BYTES (%d), or a body of the largest size could never be taken, got %d",
 			c.MaxBodyBytes, c.MaxInflightBytes)
 	}
-	if c.MaxInflightBytesPerAddr < c.MaxBodyBytes || c.MaxInflightBytesPerAddr > c.MaxInflightBytes {
+	// Only when the budget itself is right: a default derived from a wrong
+	// budget is no mistake of its own.
+	if c.MaxInflightBytes >= c.MaxBodyBytes && (c.MaxInflightBytesPerAddr < c.MaxBodyBytes || c.MaxInflightBytesPerAddr > c.MaxInflightBytes) {
 		bad("GATEWAY_MAX_INFLIGHT_BYTES_PER_ADDR", "must be 0 (an eighth of GATEWAY_MAX_INFLIGHT_BYTES) or from GATEWAY_MAX_BODY_BYTES (%d) to GATEWAY_MAX_INFLIGHT_BYTES (%d), got %d",
 			c.MaxBodyBytes, c.MaxInflightBytes, c.MaxInflightBytesPerAddr)
 	}
@@ -495,6 +513,12 @@ func (s Secret) String() string {
 // GoString redacts the secret in %#v.
 func (s Secret) GoString() string { return s.String() }
 
+// MarshalText redacts the secret in JSON, YAML and slog's JSON handler.
+func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// LogValue redacts the secret in slog's handlers.
+func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
+
 // Value returns the secret itself.
 func (s Secret) Value() string { return string(s) }
 
@@ -533,6 +557,12 @@ func (l SecretList) String() string {
 
 // GoString redacts the secrets in %#v.
 func (l SecretList) GoString() string { return l.String() }
+
+// MarshalText redacts the secrets in JSON, YAML and slog's JSON handler.
+func (l SecretList) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
+
+// LogValue redacts the secrets in slog's handlers.
+func (l SecretList) LogValue() slog.Value { return slog.StringValue(l.String()) }
 
 // ByteRate is a rate in bytes a second; in the environment, a size per
 // second: "1KiB/s", "512B/s", "2MiB/s", "10kB/s", or "0" for none (a negative

@@ -330,13 +330,12 @@ func readRoute(n *yaml.Node, sources []string, lookup Lookup) (Route, error) {
 			r.Circuit.Cooldown = cooldown
 		}
 	}
-	if _, err := resolveRoute(r, fanout.Defaults{Concurrency: 1, Timeout: time.Second, MaxAttempts: 1, Sources: sources}); err != nil {
-		if ke := (*KeyError)(nil); errors.As(err, &ke) {
-			return r, bad(ke.Key, "%s", ke.Problem)
-		}
-		return r, err
+	_, keyErrs := resolveRoute(r, fanout.Defaults{Concurrency: 1, Timeout: time.Second, MaxAttempts: 1, Sources: sources})
+	var errs []error
+	for _, ke := range keyErrs {
+		errs = append(errs, bad(ke.Key, "%s", ke.Problem))
 	}
-	return r, nil
+	return r, errors.Join(errs...)
 }
 
 func deref(p *int) int {

@@ -19,81 +19,83 @@ type KeyError struct {
 
 func (e *KeyError) Error() string { return "key " + e.Key + ": " + e.Problem }
 
-func keyErr(key, format string, args ...any) error {
-	return &KeyError{Key: key, Problem: fmt.Sprintf(format, args...)}
-}
-
 // resolveRoute checks r and makes the fan-out table's route of it, its limits
 // left at zero taken from d, its matches' providers among the built-in ones
-// and d.Sources. Its error is a *KeyError naming the key; none shows a
-// target, which may carry a credential.
-func resolveRoute(r Route, d fanout.Defaults) (fanout.Route, error) {
+// and d.Sources. It reports what is wrong with each of its keys, all of
+// them, as a *KeyError each; none shows a target, which may carry a
+// credential.
+func resolveRoute(r Route, d fanout.Defaults) (fanout.Route, []*KeyError) {
 	fr := fanout.Route{Name: r.Name, Concurrency: d.Concurrency, Timeout: d.Timeout, MaxAttempts: d.MaxAttempts, Circuit: fanout.DefaultCircuit}
+	var errs []*KeyError
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, &KeyError{Key: key, Problem: fmt.Sprintf(format, args...)})
+	}
 	if err := fanout.CheckName(r.Name); err != nil {
-		return fr, keyErr("name", "%v", err)
+		bad("name", "%v", err)
 	}
 	if len(r.Match) == 0 {
-		return fr, keyErr("match", "list at least one provider:pattern")
+		bad("match", "list at least one provider:pattern")
 	}
 	for _, m := range r.Match {
 		match, err := fanout.ParseMatch(m, d.Sources)
 		if err != nil {
-			return fr, keyErr("match", "%v", err)
+			bad("match", "%v", err)
+			continue
 		}
 		fr.Matches = append(fr.Matches, match)
 	}
 	if r.Target == "" {
-		return fr, keyErr("target", "give an http(s) URL or builtin:<name>")
+		bad("target", "give an http(s) URL or builtin:<name>")
+	} else if err := fanout.CheckTarget(r.Target); err != nil {
+		bad("target", "%v", err)
+	} else {
+		fr.Target = r.Target
 	}
-	if err := fanout.CheckTarget(r.Target); err != nil {
-		return fr, keyErr("target", "%v", err)
-	}
-	fr.Target = r.Target
 	if r.Concurrency != 0 {
 		if r.Concurrency < 1 || r.Concurrency > fanout.MaxConcurrency {
-			return fr, keyErr("concurrency", "must be 1 to %d, got %d", fanout.MaxConcurrency, r.Concurrency)
+			bad("concurrency", "must be 1 to %d, got %d", fanout.MaxConcurrency, r.Concurrency)
 		}
 		fr.Concurrency = r.Concurrency
 	}
 	if r.Rate != "" {
 		rate, err := parseRate(r.Rate)
 		if err != nil {
-			return fr, keyErr("rate", "%v", err)
+			bad("rate", "%v", err)
 		}
 		fr.Rate = rate
 	}
 	if r.Timeout != 0 {
 		if r.Timeout < 0 || r.Timeout > fanout.MaxTimeout {
-			return fr, keyErr("timeout", "must be a duration above 0 and at most %s, got %s", fanout.MaxTimeout, r.Timeout)
+			bad("timeout", "must be a duration above 0 and at most %s, got %s", fanout.MaxTimeout, r.Timeout)
 		}
 		fr.Timeout = r.Timeout
 	}
 	if r.MaxAttempts != 0 {
 		if r.MaxAttempts < 1 || r.MaxAttempts > fanout.MaxMaxAttempts {
-			return fr, keyErr("max_attempts", "must be 1 to %d, got %d", fanout.MaxMaxAttempts, r.MaxAttempts)
+			bad("max_attempts", "must be 1 to %d, got %d", fanout.MaxMaxAttempts, r.MaxAttempts)
 		}
 		fr.MaxAttempts = r.MaxAttempts
 	}
 	if r.Filter != "" {
 		f, err := filter.Compile(r.Filter)
 		if err != nil {
-			return fr, keyErr("filter", "%v", err)
+			bad("filter", "%v", err)
 		}
 		fr.Filter = f
 	}
 	if c := r.Circuit; c != nil {
 		if c.Failures < 0 || c.Failures > 1_000_000 {
-			return fr, keyErr("circuit.failures", "must be 0 (off) to 1000000, got %d", c.Failures)
+			bad("circuit.failures", "must be 0 (off) to 1000000, got %d", c.Failures)
 		}
 		fr.Circuit.Failures = c.Failures
 		if c.Cooldown != 0 {
 			if c.Cooldown < 0 || c.Cooldown > fanout.MaxCooldown {
-				return fr, keyErr("circuit.cooldown", "must be a duration above 0 and at most %s, got %s", fanout.MaxCooldown, c.Cooldown)
+				bad("circuit.cooldown", "must be a duration above 0 and at most %s, got %s", fanout.MaxCooldown, c.Cooldown)
 			}
 			fr.Circuit.Cooldown = c.Cooldown
 		}
 	}
-	return fr, nil
+	return fr, errs
 }
 
 var rateRE = regexp.MustCompile(`^([0-9]{1,9})/([sm])$`)

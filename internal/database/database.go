@@ -95,7 +95,16 @@ func Open(ctx context.Context, o Options) (*pgxpool.Pool, func(), error) {
 		poolCfg.ConnConfig.RuntimeParams["jit"] = "off"
 	}
 	poolCfg.MaxConns = max(poolCfg.MaxConns, int32(o.Conns))
-	schema.Use(poolCfg.ConnConfig, cmp.Or(o.Schema, schema.Default))
+	// hookgate's schema first, then the service's own search_path (the
+	// URL's, the role's or the server's): a handler finds the service's
+	// tables by their plain names wherever its migration made them.
+	name := cmp.Or(o.Schema, schema.Default)
+	servicePath, err := schema.ServicePath(ctx, poolCfg.ConnConfig, name)
+	if err != nil {
+		stopEmbedded()
+		return nil, nil, fmt.Errorf("database: %w", err)
+	}
+	schema.Use(poolCfg.ConnConfig, name, servicePath)
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		stopEmbedded()

@@ -314,12 +314,13 @@ func Parse(s string, builtins []string, d Defaults) (Table, error) {
 // CheckBuiltins reports the first route whose builtin:<name> target names no
 // handler of names, naming the route and the handler.
 func (t Table) CheckBuiltins(names []string) error {
+	var errs []error
 	for _, r := range t {
 		if name, ok := r.Builtin(); ok && !slices.Contains(names, name) {
-			return fmt.Errorf("%w: route %q: no builtin handler named %q (have %s)", ErrBadTable, r.Name, name, strings.Join(names, ", "))
+			errs = append(errs, fmt.Errorf("%w: route %q: no builtin handler named %q (have %s)", ErrBadTable, r.Name, name, strings.Join(names, ", ")))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // ParseMatch parses one provider:pattern; the provider is a built-in one

@@ -98,15 +98,26 @@ func CheckName(name string) error {
 }
 
 // Use puts the schema name first on the search_path of cfg's connections,
-// public after it (a service's own tables, found by their plain names):
-// every statement of hookgate's and River's finds its tables there. name
-// must pass CheckName.
-func Use(cfg *pgx.ConnConfig, name string) {
-	path := name + ", public"
-	if name == "public" {
-		path = "public"
+// the service's own path after it (ServicePath: its tables found by their
+// plain names, in whichever schemas the URL, the role or the server gives
+// it): every statement of hookgate's and River's finds its tables in name.
+// name must pass CheckName.
+func Use(cfg *pgx.ConnConfig, name, servicePath string) {
+	path := pgx.Identifier{name}.Sanitize()
+	if servicePath != "" {
+		path += ", " + servicePath
 	}
 	cfg.RuntimeParams["search_path"] = path
+}
+
+// Of returns the schema first on cfg's search_path (Use), "public" when it
+// names none.
+func Of(cfg *pgx.ConnConfig) string {
+	first, _, _ := strings.Cut(cfg.RuntimeParams["search_path"], ",")
+	if name := strings.Trim(strings.TrimSpace(first), `"`); name != "" {
+		return name
+	}
+	return "public"
 }
 
 // ServicePath returns the search_path a service's own connection should
@@ -210,11 +221,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 // release's database), moves hookgate's and River's tables, sequences, types
 // and functions there in one transaction.
 func ensureSchema(ctx context.Context, conn *pgx.Conn, logger *slog.Logger) error {
-	first, _, _ := strings.Cut(conn.Config().RuntimeParams["search_path"], ",")
-	name := strings.Trim(strings.TrimSpace(first), `"`)
-	if name == "" {
-		name = "public"
-	}
+	name := Of(conn.Config())
 	if err := CheckName(name); err != nil {
 		return fmt.Errorf("schema %q: %w", name, err)
 	}
@@ -229,15 +236,39 @@ func ensureSchema(ctx context.Context, conn *pgx.Conn, logger *slog.Logger) erro
 		name+".hookgate_migrations").Scan(&ours, &earlier); err != nil {
 		return fmt.Errorf("look for an earlier release's tables: %w", err)
 	}
-	if ours || !earlier {
+	if ours {
+		return nil
+	}
+	if !earlier {
+		// A new schema: say so when another one already holds hookgate's
+		// tables, for a changed GATEWAY_DATABASE_SCHEMA starts from nothing
+		// (two gateways may share a database, each in a schema of its own).
+		var others []string
+		rows, err := conn.Query(ctx, `SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE c.relname = 'hookgate_migrations' AND c.relkind = 'r' AND n.nspname <> $1 ORDER BY 1`, name)
+		if err == nil {
+			others, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		if err != nil {
+			return fmt.Errorf("look for hookgate's tables in other schemas: %w", err)
+		}
+		if len(others) > 0 {
+			logger.WarnContext(ctx, "hookgate's tables are also in another schema of this database: this gateway starts with none of their deliveries; "+
+				"if that schema was this gateway's, stop it and set GATEWAY_DATABASE_SCHEMA back (or rename that schema while no gateway runs)",
+				"schema", name, "other_schemas", strings.Join(others, ","))
+		}
 		return nil
 	}
 	moved := 0
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		// Tables first (with their indexes, constraints and owned
 		// sequences), then what is left: free sequences, types, functions.
+		own, err := ownNames()
+		if err != nil {
+			return err
+		}
 		for _, list := range []string{movableTables, movableRest} {
-			rows, err := tx.Query(ctx, list, name)
+			rows, err := tx.Query(ctx, list, name, own)
 			if err != nil {
 				return err
 			}
@@ -262,30 +293,56 @@ func ensureSchema(ctx context.Context, conn *pgx.Conn, logger *slog.Logger) erro
 }
 
 // movableTables and movableRest are the statements that move hookgate's and
-// River's objects (named hookgate_* and river_*) from public to the schema
-// $1.
+// River's objects, those named in $2 (ownNames), from public to the schema
+// $1: a service's own table that happens to be named hookgate_* or river_*
+// stays where it is.
 const (
 	movableTables = `SELECT format('ALTER TABLE public.%I SET SCHEMA %I', c.relname, $1::text)
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'u')
-		AND (c.relname LIKE 'hookgate\_%' OR c.relname LIKE 'river\_%')`
+		WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'u') AND c.relname = ANY($2)`
 	movableRest = `SELECT format('ALTER SEQUENCE public.%I SET SCHEMA %I', c.relname, $1::text)
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = 'public' AND c.relkind = 'S' AND (c.relname LIKE 'hookgate\_%' OR c.relname LIKE 'river\_%')
+		WHERE n.nspname = 'public' AND c.relkind = 'S' AND c.relname = ANY($2)
 		UNION ALL
 		SELECT format('ALTER VIEW public.%I SET SCHEMA %I', c.relname, $1::text)
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = 'public' AND c.relkind = 'v' AND (c.relname LIKE 'hookgate\_%' OR c.relname LIKE 'river\_%')
+		WHERE n.nspname = 'public' AND c.relkind = 'v' AND c.relname = ANY($2)
 		UNION ALL
 		SELECT format('ALTER TYPE public.%I SET SCHEMA %I', t.typname, $1::text)
 		FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
-		WHERE n.nspname = 'public' AND t.typtype IN ('e', 'c', 'd') AND t.typrelid = 0
-		AND (t.typname LIKE 'hookgate\_%' OR t.typname LIKE 'river\_%')
+		WHERE n.nspname = 'public' AND t.typtype IN ('e', 'c', 'd') AND t.typrelid = 0 AND t.typname = ANY($2)
 		UNION ALL
 		SELECT format('ALTER FUNCTION %s SET SCHEMA %I', p.oid::regprocedure, $1::text)
 		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-		WHERE n.nspname = 'public' AND (p.proname LIKE 'hookgate\_%' OR p.proname LIKE 'river\_%')`
+		WHERE n.nspname = 'public' AND p.proname = ANY($2)`
 )
+
+// riverObjects are River's tables, free sequences, types and functions up
+// to its migration version 8 (store's river_test.go pins that version).
+var riverObjects = []string{"river_client", "river_client_queue", "river_job", "river_job_notify", "river_job_state",
+	"river_job_state_in_bitmask", "river_leader", "river_migration", "river_notification", "river_queue"}
+
+var createdRE = regexp.MustCompile(`(?i)CREATE\s+(?:OR\s+REPLACE\s+)?(?:UNLOGGED\s+)?(?:TABLE|VIEW|FUNCTION|TYPE|SEQUENCE)\s+(?:IF\s+NOT\s+EXISTS\s+)?([a-z_][a-z0-9_]*)`)
+
+// ownNames are the names of the objects hookgate's migrations create (and
+// hookgate_migrations) and River's: what a move takes from public.
+func ownNames() ([]string, error) {
+	names := append([]string{"hookgate_migrations"}, riverObjects...)
+	entries, err := fs.ReadDir(migrations.FS, ".")
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		sql, err := fs.ReadFile(migrations.FS, e.Name())
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range createdRE.FindAllStringSubmatch(string(sql), -1) {
+			names = append(names, strings.ToLower(m[1]))
+		}
+	}
+	return names, nil
+}
 
 func appliedVersions(ctx context.Context, conn *pgx.Conn) (map[int]bool, error) {
 	rows, err := conn.Query(ctx, "SELECT version FROM hookgate_migrations")

@@ -49,6 +49,9 @@ func (s Secrets) String() string { return fmt.Sprintf("[%d redacted]", len(s)) }
 // GoString is String, for %#v.
 func (s Secrets) GoString() string { return s.String() }
 
+// MarshalText redacts the secrets in JSON and YAML.
+func (s Secrets) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
 // Match reports the index of the first secret whose HMAC-SHA256 over msg equals
 // one of the candidate MACs, or ErrSignatureMismatch. With no candidates it
 // returns ErrMissingSignature. All pairs are compared, in constant time each.
