@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -356,10 +357,25 @@ func (c Config) Resolve() (Resolved, error) {
 
 // validate checks the values that are not routes', each error naming its
 // variable.
+// fieldOf is the name of the Config field that variable fills, or "".
+func fieldOf(variable string) string {
+	t := reflect.TypeFor[Config]()
+	for i := range t.NumField() {
+		if t.Field(i).Tag.Get("env") == variable {
+			return t.Field(i).Name
+		}
+	}
+	return ""
+}
+
 func (c Config) validate() []error {
 	var errs []error
 	bad := func(name, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{name}, args...)...))
+		err := fmt.Errorf("%s: "+format, append([]any{name}, args...)...)
+		if field := fieldOf(name); field != "" { // for a Config filled in code
+			err = fmt.Errorf("%w (Config.%s)", err, field)
+		}
+		errs = append(errs, err)
 	}
 	if err := schema.CheckName(c.Schema); err != nil {
 		bad("GATEWAY_DATABASE_SCHEMA", "%v", err)
