@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -83,20 +84,10 @@ func runMigration(ctx context.Context, pool *pgxpool.Pool, migrate func(context.
 	// migrate on another.
 	cfg.MinConns, cfg.MaxConns = 0, 4
 	// The service's tables are its own schema's, not hookgate's: its
-	// connections keep their own search_path (the URL's, the role's or the
-	// server's), without hookgate's schema.
-	name := schema.Of(cfg.ConnConfig)
-	plain := cfg.ConnConfig.Copy()
-	if urlPath, ok := urlSearchPath(cfg.ConnString()); ok {
-		plain.RuntimeParams["search_path"] = urlPath
-	} else {
-		delete(plain.RuntimeParams, "search_path")
-	}
-	path, err := schema.ServicePath(ctx, plain, name)
-	if err != nil {
-		return fmt.Errorf("open its pool: %w", err)
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = path
+	// connections keep the service's own search_path (the URL's, the role's
+	// or the server's), which database.Open put after hookgate's schema.
+	_, servicePath, _ := strings.Cut(cfg.ConnConfig.RuntimeParams["search_path"], ",")
+	cfg.ConnConfig.RuntimeParams["search_path"] = cmp.Or(strings.TrimSpace(servicePath), "public")
 	own, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("open its pool: %w", err)
@@ -108,16 +99,6 @@ func runMigration(ctx context.Context, pool *pgxpool.Pool, migrate func(context.
 		}
 	}()
 	return migrate(ctx, own)
-}
-
-// urlSearchPath is the search_path a connection string sets itself.
-func urlSearchPath(conn string) (string, bool) {
-	cfg, err := pgx.ParseConfig(conn)
-	if err != nil {
-		return "", false
-	}
-	path, ok := cfg.RuntimeParams["search_path"]
-	return path, ok
 }
 
 // process is a gateway built on its database, ready to run.
