@@ -204,17 +204,13 @@ func (g *Gateway) parts(ctx context.Context, pool *pgxpool.Pool) (parts, error) 
 	pt.m.Routes(pt.guard.Gauges)
 	pt.enqueuer = dispatch.NewEnqueuer(inserter, table, dispatch.EnqueuerConfig{MaxAttempts: env.MaxAttempts,
 		Filters: &filter.Reporter{Count: pt.m.FilterFailed, Logger: logger}})
-	// Forwarding yields to acknowledgements: while ingest is under load
-	// (ingest.BusyAt deliveries wait for their acknowledgement), one dispatch
-	// goes on per five acknowledgements, the rest when ingest is idle (or
-	// after MaxYield). Measured (docs/performance.md): a fifth of
-	// the acknowledged rate reaches the target while sending at 16 and 64
-	// senders; two dispatches at a time instead let 20% through at 16
-	// senders but 6% at 64.
-	load := &ingest.Load{}
-	pt.yield = yield.NewGate(load.Busy, yield.Config{Share: 0.2})
-	pt.ingester = ingest.NewIngester(pool, pt.store, pt.enqueuer, ingest.Config{Acked: pt.yield.Acked, Load: load})
-	pt.m.Gauge("hookgate_dispatch_yielding", "Dispatches held back while eight or more deliveries wait for their acknowledgement (at most "+
+	// Forwarding yields to acknowledgements while the machine is full
+	// (package yield): ingest never waits, and forwarding takes one dispatch
+	// per yield.AcksPerDispatch acknowledgements until a core is free or
+	// ingest is idle (or after MaxYield).
+	pt.yield = yield.NewGate(yield.NewMachine().Full)
+	pt.ingester = ingest.NewIngester(pool, pt.store, pt.enqueuer, ingest.Config{Acks: pt.yield})
+	pt.m.Gauge("hookgate_dispatch_yielding", "Dispatches held back while every core is taken and deliveries wait for their acknowledgement (at most "+
 		dispatch.MaxYield.String()+" each).", func() float64 { return float64(pt.yield.Waiting()) })
 	pt.rec = recovery.NewRecoverer(pool, pt.ingester, pt.m, g.recovery)
 	// The series alerts and dashboards read are there, at zero, from the start.

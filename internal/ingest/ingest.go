@@ -17,7 +17,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -79,8 +78,7 @@ type Ingester struct {
 	pool     *pgxpool.Pool
 	receipts *receipts.Store
 	enqueuer *dispatch.Enqueuer
-	acked    func()
-	load     *Load
+	acks     Acks
 	batcher  *batch.Batcher[providers.Delivery, Outcome]
 }
 
@@ -104,13 +102,24 @@ type Config struct {
 	// a sender gets its 503 in bounded time instead of memory growing.
 	// GitHub waits 10 s for an answer. Default to 5 s and 10 s.
 	MaxWait, CommitTimeout time.Duration
-	// Acked is called after each Accept returns (forwarding paces itself by
-	// it: package yield). Defaults to doing nothing.
-	Acked func()
-	// Load counts the deliveries waiting for their acknowledgement. Defaults
-	// to a Load of the Ingester's own.
-	Load *Load
+	// Acks is told of each delivery that waits for its acknowledgement and
+	// of its answer: forwarding yields to them (package yield's Gate).
+	// Defaults to telling no one.
+	Acks Acks
 }
+
+// Acks is told when a delivery begins to wait for its acknowledgement
+// (Arrived) and when Accept returns its answer (Acked): *yield.Gate.
+type Acks interface {
+	Arrived()
+	Acked()
+}
+
+// noAcks tells no one.
+type noAcks struct{}
+
+func (noAcks) Arrived() {}
+func (noAcks) Acked()   {}
 
 // NewIngester returns an Ingester that stores receipts through rs and creates
 // their dispatches through enqueuer, in transactions on pool.
@@ -118,13 +127,10 @@ func NewIngester(pool *pgxpool.Pool, rs *receipts.Store, enqueuer *dispatch.Enqu
 	if cfg.Committers <= 0 {
 		cfg.Committers = DefaultCommitters
 	}
-	if cfg.Acked == nil {
-		cfg.Acked = func() {}
+	if cfg.Acks == nil {
+		cfg.Acks = noAcks{}
 	}
-	if cfg.Load == nil {
-		cfg.Load = &Load{}
-	}
-	in := &Ingester{pool: pool, receipts: rs, enqueuer: enqueuer, acked: cfg.Acked, load: cfg.Load}
+	in := &Ingester{pool: pool, receipts: rs, enqueuer: enqueuer, acks: cfg.Acks}
 	in.batcher = &batch.Batcher[providers.Delivery, Outcome]{
 		Do: func(ctx context.Context, ds []providers.Delivery) ([]Outcome, error) {
 			return in.CommitMany(ctx, ds), nil
@@ -138,35 +144,13 @@ func NewIngester(pool *pgxpool.Pool, rs *receipts.Store, enqueuer *dispatch.Enqu
 	return in
 }
 
-// Load is ingest's load in one process: how many deliveries wait for their
-// acknowledgement (Accept calls waiting for their outcome) in the Ingesters
-// given it (Config.Load). Forwarding yields to it (package yield). It stands
-// apart from the Ingester so that the yield gate, which the Ingester tells of
-// its acknowledgements (Config.Acked), can be made first and read it. A zero
-// Load is ready to use.
-type Load struct {
-	accepting atomic.Int64
-}
-
-// Busy reports whether ingest is under load: at least BusyAt deliveries wait
-// for their acknowledgement at once. Forwarding yields to it (package yield).
-// A few senders whose batches are committing are no load: under a moderate
-// load there is nearly always one, and yielding to any held forwards back
-// for hundreds of milliseconds with the machine half idle; nor is a queue
-// for a committer a sign, since a closed loop of senders finds it empty most
-// of the time however loaded the machine.
-func (l *Load) Busy() bool { return l.accepting.Load() >= BusyAt }
-
 // Accept records a verified delivery, in a batch with the deliveries that
 // arrive while other batches commit. Errors are receipts.ErrConflict (the key
 // is taken by another body; nothing changed), wrap ErrRefused (the database
 // refused this delivery alone) or wrap ErrUnavailable.
 func (in *Ingester) Accept(ctx context.Context, d providers.Delivery) (Result, error) {
-	in.load.accepting.Add(1)
-	defer func() {
-		in.load.accepting.Add(-1)
-		in.acked()
-	}()
+	in.acks.Arrived()
+	defer in.acks.Acked()
 	// Route filters read the payload: they run here, before the delivery
 	// joins a transaction, so that a costly filter never holds its
 	// batch-mates' commit.
@@ -180,12 +164,6 @@ func (in *Ingester) Accept(ctx context.Context, d providers.Delivery) (Result, e
 	}
 	return o.Result, o.Err
 }
-
-// BusyAt is how many deliveries waiting for their acknowledgement at once
-// make ingest busy: at 400 deliveries a second a gateway on this project's
-// 2-core machine has about two waiting at a time, and sixteen senders at full
-// speed keep about fourteen waiting.
-const BusyAt = 8
 
 // Waiting returns how many deliveries wait for a transaction to take them.
 func (in *Ingester) Waiting() int {

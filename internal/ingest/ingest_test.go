@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -254,14 +255,19 @@ func TestConcurrentBatchesOfTheSameEventsNeverDeadlock(t *testing.T) {
 	}
 }
 
-// Ingest is busy (forwarding yields to it) once BusyAt deliveries wait for
-// their acknowledgement at once, not while fewer do: a few senders whose
-// batch is committing are no load.
-func TestBusyOnceEnoughDeliveriesWait(t *testing.T) {
+// countAcks counts what an Ingester tells its Acks.
+type countAcks struct{ arrived, acked atomic.Int64 }
+
+func (c *countAcks) Arrived() { c.arrived.Add(1) }
+func (c *countAcks) Acked()   { c.acked.Add(1) }
+
+// Forwarding yields to deliveries waiting for their acknowledgement (package
+// yield): the Ingester tells of each one before its commit, and of its answer
+// only once the commit is done, a refused or conflicting delivery's included.
+func TestAcksAreToldOfEachDeliveryWaitingAndOfItsAnswer(t *testing.T) {
 	t.Parallel()
-	acked := make(chan struct{}, ingest.BusyAt)
-	load := &ingest.Load{}
-	in, pool := setup(t, ingest.Config{Acked: func() { acked <- struct{}{} }, Load: load})
+	acks := &countAcks{}
+	in, pool := setup(t, ingest.Config{Acks: acks})
 	ctx := context.Background()
 	// Commits wait behind this lock until it is let go.
 	hold, err := pool.Begin(ctx)
@@ -271,41 +277,33 @@ func TestBusyOnceEnoughDeliveriesWait(t *testing.T) {
 	if _, err := hold.Exec(ctx, "LOCK TABLE hookgate_receipts IN EXCLUSIVE MODE"); err != nil {
 		t.Fatal(err)
 	}
+	const n = 6
 	var wg sync.WaitGroup
-	waiting := func() int {
-		var n int
-		_ = pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE relation = 'hookgate_receipts'::regclass AND NOT granted`).Scan(&n)
-		return n
-	}
-	for i := range ingest.BusyAt {
-		if load.Busy() {
-			t.Fatalf("busy with %d deliveries waiting", i)
-		}
+	for i := range n {
 		wg.Go(func() {
-			if _, err := in.Accept(ctx, push(fmt.Sprint("busy-", i), "1", `{}`)); err != nil {
+			if _, err := in.Accept(ctx, push(fmt.Sprint("waits-", i), "1", `{}`)); err != nil {
 				t.Error(err)
 			}
 		})
-		// Until the delivery's batch waits for the lock (two committers: at
-		// most two batches wait; the others queue for a committer).
-		dbtest.Eventually(t, 5*time.Second, "the delivery's commit waits for the lock", func() error {
-			if n := waiting(); n < min(i+1, 2) {
-				return fmt.Errorf("%d commits wait", n)
-			}
-			return nil
-		})
 	}
-	dbtest.Eventually(t, 5*time.Second, fmt.Sprintf("busy with %d deliveries waiting", ingest.BusyAt), func() error {
-		if !load.Busy() {
-			return errors.New("not busy")
+	dbtest.Eventually(t, 5*time.Second, fmt.Sprintf("%d deliveries waiting", n), func() error {
+		if a := acks.arrived.Load(); a != n {
+			return fmt.Errorf("%d arrived", a)
 		}
 		return nil
 	})
+	if a := acks.acked.Load(); a != 0 {
+		t.Fatalf("%d acknowledgements told while every commit waits for the lock", a)
+	}
 	if err := hold.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
-	if load.Busy() || len(acked) != ingest.BusyAt {
-		t.Fatalf("after the commits: busy %v, %d acknowledgements told", load.Busy(), len(acked))
+	// A conflict is an answer too.
+	if _, err := in.Accept(ctx, push("waits-0", "1", `{"other":1}`)); !errors.Is(err, receipts.ErrConflict) {
+		t.Fatalf("a reused id with another body: %v, want ErrConflict", err)
+	}
+	if a, b := acks.arrived.Load(), acks.acked.Load(); a != n+1 || b != n+1 {
+		t.Fatalf("after the commits: %d arrived, %d acknowledged; want %d each", a, b, n+1)
 	}
 }

@@ -1,13 +1,19 @@
-// Package yield makes forwarding yield to acknowledgements. A sender waits
-// for its acknowledgement (GitHub gives up after 10 s and never retries); a
-// forward target waits for nothing. When both compete for the machine (ingest
-// is busy: enough deliveries wait for their acknowledgement, ingest.Load), the
-// dispatches of this process hold back, except a share of them paced by the
-// acknowledgements given (one dispatch per five acknowledgements, say), so
-// that forwarding never stops and its rate grows with the load's; they go on
-// at full speed as soon as ingest is idle, and the backlog left drains then.
-// A dispatch held back holds no database connection and no lease: it waits
-// before its first read.
+// Package yield makes forwarding yield to acknowledgements when the machine
+// has no capacity to spare. A sender waits for its acknowledgement (GitHub
+// gives up after 10 s and never retries); a forward target waits for nothing.
+//
+// The machine's capacity is its cores (Machine): while a core is free,
+// ingest and forwarding do not compete, and every dispatch goes on at once,
+// however many deliveries wait for their acknowledgement. When every core is
+// taken and deliveries wait, ingest never waits: forwarding takes one
+// dispatch per AcksPerDispatch acknowledgements given, so that it never stops
+// and its rate follows the load's; the others hold back until a core is free
+// or ingest is idle, and the backlog left drains then. A dispatch held back
+// holds no database connection and no lease: it waits before its first read.
+//
+// Nothing polls: held dispatches are woken by acknowledgements (one per
+// dispatch earned, all of them when an acknowledgement finds a core free)
+// and by ingest going idle.
 package yield
 
 import (
@@ -17,83 +23,89 @@ import (
 	"time"
 )
 
-// Gate holds dispatches back while ingest is busy. Held dispatches sleep
-// until they are woken: one for each dispatch earned by acknowledgements, all
-// of them once ingest is idle, or each by its bound. Only one of them at a
-// time looks at busy, every Poll (the others look every 50 ms whether one
-// still does); ingest counts as idle when it saw busy false twice in a row
-// (under load busy is false for a moment each time a batch's senders get
-// their answers).
+// AcksPerDispatch is how many acknowledgements earn one dispatch while the
+// machine is full: forwarding gets at least a fifth of the acknowledged rate
+// then, so a backlog grows by at most four fifths of it. It is a promise
+// about the backlog, not a measure of a machine: a machine with a core free
+// forwards at full speed.
+const AcksPerDispatch = 5
+
+// maxEarned bounds the dispatches earned and not yet taken: a burst of
+// acknowledgements with no dispatch waiting saves up no flood.
+const maxEarned = 64
+
+// settle is how long ingest must stay without a delivery waiting before the
+// held dispatches go on: under a closed loop of senders the count touches
+// zero for a moment each time a batch's senders get their answers, and a
+// sender sends again within a few hundred microseconds.
+const settle = 5 * time.Millisecond
+
+// Gate holds dispatches back while the machine is full and ingest has
+// deliveries waiting for their acknowledgement. Ingest tells it of each
+// delivery that arrives (Arrived) and of its acknowledgement (Acked).
 type Gate struct {
-	busy  func() bool
-	share float64
-	poll  time.Duration
+	full func() bool // the machine has no core free: Machine.Full
 
-	credits  atomic.Int64 // thousandths of a dispatch earned by Acked
-	waiting  atomic.Int64
-	held     atomic.Int64
-	watching atomic.Bool // a held dispatch is looking at busy every poll
+	waitingAcks atomic.Int64 // deliveries arrived and not yet acknowledged
+	acks        atomic.Int64 // acknowledgements, for AcksPerDispatch
+	earned      atomic.Int64 // dispatches earned and not yet taken
+	waiting     atomic.Int64 // dispatches held now
+	held        atomic.Int64 // dispatches held so far
 
-	one  chan struct{} // wakes one held dispatch: a dispatch was earned
-	mu   sync.Mutex
-	idle chan struct{} // closed (and replaced) to wake all: ingest is idle
+	one chan struct{} // wakes one held dispatch: a dispatch was earned
+
+	mu       sync.Mutex
+	free     chan struct{} // closed (and replaced) to wake all: ingest idle or a core free
+	settling *time.Timer   // armed when ingest's count reaches zero with dispatches held
 }
 
-// Config are a Gate's settings.
-type Config struct {
-	// Share is how many dispatches each acknowledgement lets go on while
-	// ingest is busy: 0.2 lets one forward go per five acknowledgements.
-	// Zero holds every dispatch until ingest is idle or its bound.
-	Share float64
-	// Poll is how often the held dispatch that watches ingest looks at
-	// busy. Defaults to 5 ms.
-	Poll time.Duration
+// NewGate returns a Gate that holds dispatches back while full reports the
+// machine full (Machine.Full) and deliveries wait for their acknowledgement.
+func NewGate(full func() bool) *Gate {
+	return &Gate{full: full, one: make(chan struct{}, 1), free: make(chan struct{})}
 }
 
-// NewGate returns a Gate that holds dispatches back while busy reports
-// ingest under load in this process (the ingester's: enough deliveries wait
-// for their acknowledgement).
-func NewGate(busy func() bool, cfg Config) *Gate {
-	if cfg.Poll <= 0 {
-		cfg.Poll = 5 * time.Millisecond
-	}
-	return &Gate{busy: busy, share: cfg.Share, poll: cfg.Poll, one: make(chan struct{}, 1), idle: make(chan struct{})}
-}
+// Never returns a Gate that never holds a dispatch: the machine is never
+// full to it. For a dispatch worker with no ingest beside it (tests).
+func Never() *Gate { return NewGate(func() bool { return false }) }
 
-// Never returns a Gate that never holds a dispatch: ingest is never busy to
-// it, and acknowledgements earn nothing. For a dispatch worker with no ingest
-// beside it to yield to (tests).
-func Never() *Gate { return NewGate(func() bool { return false }, Config{}) }
+// Arrived says a delivery began to wait for its acknowledgement.
+func (g *Gate) Arrived() { g.waitingAcks.Add(1) }
 
-// maxCredits bounds the dispatches earned and not yet taken, in thousandths:
-// a burst of acknowledgements with no dispatch waiting saves up no flood.
-const maxCredits = 64_000
-
-// unwatched is how long a held dispatch sleeps before it looks whether one of
-// them watches ingest (the watcher may have gone on).
-const unwatched = 50 * time.Millisecond
-
-// Acked says an acknowledgement was given: it earns Share of a dispatch, and
-// wakes a held dispatch when one is earned.
+// Acked says a delivery that Arrived was answered: every AcksPerDispatch
+// acknowledgements earn a dispatch, which wakes one held dispatch; an
+// acknowledgement that finds a core free wakes them all, and one that leaves
+// ingest idle wakes them all once it stays idle for a moment.
 func (g *Gate) Acked() {
-	if g.share <= 0 {
-		return
-	}
-	earned := int64(g.share * 1000)
-	for {
-		n := g.credits.Load()
-		if g.credits.CompareAndSwap(n, min(n+earned, maxCredits)) {
-			break
+	left := g.waitingAcks.Add(-1)
+	if g.acks.Add(1)%AcksPerDispatch == 0 {
+		for {
+			n := g.earned.Load()
+			if n >= maxEarned || g.earned.CompareAndSwap(n, n+1) {
+				break
+			}
 		}
-	}
-	if g.waiting.Load() > 0 {
 		g.wakeOne()
 	}
+	if g.waiting.Load() == 0 {
+		return
+	}
+	switch {
+	case left == 0:
+		g.settleThenWake()
+	case !g.full():
+		g.wakeAll()
+	}
+}
+
+// busy reports whether a dispatch must hold back now.
+func (g *Gate) busy() bool {
+	return g.waitingAcks.Load() > 0 && g.full()
 }
 
 // wakeOne wakes one held dispatch when a dispatch is earned.
 func (g *Gate) wakeOne() {
-	if g.credits.Load() >= 1000 && g.waiting.Load() > 0 {
+	if g.earned.Load() > 0 && g.waiting.Load() > 0 {
 		select {
 		case g.one <- struct{}{}:
 		default: // one is being woken already
@@ -101,17 +113,36 @@ func (g *Gate) wakeOne() {
 	}
 }
 
-// wakeAll wakes every held dispatch: ingest is idle.
+// wakeAll wakes every held dispatch.
 func (g *Gate) wakeAll() {
 	g.mu.Lock()
-	close(g.idle)
-	g.idle = make(chan struct{})
+	close(g.free)
+	g.free = make(chan struct{})
 	g.mu.Unlock()
 }
 
-// Enter returns when the dispatch may run: at once while ingest is idle or a
-// dispatch is earned; else when either becomes so, when until has passed (a
-// dispatch is never held longer: nothing starves), or when ctx ends.
+// settleThenWake wakes every held dispatch if ingest is still idle after
+// settle.
+func (g *Gate) settleThenWake() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.settling != nil {
+		return // one is armed
+	}
+	g.settling = time.AfterFunc(settle, func() {
+		g.mu.Lock()
+		g.settling = nil
+		g.mu.Unlock()
+		if g.waitingAcks.Load() == 0 || !g.full() {
+			g.wakeAll()
+		}
+	})
+}
+
+// Enter returns when the dispatch may run: at once while a core is free,
+// ingest is idle or a dispatch is earned; else when one of those becomes so,
+// when until has passed (a dispatch is never held longer: nothing starves),
+// or when ctx ends.
 func (g *Gate) Enter(ctx context.Context, until time.Time) {
 	if !g.busy() || g.take() {
 		return
@@ -119,75 +150,44 @@ func (g *Gate) Enter(ctx context.Context, until time.Time) {
 	g.held.Add(1)
 	g.waiting.Add(1)
 	defer g.waiting.Add(-1)
-	t := time.NewTimer(g.poll)
+	t := time.NewTimer(time.Until(until))
 	defer t.Stop()
-	idleSeen := false // the watcher's last look saw busy false
 	for {
 		g.mu.Lock()
-		idle := g.idle
+		free := g.free
 		g.mu.Unlock()
-		// Looked at after counting itself waiting and taking the channel,
-		// so that a dispatch earned before is not missed.
+		// Looked at after counting itself held and taking the channel, so
+		// that a wake-up sent before is not missed.
 		if g.take() {
 			g.wakeOne()
 			return
 		}
-		left := time.Until(until)
-		if left <= 0 {
-			return
+		if g.waitingAcks.Load() == 0 {
+			// Idle now: whether it stays so is settle's to say, and this
+			// dispatch's arrival may have come after the last Acked.
+			g.settleThenWake()
 		}
-		watcher := g.watching.CompareAndSwap(false, true)
-		wait := unwatched
-		if watcher {
-			wait = g.poll
-		}
-		t.Reset(min(wait, left))
-		looked := false // the watcher's Poll has passed: time to look at ingest
 		select {
 		case <-ctx.Done():
 			g.wakeOne() // a wake-up it may have been sent goes to another
-		case <-idle:
-		case <-g.one:
-		case <-t.C:
-			looked = watcher
-		}
-		if watcher {
-			g.watching.Store(false)
-		}
-		if ctx.Err() != nil || isClosed(idle) {
 			return
+		case <-t.C:
+			return
+		case <-free:
+			return
+		case <-g.one:
 		}
-		if !watcher {
-			idleSeen = false
-		} else if looked {
-			busy := g.busy()
-			if !busy && idleSeen {
-				g.wakeAll()
-				return
-			}
-			idleSeen = !busy
-		}
-	}
-}
-
-// isClosed reports whether c is closed.
-func isClosed(c chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
 	}
 }
 
 // take takes one earned dispatch, if there is one.
 func (g *Gate) take() bool {
 	for {
-		n := g.credits.Load()
-		if n < 1000 {
+		n := g.earned.Load()
+		if n < 1 {
 			return false
 		}
-		if g.credits.CompareAndSwap(n, n-1000) {
+		if g.earned.CompareAndSwap(n, n-1) {
 			return true
 		}
 	}
