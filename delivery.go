@@ -31,11 +31,14 @@ type Delivery struct {
 	Entity string
 	// EventTime is when the event happened by the payload's own time (a
 	// pull request's updated_at, a Stripe event's created); zero when it has
-	// none. Order is decided by it, per route and entity: an event with both
-	// Entity and EventTime is never handed over after a newer one of its
-	// entity was (it ends superseded); events of equal time are all handed
-	// over, in any order; an event without a time is handed over whenever it
-	// comes. Order holds per route, not across routes.
+	// none. Order is decided by it, per route and entity, as the route's
+	// Order says: on a route with order latest (the default) an event with
+	// both Entity and EventTime is never handed over after a newer one of
+	// its entity was (it ends superseded); on a route with order all every
+	// event is handed over, one at a time per entity, the oldest waiting
+	// first (see Late); events of equal time are all handed over, in any
+	// order; an event without a time is handed over whenever it comes. Order
+	// holds per route, not across routes.
 	EventTime time.Time
 	// ContentType and Body are byte for byte what the sender sent. A
 	// delivery sent again with the same id and body (a retry, a redelivery)
@@ -53,6 +56,11 @@ type Delivery struct {
 	Route      string
 	Generation int
 	Attempt    int
+	// Late is true on a route with order all when a newer event of the
+	// entity was handled before this one: the handler decides what an event
+	// that comes late means (a ledger adds it all the same; a projection
+	// may skip it).
+	Late bool
 }
 
 // Payload returns the delivery's JSON payload: the body, or for a

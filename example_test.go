@@ -18,7 +18,9 @@ import (
 // table, in the same transaction as its dispatch, so exactly once however
 // often Stripe sends the event; the invoice as the table's key keeps it one
 // row even when an operator forces a replay. The service's table is created
-// by its own migration, which Run calls once the database is up.
+// by its own migration, which Run calls once the database is up. The route's
+// order is all: a ledger appends, so every event is handed over, none
+// superseded by a newer one of its invoice.
 func Example() {
 	// The configuration, filled in code: its zero fields take their
 	// defaults (hookgate.ConfigFromEnv reads it as `gateway serve` does,
@@ -29,7 +31,7 @@ func Example() {
 		Addr:          "127.0.0.1:0",
 		StripeSecrets: hookgate.SecretList{stripeSecret},
 		Routes: []hookgate.Route{
-			{Name: "ledger", Match: []string{"stripe:invoice.paid"}, Target: "builtin:ledger"},
+			{Name: "ledger", Match: []string{"stripe:invoice.paid"}, Target: "builtin:ledger", Order: "all"},
 		},
 	}
 

@@ -180,6 +180,16 @@ type Route struct {
 	// Filter is a CEL expression over the delivery's provider, event,
 	// headers and payload that must be true for it. Empty: none.
 	Filter string
+	// Order is what order means for the target, per entity: "latest" (an
+	// event older than the newest one the target accepted is superseded),
+	// "all" (every event handled, one at a time per entity, oldest first;
+	// an older one arriving after a newer one was handled goes late) or
+	// "none" (no per-entity serialisation). Empty: latest.
+	Order string
+	// OrderWindow holds each new dispatch back this long, at most 1m, so
+	// that an older event of its entity still in flight goes first. Zero:
+	// none.
+	OrderWindow time.Duration
 }
 
 // String names the route and its matches, never its target, which may

@@ -30,7 +30,7 @@ var (
 	sourceKeys = []string{"name", "kind", "secret_env", "tolerance", "order", "signature_header", "algorithm", "encoding", "prefix",
 		"timestamp_header", "id_header", "id_field", "event_header", "event_field"}
 	orderKeys   = []string{"entity", "time"}
-	routeKeys   = []string{"name", "match", "target", "target_env", "concurrency", "rate", "timeout", "max_attempts", "circuit", "filter"}
+	routeKeys   = []string{"name", "match", "target", "target_env", "concurrency", "rate", "timeout", "max_attempts", "circuit", "filter", "order", "order_window"}
 	circuitKeys = []string{"failures", "cooldown"}
 )
 
@@ -49,7 +49,9 @@ type fileRoute struct {
 		Failures *int   `yaml:"failures"`
 		Cooldown string `yaml:"cooldown"`
 	} `yaml:"circuit"`
-	Filter *string `yaml:"filter"`
+	Filter      *string `yaml:"filter"`
+	Order       string  `yaml:"order"`
+	OrderWindow string  `yaml:"order_window"`
 }
 
 // routesAndSources returns the routes and the configuration file's sources,
@@ -316,6 +318,14 @@ func readRoute(n *yaml.Node, sources []string, lookup Lookup) (Route, error) {
 			return r, bad("filter", "is empty: give a CEL expression, or leave the key out")
 		}
 		r.Filter = *f.Filter
+	}
+	r.Order = f.Order
+	if f.OrderWindow != "" {
+		w, err := time.ParseDuration(f.OrderWindow)
+		if err != nil || w < 0 || w > fanout.MaxOrderWindow {
+			return r, bad("order_window", "must be a duration from 0s to %s, got %q", fanout.MaxOrderWindow, f.OrderWindow)
+		}
+		r.OrderWindow = w
 	}
 	if c := f.Circuit; c != nil {
 		r.Circuit = &Circuit{Failures: fanout.DefaultCircuit.Failures}

@@ -61,11 +61,14 @@ routes:
     timeout: 5s
     max_attempts: 10
     circuit: {failures: 5, cooldown: 1m}
+    order: none
   - name: billing
     match: ["stripe:invoice.*"]
     target_env: BILLING_TARGET
     rate: 600/m
     circuit: {failures: 0}
+    order: all
+    order_window: 2s
   - name: audit
     match: ["*:*"]
     target: builtin:log
@@ -78,12 +81,12 @@ routes:
 	want := fanout.Table{
 		{Name: "ci", Matches: []fanout.Match{{Provider: "github", Pattern: "push"}, {Provider: "github", Pattern: "pull_request.*"}}, Target: "http://127.0.0.1:9000/ci",
 			Concurrency: 8, Rate: fanout.Rate{N: 20, Per: time.Second}, Timeout: 5 * time.Second, MaxAttempts: 10,
-			Circuit: fanout.Circuit{Failures: 5, Cooldown: time.Minute}},
+			Circuit: fanout.Circuit{Failures: 5, Cooldown: time.Minute}, Order: fanout.OrderNone},
 		{Name: "billing", Matches: []fanout.Match{{Provider: "stripe", Pattern: "invoice.*"}}, Target: "https://user:pw@billing.internal/stripe?token=t",
 			Concurrency: 50, Rate: fanout.Rate{N: 600, Per: time.Minute}, Timeout: 10 * time.Second, MaxAttempts: 25,
-			Circuit: fanout.Circuit{Failures: 0, Cooldown: 30 * time.Second}},
+			Circuit: fanout.Circuit{Failures: 0, Cooldown: 30 * time.Second}, Order: fanout.OrderAll, OrderWindow: 2 * time.Second},
 		{Name: "audit", Matches: []fanout.Match{{Provider: "*", Pattern: "*"}}, Target: "builtin:log",
-			Concurrency: 50, Timeout: 10 * time.Second, MaxAttempts: 25, Circuit: fanout.DefaultCircuit},
+			Concurrency: 50, Timeout: 10 * time.Second, MaxAttempts: 25, Circuit: fanout.DefaultCircuit, Order: fanout.OrderLatest},
 	}
 	if len(table) != len(want) {
 		t.Fatalf("got %d routes, want %d", len(table), len(want))
@@ -91,7 +94,8 @@ routes:
 	for i := range want {
 		g, w := table[i], want[i]
 		if g.Name != w.Name || g.Target != w.Target || g.Concurrency != w.Concurrency || g.Rate != w.Rate ||
-			g.Timeout != w.Timeout || g.MaxAttempts != w.MaxAttempts || g.Circuit != w.Circuit || len(g.Matches) != len(w.Matches) {
+			g.Timeout != w.Timeout || g.MaxAttempts != w.MaxAttempts || g.Circuit != w.Circuit || len(g.Matches) != len(w.Matches) ||
+			g.Order != w.Order || g.OrderWindow != w.OrderWindow {
 			t.Errorf("route %d = %+v, want %+v", i, g, w)
 		}
 		for j := range w.Matches {
@@ -158,6 +162,10 @@ func TestReadFileRefusesWhatIsWrong(t *testing.T) {
 		{"routes:\n  - name: ci\n" + ok + "    filter: payload.action\n", `route "ci" (line 2): line 5: key filter: invalid filter: its type is dyn, not bool`},
 		{"routes:\n  - name: ci\n" + ok + "    filter: 'payload.action == '\n", `route "ci" (line 2): line 5: key filter: invalid filter: ERROR`},
 		{"routes:\n  - name: ci\n" + ok + "    filter: ''\n", `key filter: is empty`},
+		{"routes:\n  - name: ci\n" + ok + "    order: newest\n", `route "ci" (line 2): line 5: key order: must be latest, all or none, got "newest"`},
+		{"routes:\n  - name: ci\n" + ok + "    order_window: 2m\n", `line 5: key order_window: must be a duration from 0s to 1m0s, got "2m"`},
+		{"routes:\n  - name: ci\n" + ok + "    order_window: soon\n", `key order_window: must be a duration`},
+		{"routes:\n  - name: ci\n" + ok + "    order: none\n    order_window: 1s\n", `key order_window: holds events so that an older one goes first`},
 	} {
 		path := writeFile(t, tt.text)
 		_, err := load(t, "", path)

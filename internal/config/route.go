@@ -83,6 +83,23 @@ func resolveRoute(r Route, d fanout.Defaults) (fanout.Route, []*KeyError) {
 		}
 		fr.Filter = f
 	}
+	switch o := fanout.Order(r.Order); o {
+	case "":
+		fr.Order = fanout.OrderLatest
+	case fanout.OrderLatest, fanout.OrderAll, fanout.OrderNone:
+		fr.Order = o
+	default:
+		bad("order", "must be latest, all or none, got %q", r.Order)
+	}
+	if r.OrderWindow != 0 {
+		if r.OrderWindow < 0 || r.OrderWindow > fanout.MaxOrderWindow {
+			bad("order_window", "must be a duration from 0s to %s, got %s", fanout.MaxOrderWindow, r.OrderWindow)
+		}
+		if fr.Order == fanout.OrderNone {
+			bad("order_window", "holds events so that an older one goes first; a route with order none keeps no order")
+		}
+		fr.OrderWindow = r.OrderWindow
+	}
 	if c := r.Circuit; c != nil {
 		if c.Failures < 0 || c.Failures > 1_000_000 {
 			bad("circuit.failures", "must be 0 (off) to 1000000, got %d", c.Failures)

@@ -25,7 +25,10 @@ type generation struct {
 	State      string
 	Attempts   int
 	LastError  *string
-	Events     []timelineEvent
+	// SupersededBy is, for a superseded generation, the delivery id of the
+	// newer event its route's target had accepted.
+	SupersededBy string
+	Events       []timelineEvent
 }
 
 // timelineEvent is one moment of a dispatch: created, an attempt that
@@ -48,7 +51,7 @@ func (c *Console) timeline(ctx context.Context, provider, id string) ([]routeTim
 	var out []routeTimeline
 	for _, d := range ds {
 		route, created, updated := d.Route, d.CreatedAt, d.UpdatedAt
-		g := generation{Generation: d.Generation, State: d.State, Attempts: d.Attempts, LastError: d.LastError}
+		g := generation{Generation: d.Generation, State: d.State, Attempts: d.Attempts, LastError: d.LastError, SupersededBy: d.SupersededBy}
 		g.Events = append(g.Events, timelineEvent{At: created, What: "created", Class: "s-pending"})
 		for _, raw := range d.JobErrors {
 			var e struct {

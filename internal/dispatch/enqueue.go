@@ -197,8 +197,17 @@ func (e *Enqueuer) CreateTx(ctx context.Context, tx pgx.Tx, want []Created) ([]C
 		return nil, err
 	}
 	created := make([]Created, len(inserted))
+	var turns []store.DispatchKey
 	for i, k := range inserted {
 		created[i] = Created{Provider: k.Provider, DeliveryID: k.DeliveryID, Route: k.Route, Generation: k.Generation, State: Pending}
+		if r, ok := e.routes.ByName(k.Route); ok && r.OldestFirst() {
+			turns = append(turns, k)
+		}
+	}
+	// On a route that hands an entity's events oldest first, each dispatch
+	// waits for its turn from now on (store.InsertTurnsTx).
+	if err := store.InsertTurnsTx(ctx, tx, turns); err != nil {
+		return nil, err
 	}
 	if len(created) < len(want) {
 		// Rows another hook's copy created first: their new jobs go again,

@@ -102,6 +102,9 @@ const MaxYield = 5 * time.Second
 // Work implements river.Worker.
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	w.retryAt.Delete(job.ID) // an earlier attempt's, should River not have taken it
+	if wait := w.orderWindow(job); wait > 0 {
+		return river.JobSnooze(wait)
+	}
 	w.yield.Enter(ctx, time.Now().Add(MaxYield))
 	err := w.work(ctx, job)
 	var snooze *river.JobSnoozeError
@@ -130,6 +133,20 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	}
 	w.recordFailure(ctx, job, state, err)
 	return err
+}
+
+// orderWindow is how much longer a route with an order window holds the
+// job's first attempt back, so that an older event of its entity still in
+// flight from the sender arrives and goes first (the oldest waiting takes
+// the turn: store.OlderWaiting). The window runs from the job's creation,
+// the commit of the receipt or replay that made it. A snooze keeps the
+// attempt count, so the attempt that follows is the first again, and goes.
+func (w *Worker) orderWindow(job *river.Job[Args]) time.Duration {
+	r, ok := w.routes.ByName(job.Args.Route)
+	if !ok || r.OrderWindow <= 0 || job.Attempt > 1 {
+		return 0
+	}
+	return time.Until(job.CreatedAt.Add(r.OrderWindow))
 }
 
 // Timeout implements river.Worker: the route's attempt time limit and the
@@ -242,7 +259,9 @@ func (w *Worker) runBuiltin(ctx context.Context, job *river.Job[Args], route fan
 	if err != nil {
 		return err
 	}
-	if ordered(r) {
+	d := delivery(r, a, job.Attempt)
+	inTurn := route.Ordered() && ordered(r)
+	if inTurn {
 		locked, err := store.TryEntityLockTx(ctx, tx, a.Route, r.Entity)
 		if err != nil {
 			return err
@@ -250,19 +269,38 @@ func (w *Worker) runBuiltin(ctx context.Context, job *river.Job[Args], route fan
 		if !locked {
 			return river.JobSnooze(lockWait())
 		}
-		mark, ok, err := store.WatermarkOf(ctx, tx, a.Route, r.Entity)
+		if route.OldestFirst() {
+			older, err := store.OlderWaiting(ctx, tx, a.Route, r.Entity, r.EventTime)
+			if err != nil {
+				return err
+			}
+			if older {
+				return river.JobSnooze(lockWait())
+			}
+		}
+		mark, by, ok, err := store.WatermarkOf(ctx, tx, a.Route, r.Entity)
 		if err != nil {
 			return err
 		}
 		if ok && mark.After(r.EventTime) { // the route handled a newer event of the entity
-			return w.finish(ctx, tx, job, Superseded, r.ReceivedAt)
+			if route.Supersedes() {
+				if err := store.SetSupersededBy(ctx, tx, store.DispatchKey(a), by); err != nil {
+					return err
+				}
+				if err := w.finish(ctx, tx, job, route, Superseded, r.ReceivedAt); err != nil {
+					return err
+				}
+				w.logSuperseded(ctx, a, r.Entity, by)
+				return nil
+			}
+			d.Late = true
 		}
 	}
 	ticket, err := w.admit(ctx, route, paused)
 	if err != nil {
 		return err
 	}
-	if err := handlers.Call(ctx, tx, handler, delivery(r, a, job.Attempt)); err != nil {
+	if err := handlers.Call(ctx, tx, handler, d); err != nil {
 		if pe := (*handlers.PanicError)(nil); errors.As(err, &pe) {
 			w.logger.ErrorContext(ctx, "handler panicked", "route", a.Route, "delivery_id", a.DeliveryID,
 				"panic", errtext.Clean(fmt.Sprint(pe.Value)), "stack", string(pe.Stack))
@@ -271,29 +309,42 @@ func (w *Worker) runBuiltin(ctx context.Context, job *river.Job[Args], route fan
 		w.guard.Done(ctx, route, ticket, routes.Failed, errText(err))
 		return err
 	}
-	if ordered(r) {
+	if inTurn {
 		if err := store.RaiseWatermarks(ctx, tx, []store.Watermark{markOf(a, r)}); err != nil {
 			return err
 		}
 	}
-	if err := w.finish(ctx, tx, job, Succeeded, r.ReceivedAt); err != nil {
+	if err := w.finish(ctx, tx, job, route, Succeeded, r.ReceivedAt); err != nil {
 		return err
 	}
 	w.guard.Done(ctx, route, ticket, routes.Succeeded, "")
 	return nil
 }
 
-// finish records a builtin dispatch's final state, completes its job and
+// finish records a builtin dispatch's final state (and ends its turn on a
+// route that hands an entity's events oldest first), completes its job and
 // commits, then counts it.
-func (w *Worker) finish(ctx context.Context, tx pgx.Tx, job *river.Job[Args], state string, receivedAt time.Time) error {
+func (w *Worker) finish(ctx context.Context, tx pgx.Tx, job *river.Job[Args], route fanout.Route, state string, receivedAt time.Time) error {
 	if err := store.SetDispatchState(ctx, tx, store.DispatchKey(job.Args), state, job.Attempt, nil); err != nil {
 		return err
+	}
+	if route.OldestFirst() {
+		if err := store.EndTurns(ctx, tx, []store.DispatchKey{store.DispatchKey(job.Args)}); err != nil {
+			return err
+		}
 	}
 	if err := w.complete(ctx, tx, job); err != nil {
 		return err
 	}
 	w.metrics.Dispatch(job.Args.Route, state, sinceReceipt(job.Args, receivedAt))
 	return nil
+}
+
+// logSuperseded logs a dispatch that ended superseded: its route's target
+// had accepted a newer event of the entity, from the delivery by.
+func (w *Worker) logSuperseded(ctx context.Context, a Args, entity, by string) {
+	w.logger.InfoContext(ctx, "dispatch superseded", "route", a.Route, "entity", entity, "provider", a.Provider,
+		"delivery_id", a.DeliveryID, "generation", a.Generation, "superseded_by", by)
 }
 
 // complete marks the job completed in tx and commits.
@@ -310,7 +361,7 @@ func (w *Worker) complete(ctx context.Context, tx pgx.Tx, job *river.Job[Args]) 
 // forward runs one attempt of a forward; see Worker.
 func (w *Worker) forward(ctx context.Context, job *river.Job[Args], route fanout.Route) error {
 	a := job.Args
-	c, err := w.claim(ctx, a, false)
+	c, err := w.claim(ctx, a, route, false)
 	if err != nil {
 		return err
 	}
@@ -320,11 +371,13 @@ func (w *Worker) forward(ctx context.Context, job *river.Job[Args], route fanout
 		return w.dropLease(ctx, c)
 	}
 
-	o := outcome{args: a, state: Succeeded, attempt: job.Attempt, leased: c.leased}
+	o := outcome{args: a, state: Succeeded, attempt: job.Attempt, leased: c.leased, turn: route.OldestFirst()}
+	d := delivery(c.r, a, job.Attempt)
 	switch {
-	case c.newer:
-		o.state = Superseded
+	case c.newer && route.Supersedes():
+		o.state, o.supersededBy = Superseded, c.markBy
 	case c.leased != "":
+		d.Late = c.newer
 		m := markOf(a, c.r)
 		o.mark = &m
 	}
@@ -339,7 +392,7 @@ func (w *Worker) forward(ctx context.Context, job *river.Job[Args], route fanout
 			}
 			return err
 		}
-		err = w.forwarder.ForwardWithin(ctx, route.Target, route.Timeout, delivery(c.r, a, job.Attempt))
+		err = w.forwarder.ForwardWithin(ctx, route.Target, route.Timeout, d)
 		w.metrics.ForwardAttempt(a.Route, forward.Outcome(err))
 		w.guard.Done(ctx, route, ticket, guardOutcome(err), errText(err))
 		if err != nil {
@@ -361,6 +414,9 @@ func (w *Worker) forward(ctx context.Context, job *river.Job[Args], route fanout
 		if err := w.recordAgain(ctx, o); err != nil {
 			return err
 		}
+	}
+	if o.state == Superseded {
+		w.logSuperseded(ctx, a, c.r.Entity, o.supersededBy)
 	}
 	w.metrics.Dispatch(a.Route, o.state, sinceReceipt(a, c.r.ReceivedAt))
 	return nil
@@ -443,6 +499,7 @@ type claim struct {
 	r      receipts.Receipt // the event's first receipt
 	leased string           // the entity whose lease the dispatch holds for the route, or ""
 	newer  bool             // the route already handled a newer event of that entity
+	markBy string           // the delivery whose event set the watermark, when newer
 	paused bool             // an operator paused the route
 }
 
@@ -455,11 +512,12 @@ type claim struct {
 // so the watermark is read after the lease is held. When another
 // holds the lease the job is snoozed. No connection is held afterwards: the
 // lease, a row, outlives this call and is given back with the outcome.
-func (w *Worker) claim(ctx context.Context, a Args, exact bool) (*claim, error) {
+func (w *Worker) claim(ctx context.Context, a Args, route fanout.Route, exact bool) (*claim, error) {
 	// The lease needs only the event's entity, so at first it takes any
 	// receipt's; when it is not the first receipt's, the claim is made again
 	// exactly.
-	sc, err := store.ClaimDispatch(ctx, w.pool, store.DispatchKey(a), exact, w.leaseTTL())
+	mode := store.ClaimMode{Ordered: route.Ordered(), OldestFirst: route.OldestFirst(), Exact: exact}
+	sc, err := store.ClaimDispatch(ctx, w.pool, store.DispatchKey(a), mode, w.leaseTTL())
 	c := &claim{args: a, state: sc.State, r: sc.Receipt, paused: sc.Paused}
 	entity, leased, stale, mark := sc.Entity, sc.Leased, sc.Stale, sc.Mark
 	if leased {
@@ -475,15 +533,18 @@ func (w *Worker) claim(ctx context.Context, a Args, exact bool) (*claim, error) 
 		return nil, river.JobSnooze(staleLeaseWait())
 	case entity != "" && !leased:
 		return nil, river.JobSnooze(lockWait())
-	case ordered(c.r) != (c.leased != "") || c.leased != "" && c.leased != c.r.Entity:
+	case route.Ordered() && ordered(c.r) != (c.leased != "") || c.leased != "" && c.leased != c.r.Entity:
 		_ = w.dropLease(ctx, c)
 		if !exact {
-			return w.claim(ctx, a, true)
+			return w.claim(ctx, a, route, true)
 		}
 		// Another hook's receipt of the event came between the statements.
 		return nil, river.JobSnooze(lockWait())
 	}
-	c.newer = mark != nil && mark.After(c.r.EventTime)
+	c.newer = c.leased != "" && mark != nil && mark.After(c.r.EventTime)
+	if c.newer && sc.MarkBy != nil {
+		c.markBy = *sc.MarkBy
+	}
 	return c, nil
 }
 
@@ -494,6 +555,9 @@ type outcome struct {
 	attempt int
 	mark    *store.Watermark // the watermark to raise, for an accepted ordered forward
 	leased  string           // the entity whose lease the dispatch gives back, or ""
+	// supersededBy is the delivery whose newer event superseded a superseded one.
+	supersededBy string
+	turn         bool // the dispatch's turn row goes with its outcome
 }
 
 // record writes the outcome in the next batch and returns once it is committed.
@@ -517,7 +581,8 @@ func writeOutcomes(ctx context.Context, tx pgx.Tx, os []outcome) error {
 	rows := make([]store.Outcome, len(os))
 	var marks []store.Watermark
 	for i, o := range os {
-		rows[i] = store.Outcome{DispatchKey: store.DispatchKey(o.args), State: o.state, Attempt: o.attempt, Leased: o.leased}
+		rows[i] = store.Outcome{DispatchKey: store.DispatchKey(o.args), State: o.state, Attempt: o.attempt, Leased: o.leased,
+			SupersededBy: o.supersededBy, Turn: o.turn}
 		if o.mark != nil {
 			marks = append(marks, *o.mark)
 		}
@@ -537,9 +602,12 @@ func (w *Worker) recordFailure(ctx context.Context, job *river.Job[Args], state 
 	if err := store.SetDispatchState(context.WithoutCancel(ctx), w.pool, store.DispatchKey(job.Args), state, job.Attempt, &msg); err != nil {
 		w.logger.ErrorContext(ctx, "record dispatch failure", "error", err, "route", job.Args.Route, "delivery_id", job.Args.DeliveryID)
 	}
-	if IsFinal(state) { // an ended dispatch holds no lease (one left would expire)
+	if IsFinal(state) { // an ended dispatch holds no lease (one left would expire) and waits for no turn
 		if err := store.GiveBackLease(context.WithoutCancel(ctx), w.pool, store.DispatchKey(job.Args)); err != nil {
 			w.logger.WarnContext(ctx, "give back lease", "error", err, "route", job.Args.Route, "delivery_id", job.Args.DeliveryID)
+		}
+		if err := store.EndTurns(context.WithoutCancel(ctx), w.pool, []store.DispatchKey{store.DispatchKey(job.Args)}); err != nil {
+			w.logger.WarnContext(ctx, "end turn", "error", err, "route", job.Args.Route, "delivery_id", job.Args.DeliveryID)
 		}
 	}
 	w.logger.WarnContext(ctx, "dispatch failed", "error", msg, "state", state, "route", job.Args.Route,

@@ -31,7 +31,31 @@ const (
 	MaxMaxAttempts = 1_000
 	MaxTimeout     = time.Hour
 	MaxCooldown    = 24 * time.Hour
+	// MaxOrderWindow is the longest a route may hold a new dispatch back so
+	// that an older event still in flight goes first.
+	MaxOrderWindow = time.Minute
 )
+
+// Order is what order means for a route's target, per entity (an event that
+// names an entity and a time: package providers).
+type Order string
+
+// The orders a route may ask for.
+const (
+	// OrderLatest, for a target that keeps an entity's current state: one
+	// dispatch of an entity at a time, and an event older than the newest
+	// one the target accepted is superseded, not sent. The default.
+	OrderLatest Order = "latest"
+	// OrderAll, for a target that counts, sums or appends: every event is
+	// handled, one at a time per entity, the oldest waiting first; one older
+	// than an event already handled is handled late.
+	OrderAll Order = "all"
+	// OrderNone: no per-entity serialisation; events go as they come.
+	OrderNone Order = "none"
+)
+
+// Orders are the orders a route may ask for, as written.
+var Orders = []Order{OrderLatest, OrderAll, OrderNone}
 
 // ErrBadTable means GATEWAY_ROUTES could not be parsed.
 var ErrBadTable = errors.New("bad route")
@@ -61,7 +85,24 @@ type Route struct {
 	// CEL expression over the delivery's provider, event, headers and
 	// payload (configuration file only).
 	Filter *filter.Filter
+	// Order is what order means for the route's target; "" is OrderLatest.
+	Order Order
+	// OrderWindow holds each new dispatch back this long, so that an older
+	// event of its entity still in flight from the sender goes first.
+	OrderWindow time.Duration
 }
+
+// Ordered reports whether the route hands an entity's events one at a time.
+func (r Route) Ordered() bool { return r.Order != OrderNone }
+
+// Supersedes reports whether an event older than one the target accepted
+// is superseded rather than handled late.
+func (r Route) Supersedes() bool { return r.Order == "" || r.Order == OrderLatest }
+
+// OldestFirst reports whether, among an entity's events waiting at once, the
+// oldest takes the turn first: on a route that handles every event, and on
+// one with an order window (the window exists for it).
+func (r Route) OldestFirst() bool { return r.Order == OrderAll || r.Ordered() && r.OrderWindow > 0 }
 
 // Rate is at most N attempts started in any window of Per (a second or a
 // minute).

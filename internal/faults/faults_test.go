@@ -299,13 +299,15 @@ func TestFaults(t *testing.T) {
 	t.Cleanup(flappingSrv.Close)
 
 	// The routes, in the configuration file: a healthy target (fwd), a
-	// builtin (subs), a target that never answers (hung) and one that is
+	// builtin (subs), a builtin that appends every event (ledger, order all:
+	// the test binary's own, see TestMain), a target that never answers (hung) and one that is
 	// down half the time (flapping). The last two must harm neither of the
 	// first two.
 	configFile := filepath.Join(tmp, "hookgate.yaml")
 	err = os.WriteFile(configFile, []byte(`routes:
   - {name: fwd, match: ["*:*"], target: "`+targetSrv.URL+`/hook"}
   - {name: subs, match: ["stripe:customer.subscription"], target: "builtin:stripe-subscriptions"}
+  - {name: ledger, match: ["stripe:customer.subscription"], target: "builtin:ledger", order: all}
   - {name: hung, match: ["github:*"], target: "`+hungSrv.URL+`/hook", concurrency: 4, timeout: 1s}
   - {name: flapping, match: ["stripe:*"], target: "`+flappingSrv.URL+`/hook", concurrency: 8, circuit: {failures: 5, cooldown: 2s}}
 `), 0o600)
@@ -332,9 +334,16 @@ func TestFaults(t *testing.T) {
 	if out, err := migrate.CombinedOutput(); err != nil {
 		t.Fatalf("migrate: %v\n%s", err, out)
 	}
+	// The gateways are this test binary serving as cmd/gateway does, with
+	// builtin:ledger besides the shipped handlers (TestMain).
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gwEnv := append(slices.Clone(env), asGatewayEnv+"=1")
 	gws := []*gateway{
-		{bin: bin, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), env: env, log: logFile},
-		{bin: bin, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), env: env, log: logFile},
+		{bin: self, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), env: gwEnv, log: logFile},
+		{bin: self, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), env: gwEnv, log: logFile},
 	}
 	for _, g := range gws {
 		if err := g.start(); err != nil {
@@ -666,6 +675,8 @@ func TestFaults(t *testing.T) {
 	}
 	closedSlow := <-slowClosed
 
+	ledgerLine := ledgerFigures(ctx, t, pool, deliveries)
+
 	var out strings.Builder
 	fmt.Fprintf(&out, "faults: %s of traffic at %d deliveries/s; 2 gateways; %d SIGKILLs; %d PostgreSQL restarts\n", duration, rate, kills.Load(), pgRestarts.Load())
 	fmt.Fprintf(&out, "sender: %d deliveries, %d acknowledged, %d non-2xx answers and %d connection errors retried, %d sent twice on purpose (answered duplicate: %d)\n",
@@ -676,6 +687,7 @@ func TestFaults(t *testing.T) {
 	fmt.Fprintf(&out, "builtin: %d subscriptions, applied exactly once per succeeded dispatch: %d; at their newest event: %d\n", subs, exact, atNewest)
 	fmt.Fprintf(&out, "order: %d entities, arrivals of an older event after a newer one was accepted: %d; in the crash window (the newer one's outcome lost, it was accepted again): %d\n",
 		len(newest), violations, inWindow)
+	out.WriteString(ledgerLine)
 	fmt.Fprintf(&out, "hung route: %d dispatches all still waiting: %t; %d requests, at most %d at once (limit 2 x 4)\n",
 		hungDispatches, hungWaiting == hungDispatches, hung.total.Load(), hung.most.Load())
 	fmt.Fprintf(&out, "flapping route: %d dispatches: %d accepted, %d superseded; %d refusals while down\n",

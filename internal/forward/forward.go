@@ -126,6 +126,9 @@ func (f *Client) ForwardWithin(ctx context.Context, target string, timeout time.
 	h.Set("X-Hookgate-Route", d.Route)
 	h.Set("X-Hookgate-Attempt", strconv.Itoa(d.Attempt))
 	h.Set("X-Hookgate-Generation", strconv.Itoa(d.Generation))
+	if d.Late {
+		h.Set("X-Hookgate-Late", "true")
+	}
 	if err := f.sign(h, key, time.Now(), d.Body); err != nil {
 		// Sent unsigned it would be refused; retried it would fail alike.
 		return &Error{Permanent: true, Detail: err.Error()}

@@ -38,6 +38,9 @@ type Delivery struct {
 	Route      string
 	Generation int
 	Attempt    int
+	// Late is whether a newer event of the entity was handled first (a
+	// route with order all).
+	Late bool
 }
 
 // Handler is a builtin:<name> target. It runs inside the dispatch's

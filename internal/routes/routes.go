@@ -1,6 +1,7 @@
 package routes
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -169,6 +170,10 @@ type View struct {
 	MaxAttempts int     `json:"max_attempts"`
 	// Filter is the route's CEL filter, null when it has none.
 	Filter *string `json:"filter"`
+	// Order is what order means for the route's target: latest, all or
+	// none; OrderWindow how long it holds each new dispatch ("0s": none).
+	Order       string `json:"order"`
+	OrderWindow string `json:"order_window"`
 	// State is "active" or "paused".
 	State       string     `json:"state"`
 	PausedAt    *time.Time `json:"paused_at"`
@@ -214,7 +219,8 @@ func List(ctx context.Context, db *pgxpool.Pool, table fanout.Table) ([]View, er
 	for i, r := range table {
 		v := &views[i]
 		*v = View{Name: r.Name, Match: []string{}, Target: r.Target, Concurrency: r.Concurrency, Timeout: r.Timeout.String(),
-			MaxAttempts: r.MaxAttempts, State: "active", Circuit: CircuitClosed}
+			MaxAttempts: r.MaxAttempts, State: "active", Circuit: CircuitClosed,
+			Order: string(cmp.Or(r.Order, fanout.OrderLatest)), OrderWindow: r.OrderWindow.String()}
 		if _, builtin := r.Builtin(); !builtin {
 			v.Target = fanout.RedactURL(r.Target)
 		}

@@ -11,20 +11,23 @@ import (
 // Dispatch is one generation of one route's dispatch of an event, with its
 // live state (the view hookgate_dispatch_states).
 type Dispatch struct {
-	Route      string    `json:"route"`
-	Generation int       `json:"generation"`
-	State      string    `json:"state"`
-	Attempts   int       `json:"attempts"`
-	LastError  *string   `json:"last_error"`
-	CreatedAt  time.Time `json:"created_at"`
-	UpdatedAt  time.Time `json:"updated_at"`
+	Route      string  `json:"route"`
+	Generation int     `json:"generation"`
+	State      string  `json:"state"`
+	Attempts   int     `json:"attempts"`
+	LastError  *string `json:"last_error"`
+	// SupersededBy is, for a superseded dispatch, the delivery id of the
+	// newer event of its entity that its route's target had accepted.
+	SupersededBy string    `json:"superseded_by,omitempty"`
+	CreatedAt    time.Time `json:"created_at"`
+	UpdatedAt    time.Time `json:"updated_at"`
 }
 
 // DispatchesOf returns every dispatch of the event (provider, deliveryID), of
 // every route and generation, with its live state, by route and generation.
 func DispatchesOf(ctx context.Context, db Querier, provider, deliveryID string) ([]Dispatch, error) {
 	rows, err := db.Query(ctx, `
-		SELECT route, generation, live_state, attempts, last_error, created_at, updated_at
+		SELECT route, generation, live_state, attempts, last_error, coalesce(superseded_by, ''), created_at, updated_at
 		FROM hookgate_dispatch_states
 		WHERE provider = $1 AND delivery_id = $2
 		ORDER BY route, generation`, provider, deliveryID)
@@ -33,7 +36,7 @@ func DispatchesOf(ctx context.Context, db Querier, provider, deliveryID string) 
 	}
 	ds, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Dispatch, error) {
 		var x Dispatch
-		err := row.Scan(&x.Route, &x.Generation, &x.State, &x.Attempts, &x.LastError, &x.CreatedAt, &x.UpdatedAt)
+		err := row.Scan(&x.Route, &x.Generation, &x.State, &x.Attempts, &x.LastError, &x.SupersededBy, &x.CreatedAt, &x.UpdatedAt)
 		return x, err
 	})
 	if err != nil {
@@ -53,7 +56,7 @@ type Attempted struct {
 // River has already cleaned away leaves none.
 func HistoryOf(ctx context.Context, db Querier, provider, deliveryID string) ([]Attempted, error) {
 	rows, err := db.Query(ctx, `
-		SELECT route, generation, live_state, attempts, last_error, created_at, updated_at,
+		SELECT route, generation, live_state, attempts, last_error, coalesce(superseded_by, ''), created_at, updated_at,
 			coalesce(job_errors::text[], '{}')
 		FROM hookgate_dispatch_states
 		WHERE provider = $1 AND delivery_id = $2
@@ -63,7 +66,7 @@ func HistoryOf(ctx context.Context, db Querier, provider, deliveryID string) ([]
 	}
 	hs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Attempted, error) {
 		var x Attempted
-		err := row.Scan(&x.Route, &x.Generation, &x.State, &x.Attempts, &x.LastError, &x.CreatedAt, &x.UpdatedAt, &x.JobErrors)
+		err := row.Scan(&x.Route, &x.Generation, &x.State, &x.Attempts, &x.LastError, &x.SupersededBy, &x.CreatedAt, &x.UpdatedAt, &x.JobErrors)
 		return x, err
 	})
 	if err != nil {

@@ -35,7 +35,15 @@ import (
 //     is still in progress with a newer event: that event may have been
 //     accepted with its outcome lost, so an older one waits.
 //
-// Events with no entity or no time are not ordered: they take no turn.
+// Events with no entity or no time are not ordered: they take no turn; nor
+// are the events of a route whose order is none.
+//
+// On a route that hands an entity's events oldest first (order all, or an
+// order window), each dispatch of an ordered event also has a row in
+// hookgate_turns from its creation (InsertTurnsTx) to its outcome, and a free
+// turn goes only to a dispatch with no live dispatch of an older event of its
+// entity waiting (hookgate_older_waiting): the oldest waiting goes first. A
+// holder keeps its turn across its retries whatever arrives meanwhile.
 
 // ErrNoDispatch means the dispatch's row no longer exists (retention).
 var ErrNoDispatch = errors.New("dispatch not found")
@@ -75,19 +83,86 @@ func TryEntityLockTx(ctx context.Context, tx pgx.Tx, route, entity string) (bool
 	return locked, nil
 }
 
-// WatermarkOf returns the route's watermark of the entity, and false when
-// the route has handled no event of it. Read it only with the entity's turn
-// held.
-func WatermarkOf(ctx context.Context, db Querier, route, entity string) (time.Time, bool, error) {
+// WatermarkOf returns the route's watermark of the entity and the delivery
+// whose event set it, and false when the route has handled no event of it.
+// Read it only with the entity's turn held.
+func WatermarkOf(ctx context.Context, db Querier, route, entity string) (time.Time, string, bool, error) {
 	var mark time.Time
-	err := db.QueryRow(ctx, "SELECT event_time FROM hookgate_watermarks WHERE route = $1 AND entity = $2", route, entity).Scan(&mark)
+	var by string
+	err := db.QueryRow(ctx, "SELECT event_time, delivery_id FROM hookgate_watermarks WHERE route = $1 AND entity = $2",
+		route, entity).Scan(&mark, &by)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return time.Time{}, false, nil
+		return time.Time{}, "", false, nil
 	}
 	if err != nil {
-		return time.Time{}, false, fmt.Errorf("read watermark: %w", err)
+		return time.Time{}, "", false, fmt.Errorf("read watermark: %w", err)
 	}
-	return mark, true, nil
+	return mark, by, true, nil
+}
+
+// OlderWaiting reports whether a live dispatch of an event of the entity
+// older than eventTime waits for its turn on the route (a route that hands
+// an entity's events oldest first). Ask it with the entity's turn held.
+func OlderWaiting(ctx context.Context, db Querier, route, entity string, eventTime time.Time) (bool, error) {
+	var older bool
+	if err := db.QueryRow(ctx, "SELECT hookgate_older_waiting($1, $2, $3)", route, entity, eventTime).Scan(&older); err != nil {
+		return false, fmt.Errorf("read older waiting: %w", err)
+	}
+	return older, nil
+}
+
+// InsertTurnsTx registers the dispatches keys, just created in tx, as
+// waiting for their turn: those whose event names an entity and a time. Call
+// it only for routes that hand an entity's events oldest first.
+func InsertTurnsTx(ctx context.Context, tx pgx.Tx, keys []DispatchKey) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, `
+		INSERT INTO hookgate_turns (route, entity, event_time, provider, delivery_id, generation)
+		SELECT k.route, r.entity, r.event_time, k.provider, k.delivery_id, k.generation
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[]) AS k(provider, delivery_id, route, generation)
+		CROSS JOIN LATERAL hookgate_first_receipt(k.provider, k.delivery_id) r
+		WHERE r.entity IS NOT NULL AND r.event_time IS NOT NULL
+		ON CONFLICT DO NOTHING`,
+		column(keys, func(k *DispatchKey) string { return k.Provider }),
+		column(keys, func(k *DispatchKey) string { return k.DeliveryID }),
+		column(keys, func(k *DispatchKey) string { return k.Route }),
+		column(keys, func(k *DispatchKey) int32 { return int32(k.Generation) }))
+	if err != nil {
+		return fmt.Errorf("register turns: %w", err)
+	}
+	return nil
+}
+
+// EndTurns deletes the turns of the dispatches keys: they have ended.
+func EndTurns(ctx context.Context, db Querier, keys []DispatchKey) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	_, err := db.Exec(ctx, `
+		DELETE FROM hookgate_turns t
+		USING unnest($1::text[], $2::text[], $3::text[], $4::int[]) AS k(provider, delivery_id, route, generation)
+		WHERE t.route = k.route AND t.provider = k.provider AND t.delivery_id = k.delivery_id AND t.generation = k.generation`,
+		column(keys, func(k *DispatchKey) string { return k.Provider }),
+		column(keys, func(k *DispatchKey) string { return k.DeliveryID }),
+		column(keys, func(k *DispatchKey) string { return k.Route }),
+		column(keys, func(k *DispatchKey) int32 { return int32(k.Generation) }))
+	if err != nil {
+		return fmt.Errorf("end turns: %w", err)
+	}
+	return nil
+}
+
+// SetSupersededBy records which delivery's event superseded the dispatch k.
+func SetSupersededBy(ctx context.Context, db Querier, k DispatchKey, by string) error {
+	_, err := db.Exec(ctx, `UPDATE hookgate_dispatches SET superseded_by = $5
+		WHERE provider = $1 AND delivery_id = $2 AND route = $3 AND generation = $4`,
+		k.Provider, k.DeliveryID, k.Route, k.Generation, by)
+	if err != nil {
+		return fmt.Errorf("record superseded by: %w", err)
+	}
+	return nil
 }
 
 // Watermark is a route's newest handled event of one entity.
@@ -126,6 +201,18 @@ func RaiseWatermarks(ctx context.Context, db Querier, marks []Watermark) error {
 	return nil
 }
 
+// ClaimMode says how ClaimDispatch takes the lease.
+type ClaimMode struct {
+	// Ordered: the route hands an entity's events one at a time, so the
+	// claim takes the lease of the event's entity; else it takes none.
+	Ordered bool
+	// OldestFirst: a lease not held already is taken only while no older
+	// event of the entity waits for its turn.
+	OldestFirst bool
+	// Exact: the entity is the first receipt's, not any receipt's.
+	Exact bool
+}
+
 // Claim is what ClaimDispatch found: the start of one attempt of a forward.
 type Claim struct {
 	// Entity is the entity whose lease the claim asked for, "" when the
@@ -142,6 +229,8 @@ type Claim struct {
 	Paused bool
 	// Mark is the route's watermark of the receipt's entity, nil when none.
 	Mark *time.Time
+	// MarkBy is the delivery whose event set Mark.
+	MarkBy *string
 	// Receipt is the event's first receipt.
 	Receipt Receipt
 }
@@ -149,7 +238,7 @@ type Claim struct {
 // ClaimDispatch starts an attempt of the forward k in one round trip, in one
 // implicit transaction whose commit need not wait for the disk (a lease lost
 // in a crash of the database only lets a later event go first, as before
-// leases): when the event's receipt names an entity and a time, it takes the
+// leases): when the route is ordered and the event's receipt names an entity and a time, it takes the
 // lease of (route, entity) for leaseTTL; then it reads the dispatch's state,
 // the receipt and the entity's watermark. The two statements run in that
 // order, each on a fresh snapshot, so the watermark is read after the lease
@@ -157,8 +246,9 @@ type Claim struct {
 // call and is given back with the outcome (WriteOutcomesTx) or by
 // GiveBackLease.
 //
-// The lease is taken when no one holds it, when this dispatch does (River
-// runs it again), or when it expired and its holder either has an event no
+// The lease is taken when this dispatch holds it (River runs it again); and,
+// with oldestFirst, only while no older event of the entity waits for its
+// turn (OlderWaiting), when no one holds it, or when it expired and its holder either has an event no
 // newer or is no longer in progress (its dispatch ended, or its River job is
 // gone). The lease needs only the event's entity, so it takes any receipt's
 // (the receipts of one event name them alike, and that needs no sort); with
@@ -167,10 +257,10 @@ type Claim struct {
 //
 // A claim whose receipt is gone returns ErrNoReceipt, with Leased telling
 // whether a lease was taken that the caller gives back.
-func ClaimDispatch(ctx context.Context, pool *pgxpool.Pool, k DispatchKey, exact bool, leaseTTL time.Duration) (Claim, error) {
+func ClaimDispatch(ctx context.Context, pool *pgxpool.Pool, k DispatchKey, mode ClaimMode, leaseTTL time.Duration) (Claim, error) {
 	b := &pgx.Batch{}
 	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
-	b.Queue(leaseSQL, k.Provider, k.DeliveryID, k.Route, k.Generation, leaseTTL.Seconds(), exact)
+	b.Queue(leaseSQL, k.Provider, k.DeliveryID, k.Route, k.Generation, leaseTTL.Seconds(), mode.Exact, mode.OldestFirst, mode.Ordered)
 	// The watermark is that of the receipt's entity, checked by the caller to
 	// be the leased one, read by a correlated subquery so that its plan stays
 	// a lookup of one key, whatever the statistics were when the connection
@@ -178,6 +268,7 @@ func ClaimDispatch(ctx context.Context, pool *pgxpool.Pool, k DispatchKey, exact
 	b.Queue(`
 		SELECT d.state, coalesce((SELECT paused_at IS NOT NULL FROM hookgate_routes WHERE name = d.route), false),
 			(SELECT w.event_time FROM hookgate_watermarks w WHERE w.route = d.route AND w.entity = r.entity),
+			(SELECT w.delivery_id FROM hookgate_watermarks w WHERE w.route = d.route AND w.entity = r.entity),
 			r.provider, r.scope, r.delivery_id, r.event, r.entity, r.event_time, r.content_type, r.headers,
 			r.body, r.body_sha256, r.received_at, r.expires_at
 		FROM hookgate_dispatches d CROSS JOIN LATERAL hookgate_first_receipt(d.provider, d.delivery_id) r
@@ -192,7 +283,7 @@ func ClaimDispatch(ctx context.Context, pool *pgxpool.Pool, k DispatchKey, exact
 		}
 	}
 	if err == nil {
-		c.Receipt, err = scanReceipt(results.QueryRow(), &c.State, &c.Paused, &c.Mark)
+		c.Receipt, err = scanReceipt(results.QueryRow(), &c.State, &c.Paused, &c.Mark, &c.MarkBy)
 	}
 	if cerr := results.Close(); err == nil {
 		err = cerr
@@ -207,18 +298,22 @@ func ClaimDispatch(ctx context.Context, pool *pgxpool.Pool, k DispatchKey, exact
 // leaseSQL takes the lease; see ClaimDispatch. Its entity comes from any
 // receipt of the event, or with $6 (exact) from the first receipt: the
 // branch not asked for is cut by its constant condition before it reads
-// anything. It returns the entity, whether the lease was taken, and whether
-// the lease it waits for has expired.
+// anything, and without $8 (the route is ordered) neither runs; with $7 (oldest first) a lease not held already is taken only
+// while no older event of the entity waits. It returns the entity, whether
+// the lease was taken, and whether the lease it waits for has expired.
 const leaseSQL = `
 	WITH e AS (
 		(SELECT entity, event_time FROM hookgate_receipts
-		WHERE NOT $6 AND provider = $1 AND delivery_id = $2 AND entity IS NOT NULL AND event_time IS NOT NULL LIMIT 1)
+		WHERE $8 AND NOT $6 AND provider = $1 AND delivery_id = $2 AND entity IS NOT NULL AND event_time IS NOT NULL LIMIT 1)
 		UNION ALL
 		SELECT entity, event_time FROM hookgate_first_receipt($1, $2) r
-		WHERE $6 AND r.entity IS NOT NULL AND r.event_time IS NOT NULL),
+		WHERE $8 AND $6 AND r.entity IS NOT NULL AND r.event_time IS NOT NULL),
 	taken AS (
 		INSERT INTO hookgate_leases AS l (route, entity, provider, delivery_id, generation, event_time, expires_at)
 		SELECT $3, e.entity, $1, $2, $4, e.event_time, now() + make_interval(secs => $5) FROM e
+		WHERE NOT $7 OR NOT hookgate_older_waiting($3, e.entity, e.event_time) OR EXISTS (
+			SELECT 1 FROM hookgate_leases h WHERE h.route = $3 AND h.entity = e.entity
+			AND (h.provider, h.delivery_id, h.generation) = ($1, $2, $4))
 		ON CONFLICT (route, entity) DO UPDATE SET provider = excluded.provider, delivery_id = excluded.delivery_id,
 			generation = excluded.generation, event_time = excluded.event_time, expires_at = excluded.expires_at
 		WHERE (l.provider, l.delivery_id, l.generation) = (excluded.provider, excluded.delivery_id, excluded.generation)
@@ -247,6 +342,12 @@ type Outcome struct {
 	Attempt int
 	// Leased is the entity whose lease the dispatch gives back, or "".
 	Leased string
+	// SupersededBy is, for a superseded dispatch, the delivery whose event
+	// superseded it.
+	SupersededBy string
+	// Turn is whether the dispatch has a turn row to delete (its route
+	// hands an entity's events oldest first).
+	Turn bool
 }
 
 // WriteOutcomesTx writes outcomes, raises marks and gives back the outcomes'
@@ -255,9 +356,10 @@ type Outcome struct {
 // as it is: a run that River repeated cannot undo an outcome.
 func WriteOutcomesTx(ctx context.Context, tx pgx.Tx, os []Outcome, marks []Watermark) error {
 	_, err := tx.Exec(ctx, `
-		UPDATE hookgate_dispatches d SET state = t.state, attempts = t.attempts, last_error = NULL, updated_at = now()
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[])
-			AS t(provider, delivery_id, route, generation, state, attempts)
+		UPDATE hookgate_dispatches d SET state = t.state, attempts = t.attempts, last_error = NULL, updated_at = now(),
+			superseded_by = nullif(t.superseded_by, '')
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[], $7::text[])
+			AS t(provider, delivery_id, route, generation, state, attempts, superseded_by)
 		WHERE d.provider = t.provider AND d.delivery_id = t.delivery_id AND d.route = t.route AND d.generation = t.generation
 		AND d.state NOT IN ('succeeded', 'superseded', 'discarded', 'cancelled')`,
 		column(os, func(o *Outcome) string { return o.Provider }),
@@ -265,9 +367,19 @@ func WriteOutcomesTx(ctx context.Context, tx pgx.Tx, os []Outcome, marks []Water
 		column(os, func(o *Outcome) string { return o.Route }),
 		column(os, func(o *Outcome) int32 { return int32(o.Generation) }),
 		column(os, func(o *Outcome) string { return o.State }),
-		column(os, func(o *Outcome) int32 { return int32(o.Attempt) }))
+		column(os, func(o *Outcome) int32 { return int32(o.Attempt) }),
+		column(os, func(o *Outcome) string { return o.SupersededBy }))
 	if err != nil {
 		return fmt.Errorf("record outcomes: %w", err)
+	}
+	var turns []DispatchKey
+	for _, o := range os {
+		if o.Turn {
+			turns = append(turns, o.DispatchKey)
+		}
+	}
+	if err := EndTurns(ctx, tx, turns); err != nil {
+		return err
 	}
 	if len(marks) > 0 {
 		if err := RaiseWatermarks(ctx, tx, marks); err != nil {
@@ -313,14 +425,25 @@ func SetDispatchState(ctx context.Context, db Querier, k DispatchKey, state stri
 }
 
 // DeleteAbandonedLeases deletes the leases expired over an hour ago whose
-// holder is no longer in progress. A lease whose holder ended without giving
-// it back (its job cancelled) is taken over by the next event of its entity;
-// one of an entity never seen again would stay.
+// holder is no longer in progress, and the turns of dispatches no longer in
+// progress created over an hour ago. A lease whose holder ended without
+// giving it back (its job cancelled) is taken over by the next event of its
+// entity; one of an entity never seen again would stay. A turn whose
+// dispatch ended without deleting it (retention, a job cancelled outside the
+// worker) already counts for nothing (hookgate_older_waiting reads only live
+// dispatches); this takes the row away.
 func DeleteAbandonedLeases(ctx context.Context, db Querier) error {
 	if _, err := db.Exec(ctx, `DELETE FROM hookgate_leases l WHERE l.expires_at < now() - interval '1 hour'
 		AND NOT EXISTS (SELECT 1 FROM hookgate_live_dispatches d WHERE d.provider = l.provider AND d.delivery_id = l.delivery_id
 			AND d.route = l.route AND d.generation = l.generation)`); err != nil {
 		return fmt.Errorf("delete abandoned leases: %w", err)
+	}
+	if _, err := db.Exec(ctx, `DELETE FROM hookgate_turns t
+		WHERE NOT EXISTS (SELECT 1 FROM hookgate_dispatches d WHERE d.provider = t.provider AND d.delivery_id = t.delivery_id
+			AND d.route = t.route AND d.generation = t.generation AND d.created_at > now() - interval '1 hour')
+		AND NOT EXISTS (SELECT 1 FROM hookgate_live_dispatches d WHERE d.provider = t.provider AND d.delivery_id = t.delivery_id
+			AND d.route = t.route AND d.generation = t.generation)`); err != nil {
+		return fmt.Errorf("delete ended turns: %w", err)
 	}
 	return nil
 }

@@ -55,14 +55,14 @@ func TestALeaseIsHeldUntilItsOutcomeAndWatermarkAreWritten(t *testing.T) {
 	older, _ := event(t, pool, "evt_older", now.Add(-20*time.Second), "running")
 	newer, _ := event(t, pool, "evt_newer", now.Add(-10*time.Second), "running")
 
-	c, err := store.ClaimDispatch(ctx, pool, newer, false, time.Minute)
+	c, err := store.ClaimDispatch(ctx, pool, newer, latest, time.Minute)
 	if err != nil || !c.Leased || c.Entity != "stripe:sub_1" || c.Mark != nil || c.State != "pending" || c.Receipt.DeliveryID != "evt_newer" {
 		t.Fatalf("the newer event's claim: %+v, %v; want the lease, no watermark", c, err)
 	}
-	if again, err := store.ClaimDispatch(ctx, pool, newer, true, time.Minute); err != nil || !again.Leased {
+	if again, err := store.ClaimDispatch(ctx, pool, newer, store.ClaimMode{Ordered: true, Exact: true}, time.Minute); err != nil || !again.Leased {
 		t.Fatalf("its holder claims again (River ran it again): %+v, %v; want the lease", again, err)
 	}
-	c, err = store.ClaimDispatch(ctx, pool, older, false, time.Minute)
+	c, err = store.ClaimDispatch(ctx, pool, older, latest, time.Minute)
 	if err != nil || c.Leased || c.Stale {
 		t.Fatalf("the older event while the newer holds the lease: leased %v, stale %v, %v; want it refused", c.Leased, c.Stale, err)
 	}
@@ -72,7 +72,7 @@ func TestALeaseIsHeldUntilItsOutcomeAndWatermarkAreWritten(t *testing.T) {
 	if _, err := pool.Exec(ctx, `UPDATE hookgate_leases SET expires_at = now() - interval '1 second'`); err != nil {
 		t.Fatal(err)
 	}
-	c, err = store.ClaimDispatch(ctx, pool, older, false, time.Minute)
+	c, err = store.ClaimDispatch(ctx, pool, older, latest, time.Minute)
 	if err != nil || c.Leased || !c.Stale {
 		t.Fatalf("an expired lease of a newer, live holder: leased %v, stale %v, %v; want it kept, and said stale", c.Leased, c.Stale, err)
 	}
@@ -87,7 +87,7 @@ func TestALeaseIsHeldUntilItsOutcomeAndWatermarkAreWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err = store.ClaimDispatch(ctx, pool, older, false, time.Minute)
+	c, err = store.ClaimDispatch(ctx, pool, older, latest, time.Minute)
 	if err != nil || !c.Leased || c.Mark == nil || !c.Mark.Equal(mark.EventTime) {
 		t.Fatalf("the older event after the newer's outcome: %+v, %v; want the lease and the newer's watermark", c, err)
 	}
@@ -95,7 +95,7 @@ func TestALeaseIsHeldUntilItsOutcomeAndWatermarkAreWritten(t *testing.T) {
 	if err := store.RaiseWatermarks(ctx, pool, []store.Watermark{{Route: "r", Entity: "stripe:sub_1", EventTime: now.Add(-time.Hour)}}); err != nil {
 		t.Fatal(err)
 	}
-	if at, ok, err := store.WatermarkOf(ctx, pool, "r", "stripe:sub_1"); err != nil || !ok || !at.Equal(mark.EventTime) {
+	if at, by, ok, err := store.WatermarkOf(ctx, pool, "r", "stripe:sub_1"); err != nil || !ok || !at.Equal(mark.EventTime) || by != mark.DeliveryID {
 		t.Fatalf("watermark after an older raise: %v %v %v; want %v", at, ok, err, mark.EventTime)
 	}
 	// A final outcome is never overwritten.
@@ -115,7 +115,7 @@ func TestALeaseIsHeldUntilItsOutcomeAndWatermarkAreWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	third, thirdJob := event(t, pool, "evt_third", now, "running")
-	if c, err := store.ClaimDispatch(ctx, pool, third, false, time.Minute); err != nil || !c.Leased {
+	if c, err := store.ClaimDispatch(ctx, pool, third, latest, time.Minute); err != nil || !c.Leased {
 		t.Fatalf("the third event: %+v, %v", c, err)
 	}
 	if _, err := pool.Exec(ctx, `UPDATE hookgate_leases SET expires_at = now() - interval '1 second'`); err != nil {
@@ -124,7 +124,7 @@ func TestALeaseIsHeldUntilItsOutcomeAndWatermarkAreWritten(t *testing.T) {
 	if _, err := pool.Exec(ctx, `UPDATE river_job SET state = 'cancelled', finalized_at = now() WHERE id = $1`, thirdJob); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := store.ClaimDispatch(ctx, pool, older, false, time.Minute); err != nil || !c.Leased {
+	if c, err := store.ClaimDispatch(ctx, pool, older, latest, time.Minute); err != nil || !c.Leased {
 		t.Fatalf("an expired lease of a cancelled holder: leased %v, %v; want it taken over", c.Leased, err)
 	}
 }
@@ -136,12 +136,91 @@ func TestAClaimOfAGoneReceiptTakesNoLease(t *testing.T) {
 	pool := dbtest.NewPool(t)
 	ctx := context.Background()
 	k := store.DispatchKey{Provider: "stripe", DeliveryID: "evt_gone", Route: "r", Generation: 1}
-	c, err := store.ClaimDispatch(ctx, pool, k, false, time.Minute)
+	c, err := store.ClaimDispatch(ctx, pool, k, latest, time.Minute)
 	if err != store.ErrNoReceipt || c.Leased {
 		t.Fatalf("claim: %+v, %v; want ErrNoReceipt and no lease", c, err)
 	}
 	var leases int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM hookgate_leases`).Scan(&leases); err != nil || leases != 0 {
 		t.Fatalf("%d leases, %v", leases, err)
+	}
+}
+
+// latest is how a route with order latest (the default) claims.
+var latest = store.ClaimMode{Ordered: true}
+
+// On a route that hands an entity's events oldest first, a free lease goes
+// only to a dispatch with no live dispatch of an older event of its entity
+// waiting for its turn; a dispatch whose job has ended no longer counts,
+// and one that holds the lease keeps it whatever arrives meanwhile.
+func TestTheOldestWaitingTakesTheTurnFirst(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.NewPool(t)
+	ctx := context.Background()
+	now := time.Now().Truncate(time.Microsecond)
+	all := store.ClaimMode{Ordered: true, OldestFirst: true}
+	newer, _ := event(t, pool, "evt_newer", now.Add(-10*time.Second), "available")
+	older, _ := event(t, pool, "evt_older", now.Add(-20*time.Second), "scheduled")
+	turns := func(keys ...store.DispatchKey) {
+		t.Helper()
+		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return store.InsertTurnsTx(ctx, tx, keys) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	turns(newer, older)
+
+	c, err := store.ClaimDispatch(ctx, pool, newer, all, time.Minute)
+	if err != nil || c.Leased || c.Entity != "stripe:sub_1" {
+		t.Fatalf("the newer event's claim while an older one waits (held back by its window): %+v, %v; want no lease", c, err)
+	}
+	if c, err := store.ClaimDispatch(ctx, pool, newer, latest, time.Minute); err != nil || !c.Leased {
+		t.Fatalf("the same claim on a route that is not oldest first: %+v, %v; want the lease", c, err)
+	}
+	if err := store.GiveBackLease(ctx, pool, newer); err != nil {
+		t.Fatal(err)
+	}
+	if waiting, err := store.OlderWaiting(ctx, pool, "r", "stripe:sub_1", now.Add(-10*time.Second)); err != nil || !waiting {
+		t.Fatalf("OlderWaiting for the newer = %v, %v; want true", waiting, err)
+	}
+
+	// The older goes first, and keeps its turn while it retries.
+	if c, err := store.ClaimDispatch(ctx, pool, older, all, time.Minute); err != nil || !c.Leased {
+		t.Fatalf("the older event's claim: %+v, %v; want the lease", c, err)
+	}
+	if c, err := store.ClaimDispatch(ctx, pool, older, all, time.Minute); err != nil || !c.Leased {
+		t.Fatalf("the older event's claim again (a retry): %+v, %v; want the lease it holds", c, err)
+	}
+	// Its outcome ends its turn and gives the lease back: the newer's turn.
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		return store.WriteOutcomesTx(ctx, tx, []store.Outcome{{DispatchKey: older, State: "succeeded", Attempt: 1, Leased: "stripe:sub_1", Turn: true}},
+			[]store.Watermark{{Route: "r", Entity: "stripe:sub_1", EventTime: now.Add(-20 * time.Second), Provider: "stripe", DeliveryID: "evt_older"}})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := store.ClaimDispatch(ctx, pool, newer, all, time.Minute); err != nil || !c.Leased {
+		t.Fatalf("the newer event's claim after the older's outcome: %+v, %v; want the lease", c, err)
+	}
+	if err := store.GiveBackLease(ctx, pool, newer); err != nil {
+		t.Fatal(err)
+	}
+
+	// A turn whose dispatch's job ended elsewhere (cancelled in River UI)
+	// holds nothing back.
+	oldest, oldestJob := event(t, pool, "evt_oldest", now.Add(-30*time.Second), "available")
+	turns(oldest)
+	if c, err := store.ClaimDispatch(ctx, pool, newer, all, time.Minute); err != nil || c.Leased {
+		t.Fatalf("the newer event's claim with the oldest waiting: %+v, %v; want no lease", c, err)
+	}
+	if _, err := pool.Exec(ctx, "UPDATE river_job SET state = 'cancelled', finalized_at = now() WHERE id = $1", oldestJob); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := store.ClaimDispatch(ctx, pool, newer, all, time.Minute); err != nil || !c.Leased {
+		t.Fatalf("the newer event's claim once the oldest's job was cancelled: %+v, %v; want the lease", c, err)
+	}
+
+	// A route with order none takes no lease at all.
+	if c, err := store.ClaimDispatch(ctx, pool, older, store.ClaimMode{}, time.Minute); err != nil || c.Leased || c.Entity != "" || c.Receipt.DeliveryID != "evt_older" {
+		t.Fatalf("a claim on a route with order none: %+v, %v; want no lease, the receipt", c, err)
 	}
 }
