@@ -39,6 +39,7 @@ type dispatchOpts struct {
 	workers        int
 	pool           *pgxpool.Pool // share another bundle's database
 	table          fanout.Table  // the routes, with their limits, instead of parsing them
+	logger         *slog.Logger  // the worker's; default discards
 }
 
 func setupDispatch(t testing.TB, spec string, handlers handlers.Registry, opts ...dispatchOpts) *dispatchBundle {
@@ -57,7 +58,10 @@ func setupDispatch(t testing.TB, spec string, handlers handlers.Registry, opts .
 	if pool == nil {
 		pool = dbtest.NewPool(t)
 	}
-	logger := slog.New(slog.DiscardHandler)
+	logger := o.logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	rs := o.table
 	if rs == nil {
 		var err error

@@ -1,12 +1,16 @@
 package dispatch_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -240,13 +244,16 @@ func TestOrderNoneHandsEventsAsTheyCome(t *testing.T) {
 }
 
 // A superseded dispatch names the newer event that superseded it, for a
-// forward and for a builtin, in the delivery's dispatches.
+// forward and for a builtin, in the delivery's dispatches and in one log
+// line at INFO each.
 func TestASupersededDispatchNamesTheEventThatSupersededIt(t *testing.T) {
 	t.Parallel()
 	tg := newTarget(t, nil)
 	var l *ledger
 	hs := handlers.Registry{"ledger": func(ctx context.Context, tx pgx.Tx, d handlers.Delivery) error { return l.handle(ctx, tx, d) }}
-	b := setupDispatch(t, "", hs, dispatchOpts{table: orderTable(t, tg.URL, fanout.OrderLatest, 0)})
+	var logs syncBuffer
+	logger := slog.New(slog.NewJSONHandler(&logs, nil))
+	b := setupDispatch(t, "", hs, dispatchOpts{table: orderTable(t, tg.URL, fanout.OrderLatest, 0), logger: logger})
 	l = newLedger(t, b)
 	b.start(t)
 	base := time.Unix(1_767_000_000, 0)
@@ -266,4 +273,33 @@ func TestASupersededDispatchNamesTheEventThatSupersededIt(t *testing.T) {
 			t.Errorf("route %s: %s superseded by %q; want superseded by evt_002", d.Route, d.State, d.SupersededBy)
 		}
 	}
+	lines := map[string]bool{}
+	for line := range strings.SplitSeq(logs.String(), "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == "dispatch superseded" && rec["level"] == "INFO" &&
+			rec["entity"] == "stripe:sub_1" && rec["delivery_id"] == "evt_001" && rec["superseded_by"] == "evt_002" {
+			lines[fmt.Sprint(rec["route"])] = true
+		}
+	}
+	if !lines["fwd"] || !lines["ledger"] {
+		t.Fatalf("dispatch superseded lines at INFO for routes %v, want fwd and ledger; the log:\n%s", lines, logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer that several goroutines may write.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
