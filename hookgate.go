@@ -47,6 +47,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -109,6 +110,13 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	}
 	if o.logger == nil {
 		o.logger = slog.Default()
+		if cfg.LogFormat != "" || cfg.LogLevel != "" {
+			// Asked for by the configuration (GATEWAY_LOG_FORMAT,
+			// GATEWAY_LOG_LEVEL); a bad value is Resolve's to report.
+			if logger, err := cfg.Logger(os.Stderr); err == nil {
+				o.logger = logger
+			}
+		}
 	}
 	builtins := handlers.Default(o.logger)
 	for _, name := range slices.Sorted(maps.Keys(o.handlers)) {

@@ -27,6 +27,7 @@ import (
 func TestNewRefusesWhatCannotWork(t *testing.T) {
 	ok := func(context.Context, pgx.Tx, hookgate.Delivery) error { return nil }
 	h := http.NotFoundHandler()
+	t.Setenv("STRIPE_WEBHOOK_SECRET", "whsec_new") // the routes' provider
 	for _, c := range []struct {
 		name, routes string
 		opts         []hookgate.Option
@@ -80,9 +81,10 @@ func TestNewRefusesWhatCannotWork(t *testing.T) {
 	}
 	_, err := hookgate.New(hookgate.Config{Workers: -1, Retention: time.Hour,
 		Routes: []hookgate.Route{{Name: "a", Match: []string{"github:push"}, Target: "ftp://x/"}, {Name: "B"}}})
-	for _, want := range []string{"GATEWAY_WORKERS: must be 1 to 10000", "GATEWAY_RETENTION: must be from 72h", `route 1 ("a"): key target`, `route 2 ("B"): key name`} {
+	for _, want := range []string{"GATEWAY_WORKERS: must be 1 to 10000", "GATEWAY_RETENTION: must be from 72h", `route 1 ("a"): key target`, `route 2 ("B"): key name`,
+		`route 1 ("a"): key match: provider github is not configured (GITHUB_WEBHOOK_SECRET is unset); the configured ones: none`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("New of a Config with four mistakes: %v; want it to say %q", err, want)
+			t.Errorf("New of a Config with five mistakes: %v; want it to say %q", err, want)
 		}
 	}
 	// Every mistake of one route, every route naming a handler not given,

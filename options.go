@@ -66,7 +66,8 @@ func handlerName(s string) bool {
 }
 
 // WithLogger makes the gateway log to logger (and River, through it).
-// Defaults to slog.Default().
+// Defaults to the logger Config.LogFormat and Config.LogLevel ask for,
+// writing to standard error, when either is set; else slog.Default().
 func WithLogger(logger *slog.Logger) Option {
 	return func(o *options) error {
 		if logger == nil {

@@ -12,12 +12,13 @@ import (
 	"testing"
 	"unicode"
 
+	"github.com/hookgate/hookgate/internal/cli"
 	"github.com/hookgate/hookgate/internal/config"
 )
 
 // cliOnly are the variables the configuration page documents that the
 // gateway itself never reads: the operator commands read them.
-var cliOnly = []string{"HOOKGATE_URL"}
+var cliOnly = []string{cli.URLVariable}
 
 // The configuration page's variable tables (those whose first column is
 // "variable") list exactly the variables the gateway reads, config.Variables,

@@ -125,19 +125,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("%s takes no arguments (its configuration is the environment: gateway help), got %q", command, args[1])}
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	if command == "serve" {
-		// The gateway runs through the public package, as a library user's
-		// main does.
-		cfg, err := hookgate.ConfigFromEnv()
-		if err != nil {
-			return err
-		}
-		gw, err := hookgate.New(cfg, hookgate.WithLogger(logger))
-		if err != nil {
-			return err
-		}
-		return gw.Run(ctx)
+		return serve(ctx, stderr)
 	}
 
 	cfg, err := config.Load()
@@ -146,6 +135,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			// The operator's to fix, as a wrong flag is: exit 2.
 			return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("configuration: %w", err)}
 		}
+		return fmt.Errorf("configuration: %w", err)
+	}
+	logger, err := cfg.Logger(stderr)
+	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
 	if command == "migrate" {
@@ -175,4 +168,34 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			Mode: database.ShareOnly, Conns: conns, Schema: cfg.Schema, Logger: quiet})
 	}
 	return bench.Run(ctx, bench.Env{Config: cfg, Providers: cfg.Providers, Open: open, Stdout: stdout}, args[1:])
+}
+
+// serve runs the gateway through the public package, as a library user's
+// main does, logging to stderr as GATEWAY_LOG_FORMAT and GATEWAY_LOG_LEVEL
+// say. The variables that look meant for hookgate and are none it reads are
+// logged first, at WARN, configuration errors or not: a misspelt name is
+// often why a value seems ignored.
+func serve(ctx context.Context, stderr io.Writer) error {
+	cfg, cfgErr := hookgate.ConfigFromEnv()
+	if cfgErr != nil {
+		// What could be read, for the log's format and level alone.
+		cfg, _ = config.FromEnv(os.LookupEnv)
+	}
+	logger, err := cfg.Logger(stderr)
+	if err != nil {
+		// GATEWAY_LOG_FORMAT or GATEWAY_LOG_LEVEL itself, which cfgErr names.
+		logger = slog.New(slog.NewTextHandler(stderr, nil))
+	}
+	for _, s := range config.Strays(os.Environ(), cli.URLVariable) {
+		logger.WarnContext(ctx, s.Name+": not a variable hookgate reads; did you mean "+s.Closest+"?",
+			"variable", s.Name, "did_you_mean", s.Closest)
+	}
+	if cfgErr != nil {
+		return cfgErr
+	}
+	gw, err := hookgate.New(cfg, hookgate.WithLogger(logger))
+	if err != nil {
+		return err
+	}
+	return gw.Run(ctx)
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -207,6 +208,7 @@ func TestRunDispatchesAndStops(t *testing.T) {
 	t.Setenv("GATEWAY_ADDR", addr)
 	t.Setenv("GITHUB_WEBHOOK_SECRET", "old-secret,"+secret)
 	t.Setenv("GATEWAY_ROUTES", "audit=github:*>builtin:log")
+	t.Setenv("GATEWAY_LOG_FORMAT", "json")
 	metricsAddr := freeAddr(t)
 	t.Setenv("GATEWAY_METRICS_ADDR", metricsAddr)
 
@@ -257,6 +259,22 @@ func TestRunDispatchesAndStops(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), secret) {
 		t.Fatal("a secret was logged")
+	}
+	// GATEWAY_LOG_FORMAT=json: one JSON object a line, time, level and
+	// msg in each; River's periodic statistics are below the default level.
+	var listening bool
+	for line := range strings.Lines(logs.String()) {
+		var l map[string]any
+		if err := json.Unmarshal([]byte(line), &l); err != nil || l["time"] == nil || l["level"] == nil || l["msg"] == nil {
+			t.Fatalf("a log line that is not a JSON object with time, level and msg: %q", line)
+		}
+		listening = listening || l["msg"] == "gateway listening" && l["addr"] != nil
+		if l["level"] == "DEBUG" || strings.Contains(fmt.Sprint(l["msg"]), "Producer job counts") {
+			t.Errorf("logged at the default level: %q", line)
+		}
+	}
+	if !listening {
+		t.Errorf("no gateway listening line:\n%s", logs.String())
 	}
 }
 
@@ -322,6 +340,54 @@ func TestRunRefusesBadConfiguration(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), `route "a"`) || !strings.Contains(err.Error(), "key filter") {
 			t.Fatalf("filter %s: err = %v", bad, err)
 		}
+	}
+}
+
+// gateway serve reports every configuration error at once, one a line, a
+// value that does not parse among them, every bad route and a route whose
+// provider is not configured; and before them it warns, at WARN, of each
+// variable that looks meant for hookgate and is none it reads, naming the
+// closest one and never the value.
+func TestServeReportsEveryConfigurationErrorAtOnce(t *testing.T) {
+	t.Setenv("GITHUB_WEBHOOK_SECRET", "")
+	t.Setenv("STRIPE_WEBHOOK_SECRET", "")
+	t.Setenv("STRIPE_TOLERANCE", "5")
+	t.Setenv("GATEWAY_RETENTION", "1h")
+	t.Setenv("GATEWAY_WORKERS", "0")
+	t.Setenv("GATEWAY_LOG_FORMAT", "xml")
+	t.Setenv("GATEWAY_ROUTES", "ci=github:push>http://ci.internal/hook nothing")
+	t.Setenv("GATEWAY_ROUTE", "leaked-topsecret")
+	t.Setenv("GATEWAY_SERVICE_PORT_HTTP", "8080") // Kubernetes': no warning
+	var stderr bytes.Buffer
+	err := run(context.Background(), []string{"serve"}, io.Discard, &stderr)
+	if err == nil {
+		t.Fatal("serve started")
+	}
+	want := []string{
+		"configuration: STRIPE_TOLERANCE: must be a duration such as 30s, 5m or 72h",
+		"GATEWAY_WORKERS: must be 1 to 10000, got 0",
+		"GATEWAY_ROUTES: bad route, entry 2: want name=provider:pattern[,...]>target",
+		"GATEWAY_RETENTION: must be from 72h0m0s (providers retry for 3 days) to 87600h0m0s, got 1h0m0s",
+		"GATEWAY_LOG_FORMAT: must be text or json",
+		`GATEWAY_ROUTES: bad route, entry 1 ("ci"): key match: provider github is not configured (GITHUB_WEBHOOK_SECRET is unset); the configured ones: none`,
+	}
+	lines := strings.Split(err.Error(), "\n")
+	for _, w := range want {
+		// A line may go on to name the Config field, for a Config filled
+		// in code.
+		if !slices.ContainsFunc(lines, func(l string) bool { return l == w || strings.HasPrefix(l, w+" (Config.") }) {
+			t.Errorf("no line %q in:\n%v", w, err)
+		}
+	}
+	if len(lines) != len(want) {
+		t.Errorf("%d lines, want one for each of the %d errors:\n%v", len(lines), len(want), err)
+	}
+	logged := stderr.String()
+	if !strings.Contains(logged, `level=WARN msg="GATEWAY_ROUTE: not a variable hookgate reads; did you mean GATEWAY_ROUTES?" variable=GATEWAY_ROUTE did_you_mean=GATEWAY_ROUTES`) {
+		t.Errorf("no warning of GATEWAY_ROUTE:\n%s", logged)
+	}
+	if strings.Contains(logged, "topsecret") || strings.Contains(err.Error(), "topsecret") || strings.Contains(logged, "SERVICE_PORT") {
+		t.Errorf("a stray's value, or Kubernetes' variable, logged:\n%s", logged)
 	}
 }
 

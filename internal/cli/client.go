@@ -20,6 +20,11 @@ import (
 // --url nor HOOKGATE_URL says.
 const DefaultURL = "http://127.0.0.1:8080"
 
+// URLVariable is the variable the operator commands find the gateway's API
+// at (and gateway send its webhooks): a variable hookgate reads, though the
+// gateway itself does not.
+const URLVariable = "HOOKGATE_URL"
+
 // connFlags are the flags every API command takes: where the gateway is,
 // the token, and whether plain http to another host is allowed.
 type connFlags struct {
@@ -47,7 +52,7 @@ type client struct {
 func (f connFlags) client(env Env) (*client, error) {
 	raw := *f.url
 	if raw == "" {
-		raw = env.getenv("HOOKGATE_URL")
+		raw = env.getenv(URLVariable)
 	}
 	if raw == "" {
 		raw = DefaultURL

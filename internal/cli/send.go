@@ -39,7 +39,7 @@ func send(ctx context.Context, env Env, args []string) error {
 		return usageErr("send: --event is required")
 	}
 	if *target == "" {
-		*target = env.getenv("HOOKGATE_URL")
+		*target = env.getenv(URLVariable)
 	}
 	if *target == "" {
 		*target = localURL(env.Addr)

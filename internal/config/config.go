@@ -12,13 +12,16 @@
 package config
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/url"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -143,6 +146,16 @@ type Config struct {
 	// 720h. Defaults to 72h.
 	RecoveryLookback time.Duration `env:"GATEWAY_RECOVERY_LOOKBACK" default:"72h" zero:"must be 1h to 720h"`
 
+	// LogFormat is how log lines are written: "text" (log/slog's text
+	// handler, key=value) or "json" (one JSON object a line: time, level,
+	// msg and the attributes). Defaults to text. The logger it makes is
+	// Logger's; New uses it when given no WithLogger and LogFormat or
+	// LogLevel is set.
+	LogFormat string `env:"GATEWAY_LOG_FORMAT" default:"text"`
+	// LogLevel is the least level logged: "debug", "info", "warn" or
+	// "error". Defaults to info.
+	LogLevel string `env:"GATEWAY_LOG_LEVEL" default:"info"`
+
 	// routesFrom says where FromEnv read Routes ("GATEWAY_ROUTES", or the
 	// configuration file), for Resolve's messages; empty for routes set in
 	// code.
@@ -190,6 +203,11 @@ type Route struct {
 	// that an older event of its entity still in flight goes first. Zero:
 	// none.
 	OrderWindow time.Duration
+
+	// entry is the route's place in GATEWAY_ROUTES, from 1, for Resolve's
+	// messages (an entry that could not be read is left out of Routes);
+	// 0 for a route from elsewhere.
+	entry int
 }
 
 // String names the route and its matches, never its target, which may
@@ -255,6 +273,8 @@ func (c Config) withDefaults() Config {
 	str(&c.Schema, schema.Default)
 	str(&c.Addr, ":8080")
 	str(&c.Console, "on")
+	str(&c.LogFormat, "text")
+	str(&c.LogLevel, "info")
 	str(&c.GitHubAPIURL, "https://api.github.com")
 	str(&c.StripeAPIURL, "https://api.stripe.com")
 	dur := func(v *time.Duration, d time.Duration) {
@@ -339,17 +359,23 @@ func (c Config) Resolve() (Resolved, error) {
 	r.Providers = reg
 	d := c.RouteDefaults()
 	d.Sources = sourceNames
+	configured := c.configured(sourceNames)
 	seen := map[string]bool{}
 	for i, route := range c.Routes {
 		where := fmt.Sprintf("route %d (%q)", i+1, route.Name)
 		if c.routesFrom == "GATEWAY_ROUTES" {
-			where = fmt.Sprintf("GATEWAY_ROUTES: bad route, entry %d (%q)", i+1, route.Name)
+			where = fmt.Sprintf("GATEWAY_ROUTES: bad route, entry %d (%q)", cmp.Or(route.entry, i+1), route.Name)
 		} else if c.routesFrom != "" {
 			where = fmt.Sprintf("%s: route %q", c.routesFrom, route.Name)
 		}
 		fr, keyErrs := resolveRoute(route, d)
 		for _, ke := range keyErrs {
 			errs = append(errs, fmt.Errorf("%s: %w", where, ke))
+		}
+		// Not a KeyError: the route is right in itself, and stays in the
+		// table for a caller that checks its builtin handler too.
+		for _, err := range unconfigured(fr, configured) {
+			errs = append(errs, fmt.Errorf("%s: %w", where, err))
 		}
 		if seen[route.Name] {
 			errs = append(errs, fmt.Errorf("%s: the name %s is used by another route", where, route.Name))
@@ -477,23 +503,47 @@ func (c Config) validate() []error {
 	if c.GitHubAppID < 0 {
 		bad("GITHUB_APP_ID", "must be a positive number, got %d", c.GitHubAppID)
 	}
+	// Not the values: whatever was pasted there may be a secret.
+	if _, ok := logFormats[c.LogFormat]; !ok {
+		bad("GATEWAY_LOG_FORMAT", "must be text or json")
+	}
+	if _, ok := logLevels[strings.ToLower(c.LogLevel)]; !ok {
+		bad("GATEWAY_LOG_LEVEL", "must be debug, info, warn or error")
+	}
 	return errs
 }
 
+// logFormats are LogFormat's values and the handlers they make.
+var logFormats = map[string]func(io.Writer, *slog.HandlerOptions) slog.Handler{
+	"text": func(w io.Writer, o *slog.HandlerOptions) slog.Handler { return slog.NewTextHandler(w, o) },
+	"json": func(w io.Writer, o *slog.HandlerOptions) slog.Handler { return slog.NewJSONHandler(w, o) },
+}
+
+// logLevels are LogLevel's values, in lower case.
+var logLevels = map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
+
+// Logger returns the logger LogFormat and LogLevel ask for (empty: text,
+// info), writing to w: the one `gateway serve` logs with. A value Resolve
+// refuses is an error.
+func (c Config) Logger(w io.Writer) (*slog.Logger, error) {
+	c.LogFormat, c.LogLevel = cmp.Or(c.LogFormat, "text"), cmp.Or(c.LogLevel, "info")
+	handler, ok := logFormats[c.LogFormat]
+	if !ok {
+		return nil, errors.New("GATEWAY_LOG_FORMAT: must be text or json")
+	}
+	level, ok := logLevels[strings.ToLower(c.LogLevel)]
+	if !ok {
+		return nil, errors.New("GATEWAY_LOG_LEVEL: must be debug, info, warn or error")
+	}
+	return slog.New(handler(w, &slog.HandlerOptions{Level: level})), nil
+}
+
 // registry returns the gateway's provider registry, and the sources' names:
-// the built-in providers the secrets configure, as sources (GitHubSecrets
-// make the source github, of kind github; StripeSecrets with
-// StripeTolerance the source stripe, of kind stripe), then Sources.
+// the built-in providers the secrets configure (builtins), then Sources.
 func (c Config) registry() (*providers.Registry, []string, error) {
 	var configured []providers.Provider
 	var errs []error
-	for _, src := range []providers.SourceConfig{
-		{Name: "github", Kind: "github", Secrets: verify.Secrets(c.GitHubSecrets)},
-		{Name: "stripe", Kind: "stripe", Secrets: verify.Secrets(c.StripeSecrets), Tolerance: c.StripeTolerance},
-	} {
-		if len(src.Secrets) == 0 {
-			continue // not configured
-		}
+	for _, src := range c.builtins() {
 		p, err := providers.New(src)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", providers.Kinds[src.Kind].Env, err))
@@ -516,6 +566,57 @@ func (c Config) registry() (*providers.Registry, []string, error) {
 	}
 	reg, err := providers.NewRegistry(configured...)
 	return reg, names, err
+}
+
+// builtins are the built-in providers the secrets configure: GitHubSecrets
+// make the source github, of kind github; StripeSecrets with
+// StripeTolerance the source stripe, of kind stripe. A provider without
+// secrets is not configured.
+func (c Config) builtins() []providers.SourceConfig {
+	var srcs []providers.SourceConfig
+	for _, src := range []providers.SourceConfig{
+		{Name: "github", Kind: "github", Secrets: verify.Secrets(c.GitHubSecrets)},
+		{Name: "stripe", Kind: "stripe", Secrets: verify.Secrets(c.StripeSecrets), Tolerance: c.StripeTolerance},
+	} {
+		if len(src.Secrets) > 0 {
+			srcs = append(srcs, src)
+		}
+	}
+	return srcs
+}
+
+// configured returns the providers whose deliveries the gateway takes: the
+// built-in ones whose secrets are set, then the sources.
+func (c Config) configured(sources []string) []string {
+	var names []string
+	for _, src := range c.builtins() {
+		names = append(names, src.Name)
+	}
+	return append(names, sources...)
+}
+
+// unconfigured reports each provider r's matches name that is not among
+// configured, once each: such a route could never take a delivery, since
+// the provider's endpoint answers 404.
+func unconfigured(r fanout.Route, configured []string) []error {
+	var errs []error
+	var seen []string
+	for _, m := range r.Matches {
+		if m.Provider == "*" || slices.Contains(configured, m.Provider) || slices.Contains(seen, m.Provider) {
+			continue
+		}
+		seen = append(seen, m.Provider)
+		unset := "no secret set"
+		if k, ok := providers.Kinds[m.Provider]; ok && k.Env != "" {
+			unset = k.Env + " is unset"
+		}
+		have := "none"
+		if len(configured) > 0 {
+			have = strings.Join(configured, ", ")
+		}
+		errs = append(errs, fmt.Errorf("key match: provider %s is not configured (%s); the configured ones: %s", m.Provider, unset, have))
+	}
+	return errs
 }
 
 // publicURL reports whether s is an origin: scheme and host, nothing more.

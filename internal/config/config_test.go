@@ -1,8 +1,10 @@
 package config_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -92,6 +94,10 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		{"GATEWAY_PUBLIC_URL", "https://hooks.example.com/gateway", "GATEWAY_PUBLIC_URL: must be an http:// or https:// URL"},
 		{"GATEWAY_PUBLIC_URL", "https://hooks.example.com/?x=1", "GATEWAY_PUBLIC_URL: must be an http:// or https:// URL"},
 		{"GATEWAY_PUBLIC_URL", "https://ops:topsecret@hooks.example.com", "GATEWAY_PUBLIC_URL: must be an http:// or https:// URL"},
+		{"GATEWAY_LOG_FORMAT", "topsecret", "GATEWAY_LOG_FORMAT: must be text or json"},
+		{"GATEWAY_LOG_FORMAT", "JSON ", "GATEWAY_LOG_FORMAT: must be text or json"},
+		{"GATEWAY_LOG_LEVEL", "verbose", "GATEWAY_LOG_LEVEL: must be debug, info, warn or error"},
+		{"GATEWAY_LOG_LEVEL", "warning", "GATEWAY_LOG_LEVEL: must be debug, info, warn or error"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name+"="+tt.value, func(t *testing.T) {
@@ -331,5 +337,185 @@ func TestDefaultTagsAreTheDefaults(t *testing.T) {
 		if got, want := reflect.ValueOf(zero.Config).Field(i).Interface(), reflect.ValueOf(fromTag.Config).Field(i).Interface(); got != want {
 			t.Errorf("%s: a zero field takes %v, its default tag says %v", name, got, want)
 		}
+	}
+}
+
+// GATEWAY_LOG_FORMAT and GATEWAY_LOG_LEVEL make the logger: text (log/slog's
+// text handler) at info by default; json writes one object a line with
+// time, level, msg and the attributes; a level drops what is below it.
+func TestLoggerFollowsFormatAndLevel(t *testing.T) {
+	t.Parallel()
+	logged := func(vars map[string]string) string {
+		t.Helper()
+		c, err := env(vars)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf strings.Builder
+		logger, err := c.Logger(&buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logger.Debug("details", "n", 1)
+		logger.Info("gateway listening", "addr", ":8080")
+		logger.Warn("ingest rejected", "provider", "github")
+		return buf.String()
+	}
+	if got := logged(nil); strings.Count(got, "\n") != 2 || !strings.Contains(got, `level=INFO msg="gateway listening" addr=:8080`) ||
+		!strings.Contains(got, `level=WARN msg="ingest rejected" provider=github`) || !strings.HasPrefix(got, "time=") {
+		t.Errorf("by default (text, info):\n%s", got)
+	}
+	got := logged(map[string]string{"GATEWAY_LOG_FORMAT": "json", "GATEWAY_LOG_LEVEL": "debug"})
+	lines := strings.Split(strings.TrimSpace(got), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("json at debug: %d lines, want 3:\n%s", len(lines), got)
+	}
+	for i, want := range []map[string]any{{"level": "DEBUG", "msg": "details", "n": 1.0}, {"level": "INFO", "msg": "gateway listening", "addr": ":8080"},
+		{"level": "WARN", "msg": "ingest rejected", "provider": "github"}} {
+		var line map[string]any
+		if err := json.Unmarshal([]byte(lines[i]), &line); err != nil {
+			t.Fatalf("line %d is not JSON: %s", i, lines[i])
+		}
+		if _, ok := line["time"]; !ok || len(line) != len(want)+1 {
+			t.Errorf("line %d: %v, want time and %v", i, line, want)
+		}
+		for k, v := range want {
+			if line[k] != v {
+				t.Errorf("line %d: %s = %v, want %v", i, k, line[k], v)
+			}
+		}
+	}
+	if got := logged(map[string]string{"GATEWAY_LOG_LEVEL": "WARN"}); strings.Count(got, "\n") != 1 || !strings.Contains(got, "level=WARN") {
+		t.Errorf("at warn:\n%s", got)
+	}
+	if _, err := (config.Config{LogLevel: "loud"}).Logger(io.Discard); err == nil {
+		t.Error("a Config filled in code with a bad level made a logger")
+	}
+}
+
+// A route whose match names a provider that is not configured (GitHub or
+// Stripe without its secret) stops the gateway, naming the route, the
+// provider and the configured ones; once per provider of the route; * is
+// any configured provider.
+func TestARouteNeedsItsProviderConfigured(t *testing.T) {
+	t.Parallel()
+	_, err := env(map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_x",
+		"GATEWAY_ROUTES": "ci=github:push,github:pull_request>http://ci.internal/ ok=stripe:invoice.*>builtin:log all=*:*>builtin:log"})
+	want := `GATEWAY_ROUTES: bad route, entry 1 ("ci"): key match: provider github is not configured (GITHUB_WEBHOOK_SECRET is unset); the configured ones: stripe`
+	if err == nil || err.Error() != want {
+		t.Fatalf("err = %v\nwant %s", err, want)
+	}
+	_, err = env(map[string]string{"GATEWAY_ROUTES": "ci=stripe:invoice.*>http://ci.internal/"})
+	if err == nil || !strings.Contains(err.Error(), "provider stripe is not configured (STRIPE_WEBHOOK_SECRET is unset); the configured ones: none") {
+		t.Fatalf("no provider configured: %v", err)
+	}
+	// A Config filled in code, its routes named by their place.
+	_, err = config.Config{GitHubSecrets: config.SecretList{"s"}, Routes: []config.Route{{Name: "pay", Match: []string{"stripe:*"}, Target: "builtin:log"}}}.Resolve()
+	if err == nil || !strings.Contains(err.Error(), `route 1 ("pay"): key match: provider stripe is not configured (STRIPE_WEBHOOK_SECRET is unset); the configured ones: github`) {
+		t.Fatalf("in code: %v", err)
+	}
+	// Configured, it resolves.
+	if _, err := env(map[string]string{"GITHUB_WEBHOOK_SECRET": "s", "GATEWAY_ROUTES": "ci=github:push>http://ci.internal/"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Every entry of GATEWAY_ROUTES that cannot be read is reported, not only
+// the first, beside what is wrong with the entries that can.
+func TestEveryBadRouteEntryIsReported(t *testing.T) {
+	t.Parallel()
+	_, err := env(map[string]string{"GITHUB_WEBHOOK_SECRET": "s",
+		"GATEWAY_ROUTES": "a=github:push>http://x/ b-no-target=github:push Bad=github:push>http://x/ nothing c=github:push>ftp://x/"})
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{`entry 2 ("b-no-target"): no >target`, `entry 3: the name must be`, `entry 4: want name=provider:pattern`,
+		`entry 5 ("c"): key target`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error lacks %q:\n%v", want, err)
+		}
+	}
+	if n := strings.Count(err.Error(), "\n") + 1; n != 4 {
+		t.Errorf("%d lines, want one for each of the 4 bad entries:\n%v", n, err)
+	}
+}
+
+// Variables is the list of what the loader reads: every name FromEnv asks
+// for is in it, besides those the configuration file names, and every name
+// in it is asked for. A variable read by the loader but missing here, or
+// listed but no longer read, fails this test.
+func TestVariablesAreWhatTheLoaderReads(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "hookgate.yaml")
+	fileNamed := []string{"CLERK_WEBHOOK_SECRET", "CLERK_WEBHOOK_SECRET_FILE", "CI_TARGET", "CI_TARGET_FILE"}
+	if err := os.WriteFile(file, []byte(`
+sources:
+  - {name: clerk, kind: standard-webhooks, secret_env: CLERK_WEBHOOK_SECRET}
+routes:
+  - {name: ci, match: ["clerk:user.*"], target_env: CI_TARGET}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{"GATEWAY_CONFIG_FILE": file, "CLERK_WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "CI_TARGET": "http://ci.internal/"}
+	asked := map[string]bool{}
+	c, err := config.FromEnv(func(name string) (string, bool) {
+		asked[name] = true
+		v, ok := vars[name]
+		return v, ok
+	})
+	if err != nil || len(c.Routes) != 1 || len(c.Sources) != 1 {
+		t.Fatalf("FromEnv: %v, %d routes, %d sources", err, len(c.Routes), len(c.Sources))
+	}
+	known := config.Variables()
+	for name := range asked {
+		if !slices.Contains(known, name) && !slices.Contains(fileNamed, name) {
+			t.Errorf("FromEnv reads %s, which Variables does not list", name)
+		}
+	}
+	for _, name := range known {
+		if !asked[name] {
+			t.Errorf("Variables lists %s, which FromEnv does not read", name)
+		}
+	}
+	for _, name := range fileNamed {
+		if !asked[name] {
+			t.Errorf("FromEnv does not read %s, which the file names", name)
+		}
+	}
+}
+
+// A variable that looks meant for hookgate (GATEWAY_*, HOOKGATE_*,
+// *_WEBHOOK_SECRET) and that it does not read is a stray, named with the
+// closest name it reads; what it reads (the file's secret_env too, the
+// operator commands' HOOKGATE_URL when given), other names and Kubernetes'
+// service variables are not.
+func TestStraysNameTheClosestVariable(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "hookgate.yaml")
+	if err := os.WriteFile(file, []byte("sources:\n  - {name: clerk, kind: standard-webhooks, secret_env: CLERK_WEBHOOK_SECRET}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	environ := []string{
+		"GATEWAY_ROUTE=ci=github:push>http://x/", "GATEWAY_CONFIG_FILE=" + file, "CLERK_WEBHOOK_SECRET=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+		"GITHUB_WEBHOOK_SECRET=s", "GITHUB_WEBHOOK_SECRET_FILE=", "GATEWAY_LOG_LEVEL=debug", "HOOKGATE_URL=http://127.0.0.1:8080",
+		"GITHUB_WEBHOOK_SECRETS=topsecret", // no name hookgate looks at
+		"ACME_WEBHOOK_SECRET=topsecret", "HOOKGATE_URLS=x", "GATEWAY_ADMIN_TOKN=topsecret",
+		"GATEWAY_WORKER=8", "GATEWAY_SERVICE_HOST=10.0.0.1", "GATEWAY_SERVICE_PORT=8080", "GATEWAY_SERVICE_PORT_HTTP=8080", "GATEWAY_PORT=tcp://10.0.0.1:8080",
+		"GATEWAY_PORT_8080_TCP_ADDR=10.0.0.1", "HOOKGATE_PORT_8080_TCP=tcp://10.0.0.1:8080", "PATH=/usr/bin", "MY_GATEWAY_THING=x", "GATEWAY=x",
+	}
+	got := config.Strays(environ, "HOOKGATE_URL")
+	want := []config.Stray{
+		{Name: "ACME_WEBHOOK_SECRET", Closest: "STRIPE_WEBHOOK_SECRET"},
+		{Name: "GATEWAY_ADMIN_TOKN", Closest: "GATEWAY_ADMIN_TOKEN"},
+		{Name: "GATEWAY_ROUTE", Closest: "GATEWAY_ROUTES"},
+		{Name: "GATEWAY_WORKER", Closest: "GATEWAY_WORKERS"},
+		{Name: "HOOKGATE_URLS", Closest: "HOOKGATE_URL"},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("Strays = %v\nwant %v", got, want)
+	}
+	// Without the operator commands' name, HOOKGATE_URL is a stray too.
+	if got := config.Strays([]string{"HOOKGATE_URL=x"}); len(got) != 1 || got[0].Name != "HOOKGATE_URL" {
+		t.Errorf("HOOKGATE_URL, not given as known: %v", got)
 	}
 }

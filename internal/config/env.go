@@ -25,8 +25,8 @@ type Lookup func(name string) (string, bool)
 func FromEnv(lookup Lookup) (Config, error) {
 	var c Config
 	errs := readVars(&c, lookup)
-	spec, _ := lookup("GATEWAY_ROUTES")
-	path, _ := lookup("GATEWAY_CONFIG_FILE")
+	spec, _ := lookup(routesVariable)
+	path, _ := lookup(configFileVariable)
 	routes, sources, from, err := routesAndSources(spec, path, lookup)
 	if err != nil {
 		errs = append(errs, err)

@@ -15,24 +15,27 @@ import (
 	"github.com/hookgate/hookgate/internal/providers"
 )
 
-// load is Load with GATEWAY_ROUTES spec and GATEWAY_CONFIG_FILE path, and no
-// built-in provider configured: each route's limits are the environment's
-// defaults (50 workers, 10s, 25 attempts).
+// load is Load with GATEWAY_ROUTES spec and GATEWAY_CONFIG_FILE path, and
+// the built-in providers configured (a route may name them): each route's
+// limits are the environment's defaults (50 workers, 10s, 25 attempts).
 func load(t *testing.T, spec, path string) (config.Resolved, error) {
 	t.Helper()
 	t.Setenv("GATEWAY_ROUTES", spec)
 	t.Setenv("GATEWAY_CONFIG_FILE", path)
 	for _, k := range providers.Builtins() {
-		t.Setenv(providers.Kinds[k].Env, "")
+		t.Setenv(providers.Kinds[k].Env, "whsec_"+k)
 	}
 	return config.Load()
 }
 
-// sources are the configured providers' names, in order.
+// sources are the configured sources' names, in order: the providers
+// besides the built-in ones.
 func sources(c config.Resolved) []string {
 	var names []string
 	for _, p := range c.Providers.Providers() {
-		names = append(names, p.Name())
+		if !slices.Contains(providers.Builtins(), p.Name()) {
+			names = append(names, p.Name())
+		}
 	}
 	return names
 }

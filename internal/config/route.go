@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -137,23 +138,28 @@ func parseRate(s string) (fanout.Rate, error) {
 // parseSpec reads GATEWAY_ROUTES: space-separated name=match[,match...]>target.
 // An entry is named by its place and name, never shown: its target may carry
 // a credential, in its path too, and what was written by mistake may be a URL
-// or a secret alone. What the routes say is checked by Resolve.
+// or a secret alone. Every entry that cannot be read is reported, one error
+// each; the others are returned. What the routes say is checked by Resolve.
 func parseSpec(spec string) ([]Route, error) {
 	var rs []Route
+	var errs []error
 	for i, entry := range strings.Fields(spec) {
 		where := fmt.Sprintf("GATEWAY_ROUTES: bad route, entry %d", i+1)
 		name, rest, ok := strings.Cut(entry, "=")
 		if !ok {
-			return nil, fmt.Errorf("%s: want name=provider:pattern[,...]>target", where)
+			errs = append(errs, fmt.Errorf("%s: want name=provider:pattern[,...]>target", where))
+			continue
 		}
 		if err := fanout.CheckName(name); err != nil {
-			return nil, fmt.Errorf("%s: the name %w", where, err)
+			errs = append(errs, fmt.Errorf("%s: the name %w", where, err))
+			continue
 		}
 		matches, target, ok := strings.Cut(rest, ">")
 		if !ok || target == "" {
-			return nil, fmt.Errorf("%s (%q): no >target", where, name)
+			errs = append(errs, fmt.Errorf("%s (%q): no >target", where, name))
+			continue
 		}
-		rs = append(rs, Route{Name: name, Match: strings.Split(matches, ","), Target: target})
+		rs = append(rs, Route{Name: name, Match: strings.Split(matches, ","), Target: target, entry: i + 1})
 	}
-	return rs, nil
+	return rs, errors.Join(errs...)
 }

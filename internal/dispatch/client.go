@@ -34,7 +34,7 @@ type ClientConfig struct {
 	// ForwardTimeout is one forward attempt's limit; the job timeout and the
 	// rescue of stuck jobs are derived from it. Defaults to 10s.
 	ForwardTimeout time.Duration
-	// Logger receives River's logs.
+	// Logger receives River's logs, its periodic statistics at DEBUG.
 	Logger *slog.Logger
 	// Extra registers more workers (bulk replay's, retention's, recovery's,
 	// a library user's), and Periodic schedules
@@ -87,7 +87,7 @@ func NewClient(pool *pgxpool.Pool, cfg ClientConfig) (*river.Client[pgx.Tx], err
 	}
 	periodic = append(periodic, cfg.Periodic...)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Logger: cfg.Logger,
+		Logger: riverLogger(cfg.Logger),
 		// A new dispatch is announced by LISTEN/NOTIFY when its transaction
 		// commits, and fetched at most FetchCooldown after the previous fetch:
 		// 20 ms keeps pickup well under 50 ms, while under load each fetch
@@ -165,7 +165,7 @@ func queues(table fanout.Table, workers int, extra map[string]river.QueueConfig)
 // queue at most once per its FetchCooldown: the working client's own here,
 // so that a new dispatch is announced as often as it may be fetched.
 func NewInserter(pool *pgxpool.Pool, logger *slog.Logger) (*river.Client[pgx.Tx], error) {
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger, FetchCooldown: fetchCooldown})
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: riverLogger(logger), FetchCooldown: fetchCooldown})
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)
 	}

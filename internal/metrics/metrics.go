@@ -113,11 +113,11 @@ type Known struct {
 }
 
 // The label values Declare makes present: ingest's outcomes that a dashboard
-// or an alert reads (ingest.Accepted, ingest.Duplicate, and the 503s' error
-// codes), the final states of a dispatch that are counted (dispatch's),
+// or an alert reads (ingest.Accepted, ingest.Duplicate, the 503s' error
+// codes, and invalid_signature: a sender whose secret is not the gateway's), the final states of a dispatch that are counted (dispatch's),
 // forward.Outcome's outcomes, and the recovery outcomes every provider has.
 var (
-	declaredIngest   = []string{"accepted", "duplicate", "unavailable", "overloaded"}
+	declaredIngest   = []string{"accepted", "duplicate", "unavailable", "overloaded", "invalid_signature"}
 	declaredStates   = []string{"succeeded", "superseded", "discarded"}
 	declaredForward  = []string{"succeeded", "status_4xx", "status_5xx", "timeout", "connection"}
 	declaredRecovery = []string{"found", "failed"}

@@ -48,8 +48,9 @@ func TestDeclarePresentsSeriesAtZero(t *testing.T) {
 		`hookgate_dispatch_oldest_unfinished_seconds{route="ci"} 0`,
 		`hookgate_queue_depth{state="available"} 0`,
 	}
-	// The contract's error codes of a 503 to a sender.
-	for _, outcome := range []string{string(ingest.Accepted), string(ingest.Duplicate), "unavailable", "overloaded"} {
+	// The contract's error codes of a 503 to a sender, and of a signature
+	// that is not the provider's secret's.
+	for _, outcome := range []string{string(ingest.Accepted), string(ingest.Duplicate), "unavailable", "overloaded", "invalid_signature"} {
 		want = append(want, `hookgate_ingest_requests_total{outcome="`+outcome+`",provider="github"} 0`)
 	}
 	for _, state := range []string{dispatch.Succeeded, dispatch.Superseded, dispatch.Discarded} {

@@ -124,7 +124,7 @@ func writeError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err
 	status, code := classify(err)
 	msg := errtext.Clean(err.Error()) // it may quote what the request held
 	if status >= 500 {
-		if code != "overloaded" { // counted in metrics; one line each would flood the log
+		if loggedError(status, code) {
 			logger.ErrorContext(r.Context(), "request failed", "error", err, "method", r.Method, "path", r.URL.Path, "status", status)
 		}
 		msg = "the server could not complete the request; retry later"
@@ -142,6 +142,15 @@ func writeError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err
 	}
 	writeJSON(w, status, errorBody{Error: code, Message: msg})
 	return status, code
+}
+
+// loggedError reports whether writeError logs an answer of status and code
+// as the server's own failure, one line each: a 5xx other than overloaded.
+// Every other refusal of a delivery is the sender's (or, overloaded, a
+// flood's) and is logged as "ingest rejected", a line per kind at most
+// every 10 s.
+func loggedError(status int, code string) bool {
+	return status >= 500 && code != "overloaded"
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

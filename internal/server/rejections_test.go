@@ -1,17 +1,24 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/hookgate/hookgate/internal/dbtest"
+	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/proxies"
 	"github.com/hookgate/hookgate/internal/rejections"
 	"github.com/hookgate/hookgate/internal/server"
+	"github.com/hookgate/hookgate/internal/verify"
 )
 
 // serve answers req with the bundle's handler.
@@ -101,4 +108,75 @@ func TestRejectionsNameTheClientBehindATrustedProxy(t *testing.T) {
 	if got := res.Rejections[0].RemoteAddr; !strings.HasPrefix(got, "198.51.100.9:") {
 		t.Errorf("straight from an untrusted peer: remote address %q, want the connection's", got)
 	}
+}
+
+// A rejected ingest request is logged at WARN as "ingest rejected" with its
+// provider, reason, remote address and count: the first of a (provider,
+// reason) at once, with count 1; those after it within 10 s are counted, not
+// logged one by one (ratelog's tests show the count's line). A name that is
+// no provider's is logged as unknown, as the metrics name it.
+func TestRejectedRequestsAreLoggedOncePerKind(t *testing.T) {
+	t.Parallel()
+	var log lockedBuffer
+	h := server.New(server.Config{
+		Logger:       slog.New(slog.NewJSONHandler(&log, nil)),
+		Providers:    mustRegistry(t, providers.GitHub{Secrets: verify.Secrets{ghSecret}}),
+		MaxBodyBytes: 1 << 10,
+	})
+	send := func(req *http.Request, want int) {
+		t.Helper()
+		req.RemoteAddr = "192.0.2.7:41000"
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != want {
+			t.Fatalf("%s: %d %s, want %d", req.URL, rec.Code, rec.Body, want)
+		}
+	}
+	for i := range 5 {
+		send(githubRequest(ghReq{id: fmt.Sprint("bad-", i), signature: ptr("sha256=" + strings.Repeat("0", 64))}), http.StatusUnauthorized)
+	}
+	send(httptest.NewRequest(http.MethodPost, "/webhooks/nosuch", strings.NewReader("{}")), http.StatusNotFound)
+	send(httptest.NewRequest(http.MethodPost, "/webhooks/other", strings.NewReader("{}")), http.StatusNotFound)
+	send(githubRequest(ghReq{id: "big", body: []byte(`{"pad":"` + strings.Repeat("x", 2<<10) + `"}`)}), http.StatusRequestEntityTooLarge)
+
+	type line struct {
+		Level, Msg, Provider, Reason string
+		RemoteAddr                   string `json:"remote_addr"`
+		Count                        int
+	}
+	var got []line
+	for l := range strings.Lines(log.String()) {
+		var ln line
+		if err := json.Unmarshal([]byte(l), &ln); err != nil {
+			t.Fatalf("%q: %v", l, err)
+		}
+		got = append(got, ln)
+	}
+	want := []line{
+		{"WARN", "ingest rejected", "github", "invalid_signature", "192.0.2.7:41000", 1},
+		{"WARN", "ingest rejected", "unknown", "provider_not_configured", "192.0.2.7:41000", 1},
+		{"WARN", "ingest rejected", "github", "body_too_large", "192.0.2.7:41000", 1},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("logged:\n%s\nwant one line per (provider, reason): %v", log.String(), want)
+	}
+}
+
+// lockedBuffer is a log that the limiter's timers may write to after the
+// test has read it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/proxies"
+	"github.com/hookgate/hookgate/internal/ratelog"
 	"github.com/hookgate/hookgate/internal/rejections"
 	"github.com/hookgate/hookgate/internal/throttle"
 )
@@ -88,7 +89,19 @@ type server struct {
 	budget    *inflight.Budget
 	ready     *throttle.Value[struct{}]
 	console   *console.Console // nil without a token or a database
+	// rejected logs rejected ingest requests, a line per (provider, reason)
+	// at most every rejectedLogEvery.
+	rejected *ratelog.Limiter[rejectedKind, string]
 }
+
+// rejectedKind is what a line of "ingest rejected" counts: the provider (as
+// the metrics name it: a name that is no provider's is "unknown", so that a
+// sender cannot make the kinds many) and the reason, the error code.
+type rejectedKind struct{ provider, reason string }
+
+// rejectedLogEvery is how often rejected requests of one kind are logged: the
+// first at once, the rest counted and logged together.
+const rejectedLogEvery = 10 * time.Second
 
 // New returns the gateway's HTTP handler with its whole route table.
 func New(cfg Config) http.Handler {
@@ -131,6 +144,9 @@ func New(cfg Config) http.Handler {
 	for _, p := range cfg.Providers.Providers() {
 		s.providers[p.Name()] = p
 	}
+	s.rejected = ratelog.New(rejectedLogEvery, ratelog.System, func(k rejectedKind, remoteAddr string, count int) {
+		s.Logger.Warn("ingest rejected", "provider", k.provider, "reason", k.reason, "remote_addr", remoteAddr, "count", count)
+	})
 	if cfg.Admin.Token != "" && cfg.Admin.Pool != nil {
 		// Recorded now, console or not: a token in force for a while ends
 		// the sessions of the one before, even if no one signs in with it.
@@ -215,6 +231,9 @@ func (s *server) handleIngest(w http.ResponseWriter, r *http.Request) {
 		status, code := writeError(w, r, s.Logger, err)
 		s.Metrics.Ingest(s.metricProvider(name), code, secretIndex, time.Since(start))
 		s.Rejections.Record(rejections.FromRequest(r, name, status, code, start))
+		if !loggedError(status, code) {
+			s.rejected.Note(rejectedKind{s.metricProvider(name), code}, r.RemoteAddr)
+		}
 	}
 	p, ok := s.providers[name]
 	if !ok {
