@@ -91,15 +91,17 @@ func TestNewRefusesWhatCannotWork(t *testing.T) {
 	// and every bad option, beside the Config's own.
 	okh := func(context.Context, pgx.Tx, hookgate.Delivery) error { return nil }
 	_, err = hookgate.New(hookgate.Config{Workers: -1, Routes: []hookgate.Route{
-		{Name: "r", Match: []string{"nosuchprov:x"}, Concurrency: -1, MaxAttempts: -2, Rate: "fast", Timeout: -1},
+		{Name: "r", Match: []string{"nosuchprov:x"}, Concurrency: -1, MaxAttempts: -2, Rate: "fast", Timeout: -1,
+			Order: "newest", OrderWindow: time.Hour},
 		{Name: "n1", Match: []string{"stripe:*"}, Target: "builtin:nope1"},
 		{Name: "n2", Match: []string{"stripe:*"}, Target: "builtin:nope2"},
 	}}, hookgate.WithHandler("Bad Name", okh), hookgate.WithHandler("log", okh))
 	for _, want := range []string{"GATEWAY_WORKERS", `route 1 ("r"): key match`, `route 1 ("r"): key concurrency`, `route 1 ("r"): key max_attempts`,
-		`route 1 ("r"): key rate`, `route 1 ("r"): key timeout`, `no builtin handler named "nope1"`, `no builtin handler named "nope2"`,
+		`route 1 ("r"): key rate`, `route 1 ("r"): key timeout`, `route 1 ("r"): key order: must be latest, all or none`,
+		`route 1 ("r"): key order_window: must be a duration from 0s to 1m0s`, `no builtin handler named "nope1"`, `no builtin handler named "nope2"`,
 		`WithHandler("Bad Name")`, `WithHandler("log"): a shipped handler's name`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("New of a Config and options with ten mistakes: %v; want it to say %q", err, want)
+			t.Errorf("New of a Config and options with twelve mistakes: %v; want it to say %q", err, want)
 		}
 	}
 	// A wrong budget is one mistake, not a second one of the per-address
