@@ -19,6 +19,7 @@ require (
 	github.com/stripe/stripe-go/v84 v84.4.1
 	github.com/tidwall/gjson v1.20.0
 	go.yaml.in/yaml/v3 v3.0.6
+	golang.org/x/term v0.43.0
 	riverqueue.com/riverui v0.22.0
 )
 

@@ -169,7 +169,7 @@ func TestCLIAgainstRunningGateway(t *testing.T) {
 	if _, code := cliRun(t, "replay", "stripe", "evt_nope"); code != cli.ExitFailed {
 		t.Fatalf("replay of an unknown delivery: exit %d", code)
 	}
-	out, code = cliRun(t, "replay", "--state", "succeeded", "--since", "1h", "--force", "--json")
+	out, code = cliRun(t, "replay", "--state", "succeeded", "--since", "1h", "--force", "--yes", "--json")
 	if code != 0 || !strings.Contains(out, `"deliveries": 2`) {
 		t.Fatalf("bulk replay: exit %d, %s", code, out)
 	}
@@ -249,7 +249,9 @@ func TestCLIFromAnEmptyDirectory(t *testing.T) {
 	for _, args := range [][]string{
 		{"deliveries", "show", "github", id},
 		{"deliveries", "body", "github", id},
-		{"replay", "github", id, "--force", "--reason", "from anywhere"},
+		{"replay", "github", id, "--force", "--yes", "--reason", "from anywhere"},
+		{"retry", "github", id},
+		{"routes", "retry", "audit"},
 		{"routes", "list"},
 		{"routes", "pause", "audit", "--reason", "from anywhere"},
 		{"routes", "resume", "audit"},

@@ -7,7 +7,7 @@
 //	gateway [serve]   run the gateway (the default)
 //	gateway migrate   apply pending migrations and exit
 //	gateway healthcheck   exit 0 when the gateway on GATEWAY_ADDR is ready
-//	gateway deliveries list|show|body, replay, routes list|pause|resume, audit, recover:
+//	gateway deliveries list|show|body, replay, retry, routes list|pause|resume|retry, audit, recover:
 //	                  the operator's commands, clients of a running gateway's API
 //	gateway send      sign a sample delivery locally and post it
 //	gateway bench     the load tool
@@ -30,6 +30,7 @@ import (
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/term"
 
 	"github.com/hookgate/hookgate"
 	"github.com/hookgate/hookgate/internal/bench"
@@ -91,6 +92,14 @@ const usage = `usage: gateway [command]
 Configuration is read from the environment; see README.md.
 `
 
+// atTerminal says a person is there to answer a question: the standard input
+// and stderr, where the question goes, are both a terminal. A test's run, whose
+// stderr is no file, never asks.
+func atTerminal(stderr io.Writer) bool {
+	f, ok := stderr.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd())) && term.IsTerminal(int(os.Stdin.Fd()))
+}
+
 // run is the whole program; it returns when ctx is cancelled (serve) or the
 // command is done.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -100,10 +109,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	switch command {
 	case "serve", "migrate", "bench", "send":
-	case "deliveries", "replay", "routes", "audit", "recover":
+	case "deliveries", "replay", "retry", "routes", "audit", "recover":
 		// Clients of a running gateway's operator API: no configuration, no
 		// database.
-		return cli.Run(ctx, cli.Env{Stdout: stdout, Stderr: stderr}, args)
+		return cli.Run(ctx, cli.Env{Stdout: stdout, Stderr: stderr, Stdin: os.Stdin, Terminal: atTerminal(stderr)}, args)
 	case "healthcheck":
 		// The container's HEALTHCHECK: it needs GATEWAY_ADDR alone, not the
 		// whole configuration.

@@ -153,7 +153,7 @@ func TestEverySourceKindEndToEnd(t *testing.T) {
 	waitDispatches(t, pool, "state NOT IN ('succeeded', 'discarded')")
 	for _, k := range providers.KindNames() {
 		name, id := "e2e-"+k, "e2e-dup-"+k
-		if out, code := cliRun(t, "replay", name, id, "--force", "--reason", "e2e"); code != 0 || !strings.Contains(out, "1 dispatch") {
+		if out, code := cliRun(t, "replay", name, id, "--force", "--yes", "--reason", "e2e"); code != 0 || !strings.Contains(out, "1 dispatch") {
 			t.Errorf("replay %s %s: exit %d, %s", name, id, code, out)
 		}
 	}

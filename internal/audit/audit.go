@@ -1,5 +1,6 @@
 // Package audit is the log of what operators did: pauses and resumes of
-// routes, recoveries, and (from the replay log) replays, newest first.
+// routes, retries now, recoveries, and (from the replay log) replays, newest
+// first.
 package audit
 
 import (
@@ -18,6 +19,7 @@ import (
 const (
 	Pause   = "pause"
 	Resume  = "resume"
+	Retry   = "retry"
 	Replay  = "replay"
 	Recover = "recover"
 )

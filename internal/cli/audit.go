@@ -54,6 +54,8 @@ func auditCmd(ctx context.Context, env Env, args []string) error {
 	for _, e := range page.Entries {
 		what := "-"
 		switch {
+		case e.Route != nil && e.Provider != nil && e.DeliveryID != nil: // a replay or retry of one route of one delivery
+			what = *e.Provider + " " + shown(*e.DeliveryID) + ", route " + *e.Route
 		case e.Route != nil:
 			what = "route " + *e.Route
 		case e.Provider != nil && e.DeliveryID != nil:

@@ -1,7 +1,7 @@
 // Package cli is the operator's command line, a client of a running
-// gateway's operator API: list, show and fetch deliveries, replay them, list,
-// pause and resume routes, read the audit log, and run recovery from the
-// providers' APIs. It finds the gateway at HOOKGATE_URL (or --url) and sends
+// gateway's operator API: list, show and fetch deliveries, replay them or
+// retry them now, list, pause, resume and retry routes, read the audit log,
+// and run recovery from the providers' APIs. It finds the gateway at HOOKGATE_URL (or --url) and sends
 // the admin token (GATEWAY_ADMIN_TOKEN, its _FILE variant, or --token-file);
 // it never opens, starts or migrates a database, so it works the same from
 // any directory, machine or container and sees the gateway's own routes and
@@ -62,6 +62,13 @@ type Env struct {
 	HTTP   *http.Client
 	Stdout io.Writer
 	Stderr io.Writer
+	// Stdin is where a command reads a person's answer to a question it
+	// asks on a terminal (replay --force without --route); nil: none.
+	Stdin io.Reader
+	// Terminal says a person is at a terminal to answer (Stdin and Stderr
+	// are one); false: a command that would ask does nothing, and names the
+	// flag that confirms instead.
+	Terminal bool
 	// Providers and Addr are for send alone: the secrets it signs with (the
 	// gateway's configuration, read locally) and GATEWAY_ADDR.
 	Providers *providers.Registry
@@ -85,17 +92,19 @@ func (env Env) httpClient() *http.Client {
 }
 
 // Commands are the operator commands Run takes; send among them.
-var Commands = []string{"deliveries", "replay", "routes", "audit", "recover", "send"}
+var Commands = []string{"deliveries", "replay", "retry", "routes", "audit", "recover", "send"}
 
 // Usage describes the operator commands.
 const Usage = `  deliveries list [--provider P] [--event E] [--state S] [--since T] [--until T] [--limit N] [--cursor C] [--json]
   deliveries show PROVIDER ID [--json]
   deliveries body PROVIDER ID
-  replay PROVIDER ID [--route R]... [--force] [--reason TEXT] [--json]
-  replay [--provider P] [--event E] [--state S] [--since T] [--until T] [--force] [--reason TEXT] [--json]
+  replay PROVIDER ID [--route R]... [--force [--yes]] [--reason TEXT] [--json]
+  replay [--provider P] [--event E] [--state S] [--since T] [--until T] [--force [--yes]] [--reason TEXT] [--json]
+  retry PROVIDER ID [--route R]... [--reason TEXT] [--json]
   routes list [--json]
   routes pause NAME [--reason TEXT] [--json]
   routes resume NAME [--reason TEXT] [--json]
+  routes retry NAME [--reason TEXT] [--json]
   audit [--limit N] [--cursor C] [--json]
   recover github|stripe [--since T] [--dry-run] [--json]
   send PROVIDER --event E [--file F] [--url URL] [--insecure] [--json]
@@ -106,6 +115,9 @@ const Usage = `  deliveries list [--provider P] [--event E] [--state S] [--since
   unless --insecure. send signs locally with the provider's secret and posts to
   --url, HOOKGATE_URL, or GATEWAY_ADDR on this machine.
   T is an RFC 3339 time or a duration ago (24h). C is the next_cursor a listing printed (the next page).
+  replay --force without --route re-dispatches every matching route: it asks first on a terminal,
+  and elsewhere replays nothing (exit 2) unless --yes.
+  retry and routes retry attempt retrying dispatches now, within their routes' limits and circuits.
   Exit codes: 0 done, 1 the gateway refused or failed (a 404 included), 2 usage, 3 the gateway could not be reached.
 `
 
@@ -130,6 +142,8 @@ func Run(ctx context.Context, env Env, args []string) error {
 		return usageErr("deliveries: unknown command %q", args[1])
 	case "replay":
 		return replayCmd(ctx, env, args[1:])
+	case "retry":
+		return retryCmd(ctx, env, args[1:])
 	case "send":
 		return send(ctx, env, args[1:])
 	case "routes":

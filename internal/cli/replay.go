@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,6 +23,7 @@ func replayCmd(ctx context.Context, env Env, args []string) error {
 	var routes multiFlag
 	fs.Var(&routes, "route", "replay only this route (repeatable)")
 	force := fs.Bool("force", false, "re-dispatch routes that succeeded too")
+	yes := fs.Bool("yes", false, "with --force and no --route: replay without asking")
 	reason := fs.String("reason", "", "why, for the replay log")
 	asJSON := fs.Bool("json", false, "print the API's JSON")
 	rest, err := parse(fs, args)
@@ -31,7 +33,7 @@ func replayCmd(ctx context.Context, env Env, args []string) error {
 	single := len(rest) > 0
 	switch {
 	case single && len(rest) != 2:
-		return usageErr("usage: replay PROVIDER ID [--route R] [--force] [--reason TEXT]")
+		return usageErr("usage: replay PROVIDER ID [--route R] [--force [--yes]] [--reason TEXT]")
 	case single && ff.set():
 		return usageErr("replay PROVIDER ID takes no filter flags")
 	case !single && len(routes) > 0:
@@ -39,8 +41,11 @@ func replayCmd(ctx context.Context, env Env, args []string) error {
 	case !providers.Printable(*reason):
 		return usageErr("--reason must be printable text")
 	}
+	// Forced, with no route chosen, a replay sends again what every route
+	// already handled: said first, and done only when confirmed.
+	everyRoute := *force && len(routes) == 0 && !*yes
 	if single {
-		return replayOne(ctx, env, conn, rest, replayOneBody{Routes: routes, Force: *force, Reason: *reason}, *asJSON)
+		return replayOne(ctx, env, conn, rest, replayOneBody{Routes: routes, Force: *force, Reason: *reason}, everyRoute, *asJSON)
 	}
 	c, err := conn.client(env)
 	if err != nil {
@@ -48,6 +53,12 @@ func replayCmd(ctx context.Context, env Env, args []string) error {
 	}
 	if err := ff.check(ctx, c); err != nil {
 		return err
+	}
+	if everyRoute {
+		if err := confirm(env, "replay --force re-dispatches every route that matches each delivery "+describeFilter(ff)+
+			", those whose dispatch succeeded too, as a new generation each"); err != nil {
+			return err
+		}
 	}
 	req := map[string]any{"force": *force, "reason": *reason}
 	for name, v := range ff.query() {
@@ -82,10 +93,18 @@ type replayOneBody struct {
 
 // replayOne replays PROVIDER ID and says what it created, or why it created
 // nothing.
-func replayOne(ctx context.Context, env Env, conn connFlags, rest []string, req replayOneBody, asJSON bool) error {
-	c, provider, id, err := oneDelivery(ctx, env, conn, rest, "replay PROVIDER ID [--route R] [--force] [--reason TEXT]")
+// everyRoute says the replay is forced without a chosen route, and
+// unconfirmed: it asks first (confirm).
+func replayOne(ctx context.Context, env Env, conn connFlags, rest []string, req replayOneBody, everyRoute, asJSON bool) error {
+	c, provider, id, err := oneDelivery(ctx, env, conn, rest, "replay PROVIDER ID [--route R] [--force [--yes]] [--reason TEXT]")
 	if err != nil {
 		return err
+	}
+	if everyRoute {
+		if err := confirm(env, fmt.Sprintf("replay --force re-dispatches every route of the gateway that matches %s %s, "+
+			"those whose dispatch succeeded too, as a new generation each", provider, printable(id))); err != nil {
+			return err
+		}
 	}
 	var raw json.RawMessage
 	err = c.do(ctx, http.MethodPost, escape("admin", "deliveries", provider, id, "replay"), nil, req, &raw)
@@ -117,4 +136,35 @@ func replayOne(ctx context.Context, env Env, conn connFlags, rest []string, req 
 		fmt.Fprintln(env.Stdout, "  no route of the gateway matches this event: nothing to replay")
 	}
 	return nil
+}
+
+// confirm says what is about to happen and asks a person at a terminal to
+// confirm it. Off a terminal no one can answer: it refuses (exit 2), naming
+// --yes, and nothing is sent. An answer other than y or yes refuses too.
+func confirm(env Env, what string) error {
+	if !env.Terminal || env.Stdin == nil {
+		return usageErr("%s; nothing replayed: pass --yes to replay without being asked, or --route R to choose routes", what)
+	}
+	fmt.Fprintf(env.Stderr, "%s.\nReplay? [y/N] ", what)
+	line, _ := bufio.NewReader(env.Stdin).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return nil
+	}
+	return usageErr("nothing replayed (not confirmed)")
+}
+
+// describeFilter says which deliveries the filter flags select, as typed,
+// to follow "each delivery".
+func describeFilter(ff filterFlags) string {
+	var parts []string
+	for _, p := range [][2]string{{"provider", *ff.provider}, {"event", *ff.event}, {"state", *ff.state}, {"since", *ff.since}, {"until", *ff.until}} {
+		if p[1] != "" {
+			parts = append(parts, p[0]+" "+printable(p[1]))
+		}
+	}
+	if len(parts) == 0 {
+		return "stored (no filter is set)"
+	}
+	return "the filter selects (" + strings.Join(parts, ", ") + ")"
 }

@@ -14,16 +14,17 @@ import (
 	"github.com/hookgate/hookgate/internal/routes"
 )
 
-// routesCmd runs routes list|pause|resume on the gateway's routes.
+// routesCmd runs routes list|pause|resume|retry on the gateway's routes.
 func routesCmd(ctx context.Context, env Env, args []string) error {
 	if len(args) == 0 {
-		return usageErr("routes: list, pause or resume?")
+		return usageErr("routes: list, pause, resume or retry?")
 	}
 	fs := flag.NewFlagSet("routes "+args[0], flag.ContinueOnError)
 	conn := addConnFlags(fs)
 	asJSON := fs.Bool("json", false, "print the API's JSON")
 	var reason *string
-	if args[0] == "pause" || args[0] == "resume" {
+	changes := args[0] == "pause" || args[0] == "resume" || args[0] == "retry"
+	if changes {
 		reason = fs.String("reason", "", "why, for the audit log")
 	}
 	rest, err := parse(fs, args[1:])
@@ -33,7 +34,7 @@ func routesCmd(ctx context.Context, env Env, args []string) error {
 	switch {
 	case args[0] == "list" && len(rest) != 0:
 		return usageErr("usage: routes list [--json]")
-	case args[0] == "pause" || args[0] == "resume":
+	case changes:
 		if len(rest) != 1 {
 			return usageErr("usage: routes %s NAME [--reason TEXT]", args[0])
 		}
@@ -46,6 +47,9 @@ func routesCmd(ctx context.Context, env Env, args []string) error {
 	c, err := conn.client(env)
 	if err != nil {
 		return err
+	}
+	if args[0] == "retry" {
+		return routeRetry(ctx, env, c, rest[0], *reason, *asJSON)
 	}
 	var raw json.RawMessage
 	if args[0] == "list" {

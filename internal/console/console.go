@@ -7,7 +7,7 @@
 // Content-Security-Policy allows no inline script.
 //
 // The console reads and acts through the same packages as the JSON API
-// (deliveries, dispatch, replay, routes, audit, rejections); it has no queries of its
+// (deliveries, dispatch, replay, retry, routes, audit, rejections); it has no queries of its
 // own but its charts' and what two pages add to a page they read there: the
 // failing routes of the deliveries list and what the audit log's bulk
 // replays selected, each one statement for the page.
@@ -50,7 +50,7 @@ type Config struct {
 	// Pool is the database.
 	Pool *pgxpool.Pool
 	// Enqueuer creates replays' dispatches; its client pauses and resumes
-	// routes' queues.
+	// routes' queues and makes retrying dispatches' jobs due now.
 	Enqueuer *dispatch.Enqueuer
 	// Routes is the fan-out table.
 	Routes fanout.Table
@@ -155,6 +155,7 @@ func (c *Console) Register(r chi.Router) {
 			// form posts to the confirmation, which posts the replay.
 			r.Post("/ui/deliveries/{provider}/{id}/replay/confirm", c.handleReplayConfirm)
 			r.Post("/ui/deliveries/{provider}/{id}/replay", c.handleReplay)
+			r.Post("/ui/deliveries/{provider}/{id}/retry", c.handleRetry)
 			r.Get("/ui/replay", c.handleBulkConfirm)
 			r.Post("/ui/replay", c.handleBulkReplay)
 			r.Get("/ui/replays/{replay_id}", c.handleReplayProgress)

@@ -24,6 +24,7 @@ import (
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/rejections"
 	"github.com/hookgate/hookgate/internal/replay"
+	"github.com/hookgate/hookgate/internal/retry"
 	"github.com/hookgate/hookgate/internal/routes"
 	"github.com/hookgate/hookgate/internal/store"
 )
@@ -312,6 +313,10 @@ type deliveryData struct {
 	BodyNote string
 	Routes   []routeTimeline
 	Replay   string // a replay just made, from the query
+	Retried  string // what a retry just did, from the query, as a sentence
+	// Retrying says a route's latest dispatch is retrying: the page offers
+	// to retry it now.
+	Retrying bool
 }
 
 // maxShownBody bounds the body the page shows; the rest is a link away.
@@ -343,11 +348,13 @@ func (c *Console) handleDelivery(w http.ResponseWriter, r *http.Request) {
 		c.serverError(w, r, err)
 		return
 	}
-	d := deliveryData{Detail: detail, Path: deliveryPath(provider, id), Routes: timeline}
+	d := deliveryData{Detail: detail, Path: deliveryPath(provider, id), Routes: timeline,
+		Retrying: slices.ContainsFunc(timeline, func(t routeTimeline) bool { return t.Retrying })}
 	d.Body, d.BodyNote = showBody(body, contentType)
 	if rid := r.URL.Query().Get("replayed"); rid != "" && providers.Printable(rid) {
 		d.Replay = rid
 	}
+	d.Retried = retriedNotice(r.URL.Query())
 	c.render(w, r, http.StatusOK, "delivery", page{Title: provider + " " + id, Nav: "deliveries", Data: d})
 }
 
@@ -448,6 +455,55 @@ func (c *Console) handleReplay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.Redirect(w, r, deliveryPath(provider, id)+"?replayed="+url.QueryEscape(replayID), http.StatusSeeOther)
+}
+
+// handleRetry attempts the delivery's retrying dispatches now, and goes back
+// to the delivery, which says what it did.
+func (c *Console) handleRetry(w http.ResponseWriter, r *http.Request) {
+	provider, id, err := deliveryKey(r)
+	if err != nil {
+		c.failWith(w, r, err)
+		return
+	}
+	res, err := retry.Delivery(r.Context(), c.Pool, c.Enqueuer.Client(), c.Routes, provider, id, nil, retry.Operator{Actor: c.Actor})
+	if err != nil {
+		c.failWith(w, r, err)
+		return
+	}
+	q := url.Values{"retried": {strconv.Itoa(len(res.Retried))}}
+	for _, s := range res.Skipped {
+		q.Add("skipped", s.Route)
+	}
+	http.Redirect(w, r, deliveryPath(provider, id)+"?"+q.Encode(), http.StatusSeeOther)
+}
+
+// retriedNotice is what a retry of a delivery did, from its redirect's
+// query ("" when none was just made).
+func retriedNotice(q url.Values) string {
+	n, err := strconv.Atoi(q.Get("retried"))
+	if err != nil || n < 0 {
+		return ""
+	}
+	var skipped []string
+	for _, route := range q["skipped"] {
+		if providers.Printable(route) {
+			skipped = append(skipped, route)
+		}
+	}
+	var notice string
+	switch {
+	case n > 0:
+		notice = "Retrying " + count(n, "dispatch", "dispatches") + " now, within the routes' limits; their attempts are below."
+	case len(skipped) > 0:
+		notice = "Nothing retried now."
+	default:
+		return "Nothing to retry: no dispatch of this delivery is retrying any more."
+	}
+	if len(skipped) > 0 {
+		notice += " Left to " + plural(len(skipped), "its", "their") + " schedule, as " + plural(len(skipped), "its route is", "their routes are") +
+			" paused or no longer configured: " + strings.Join(skipped, ", ") + "."
+	}
+	return notice
 }
 
 type bulkData struct {
@@ -611,11 +667,18 @@ func (c *Console) handleRoutes(w http.ResponseWriter, r *http.Request) {
 		d.Routes = append(d.Routes, row)
 	}
 	p := page{Title: "Routes", Nav: "routes", Data: d}
-	switch r.URL.Query().Get("done") {
+	q := r.URL.Query()
+	switch q.Get("done") {
 	case "pause":
-		p.Notice = "Paused " + r.URL.Query().Get("route") + "."
+		p.Notice = "Paused " + q.Get("route") + "."
 	case "resume":
-		p.Notice = "Resumed " + r.URL.Query().Get("route") + "."
+		p.Notice = "Resumed " + q.Get("route") + "."
+	case "retry":
+		if n, _ := strconv.Atoi(q.Get("retried")); n > 0 {
+			p.Notice = "Retrying " + count(n, "dispatch", "dispatches") + " of " + q.Get("route") + " now, within its limits."
+		} else {
+			p.Notice = "Nothing to retry: no dispatch of " + q.Get("route") + " is retrying any more."
+		}
 	}
 	c.render(w, r, http.StatusOK, "routes", p)
 }
@@ -633,21 +696,26 @@ func (c *Console) handleRouteAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	change := routes.Change{Actor: c.Actor, Reason: reason}
+	done := url.Values{"done": {action}, "route": {name}}
 	var err error
 	switch action {
 	case "pause":
 		_, err = routes.Pause(r.Context(), c.Pool, c.Enqueuer.Client(), c.Routes, name, change)
 	case "resume":
 		_, err = routes.Resume(r.Context(), c.Pool, c.Enqueuer.Client(), c.Routes, name, change)
+	case "retry":
+		var n int
+		n, err = retry.Route(r.Context(), c.Pool, c.Enqueuer.Client(), c.Routes, name, retry.Operator{Actor: c.Actor, Reason: reason})
+		done.Set("retried", strconv.Itoa(n))
 	default:
-		c.fail(w, r, http.StatusNotFound, "No such action: routes are paused or resumed.")
+		c.fail(w, r, http.StatusNotFound, "No such action: routes are paused, resumed or retried.")
 		return
 	}
 	if err != nil {
 		c.failWith(w, r, err)
 		return
 	}
-	http.Redirect(w, r, "/admin/ui/routes?"+url.Values{"done": {action}, "route": {name}}.Encode(), http.StatusSeeOther)
+	http.Redirect(w, r, "/admin/ui/routes?"+done.Encode(), http.StatusSeeOther)
 }
 
 // --- rejections and the audit log ---

@@ -18,6 +18,9 @@ type routeTimeline struct {
 	Generations []generation
 	// Replayable says a replay without force would re-dispatch it.
 	Replayable bool
+	// Retrying says its latest generation is retrying: "retry now" would
+	// attempt it now.
+	Retrying bool
 }
 
 type generation struct {
@@ -77,6 +80,7 @@ func (c *Console) timeline(ctx context.Context, provider, id string) ([]routeTim
 		last := &out[len(out)-1]
 		last.Generations = append(last.Generations, g)
 		last.Replayable = g.State == dispatch.Discarded || g.State == dispatch.Cancelled
+		last.Retrying = g.State == dispatch.Retrying
 	}
 	return out, nil
 }

@@ -140,6 +140,28 @@ func Resume(ctx context.Context, db *pgxpool.Pool, client *river.Client[pgx.Tx],
 	return Get(ctx, db, table, name)
 }
 
+// PausedTx reports whether route r is paused, as tx sees it: by an operator
+// (Pause), or its River queue in River UI. client may be an insert-only River
+// client.
+func PausedTx(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], r fanout.Route) (bool, error) {
+	paused, err := store.RoutePaused(ctx, tx, r.Name)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows): // no state row yet (Sync makes it): never paused
+	case err != nil:
+		return false, err
+	case paused:
+		return true, nil
+	}
+	q, err := client.QueueGetTx(ctx, tx, r.Queue())
+	if errors.Is(err, rivertype.ErrNotFound) {
+		return false, nil // no queue row: nothing paused it
+	}
+	if err != nil {
+		return false, fmt.Errorf("read route queue: %w", err)
+	}
+	return q.PausedAt != nil, nil
+}
+
 // pauseQueue pauses or resumes a route's River queue in tx, and so tells the
 // River clients working it at once. Its row is made first when missing.
 func pauseQueue(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], queue string, pause bool) error {

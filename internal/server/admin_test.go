@@ -53,8 +53,11 @@ type adminBundle struct {
 	target   *httptest.Server
 	guard    *routes.Guard
 	answer   atomic.Int32 // the target's status; 0 means 200
-	mu       sync.Mutex
-	got      []http.Header
+	// retryAfter is the Retry-After, in seconds, of the target's answers
+	// that are not 200; 0: none.
+	retryAfter atomic.Int32
+	mu         sync.Mutex
+	got        []http.Header
 }
 
 func setupAdmin(t *testing.T, token string) *adminBundle {
@@ -63,7 +66,14 @@ func setupAdmin(t *testing.T, token string) *adminBundle {
 }
 
 // setupAdminOn builds a gateway on an existing database, as a restart does.
+// Each dispatch has one attempt.
 func setupAdminOn(t *testing.T, pool *pgxpool.Pool, token string, opts ...func(*server.Config)) *adminBundle {
+	t.Helper()
+	return setupAdminAttempts(t, pool, token, 1, opts...)
+}
+
+// setupAdminAttempts is setupAdminOn with attempts attempts per dispatch.
+func setupAdminAttempts(t *testing.T, pool *pgxpool.Pool, token string, attempts int, opts ...func(*server.Config)) *adminBundle {
 	t.Helper()
 	b := &adminBundle{pool: pool}
 	b.target = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -74,6 +84,9 @@ func setupAdminOn(t *testing.T, pool *pgxpool.Pool, token string, opts ...func(*
 		if status == 0 {
 			status = 200
 		}
+		if after := b.retryAfter.Load(); after > 0 && status != 200 {
+			w.Header().Set("Retry-After", fmt.Sprint(after))
+		}
 		w.WriteHeader(status)
 	}))
 	t.Cleanup(b.target.Close)
@@ -82,7 +95,7 @@ func setupAdminOn(t *testing.T, pool *pgxpool.Pool, token string, opts ...func(*
 	// hidden is never sent to: its URL's credentials must never be shown.
 	table, err := fanout.Parse("fwd=github:push,stripe:invoice.*>"+b.target.URL+" audit=*:*>builtin:log"+
 		" hidden=stripe:never.sent>http://user:pw@127.0.0.1:1/x?token=sekret",
-		handlers.Names(), fanout.Defaults{Concurrency: 8, Timeout: 5 * time.Second, MaxAttempts: 1})
+		handlers.Names(), fanout.Defaults{Concurrency: 8, Timeout: 5 * time.Second, MaxAttempts: attempts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +110,7 @@ func setupAdminOn(t *testing.T, pool *pgxpool.Pool, token string, opts ...func(*
 	m := metrics.New(b.pool)
 	m.Routes(b.guard.Gauges)
 	store := &receipts.Store{Retention: 72 * time.Hour}
-	enq := dispatch.NewEnqueuer(inserter, table, dispatch.EnqueuerConfig{MaxAttempts: 1})
+	enq := dispatch.NewEnqueuer(inserter, table, dispatch.EnqueuerConfig{MaxAttempts: attempts})
 	b.client, err = dispatch.NewClient(b.pool, dispatch.ClientConfig{
 		Dispatch: dispatch.NewWorker(b.pool, table, store, handlers, forward.New(nil, 5*time.Second, 8),
 			b.guard, yield.Never(), m, logger),

@@ -315,6 +315,50 @@ func TestConsoleInABrowser(t *testing.T) {
 	c.page("signed-out", "Admin token")
 }
 
+// "Retry now" in a real browser, at a desktop's width and a phone's: a
+// delivery whose forward waits an hour to retry (the target's Retry-After)
+// is retried from its page, and a route's from the routes page; each
+// succeeds at once, and the page says what was done. At a phone's width the
+// route's Retry now button can be scrolled to.
+func TestConsoleRetryNowInABrowser(t *testing.T) {
+	a := retryingBundle(t)
+	for _, id := range []string{"gh-1", "gh-2", "gh-3"} {
+		a.ingest(t, push(id))
+	}
+	a.start(t)
+	for _, id := range []string{"gh-1", "gh-2", "gh-3"} {
+		a.waitRetryingAnHour(t, id, "fwd", 1)
+	}
+	a.answer.Store(0) // the target is back
+	srv := httptest.NewServer(a.handler)
+	t.Cleanup(srv.Close)
+
+	phone := newChrome(t, srv.URL, 390, 844)
+	phone.signIn(adminToken)
+	phone.run(chromedp.WaitVisible(chromedp.ID(`#backlog`)))
+	phone.run(chromedp.Navigate(srv.URL+"/admin/ui/routes"), chromedp.WaitVisible(chromedp.ID(`#routes`)))
+	phone.page("routes-retrying-390", "3 retrying", "Retry now")
+	phone.reachable(`#route-fwd form.retry-now button`)
+
+	c := newChrome(t, srv.URL, 1280, 900)
+	c.signIn(adminToken)
+	c.run(chromedp.WaitVisible(chromedp.ID(`#backlog`)))
+	c.run(chromedp.Navigate(srv.URL+"/admin/ui/deliveries/github/gh-1"), chromedp.WaitVisible(chromedp.ID(`#retry-now`)))
+	c.page("delivery-retrying", "retrying", "attempt 1 failed", "503")
+	c.run(chromedp.Click(chromedp.ID(`#retry-now`)), chromedp.WaitVisible(chromedp.ID(`#retried`)))
+	c.page("delivery-retried", "Retrying 1 dispatch now")
+	dbtest.WaitDispatch(t, a.pool, dbtest.Dispatch{DeliveryID: "gh-1", Route: "fwd", Generation: 1}, "succeeded")
+
+	c.run(chromedp.Navigate(srv.URL+"/admin/ui/routes"), chromedp.WaitVisible(chromedp.CSS(`#route-fwd form.retry-now button`)),
+		chromedp.Click(chromedp.CSS(`#route-fwd form.retry-now button`)), chromedp.WaitVisible(chromedp.CSS(`.notice`)))
+	c.page("routes-retried", "Retrying 2 dispatches of fwd now")
+	for _, id := range []string{"gh-2", "gh-3"} {
+		dbtest.WaitDispatch(t, a.pool, dbtest.Dispatch{DeliveryID: id, Route: "fwd", Generation: 1}, "succeeded")
+	}
+	c.run(chromedp.Navigate(srv.URL+"/admin/ui/audit"), chromedp.WaitVisible(chromedp.ID(`#audit`)))
+	c.page("audit-retries", "retry")
+}
+
 // At a phone's width (390 px) no page scrolls sideways: wide tables scroll
 // inside their own box.
 func TestConsoleAtPhoneWidth(t *testing.T) {

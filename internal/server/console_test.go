@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -10,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/server"
@@ -395,5 +397,70 @@ func TestConsoleReplayFormsPostTheirReason(t *testing.T) {
 	loc := res.Header.Get("Location")
 	if res.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/admin/ui/deliveries/github/gh-1?replayed=rpl_") || strings.Contains(loc, "body") {
 		t.Fatalf("replay = %d to %q", res.StatusCode, loc)
+	}
+}
+
+// "Retry now" on a delivery and on a route: offered while something is
+// retrying, a form that needs the session's CSRF token, and back to the page
+// that says what it did; a paused route's retry is refused, saying why.
+func TestConsoleRetryNow(t *testing.T) {
+	t.Parallel()
+	a := retryingBundle(t)
+	a.ingest(t, push("gh-1"))
+	a.ingest(t, push("gh-2"))
+	a.start(t)
+	a.waitRetryingAnHour(t, "gh-1", "fwd", 1)
+	a.waitRetryingAnHour(t, "gh-2", "fwd", 1)
+	a.answer.Store(0)
+	b := newBrowser(t, a.handler)
+	csrf := b.signIn(adminToken)
+
+	// A delivery.
+	_, page := b.do("GET", "/admin/ui/deliveries/github/gh-1", nil)
+	if !strings.Contains(page, `<form class="retry-now" method="post" action="/admin/ui/deliveries/github/gh-1/retry">`) {
+		t.Fatalf("the delivery offers no retry:\n%s", page)
+	}
+	if res, _ := b.do("POST", "/admin/ui/deliveries/github/gh-1/retry", url.Values{}); res.StatusCode != http.StatusForbidden {
+		t.Fatalf("retry without csrf = %d", res.StatusCode)
+	}
+	if j := a.job(t, "gh-1", "fwd"); j.InSeconds < 3500 {
+		t.Fatalf("a refused form retried: %+v", j)
+	}
+	res, _ := b.do("POST", "/admin/ui/deliveries/github/gh-1/retry", url.Values{"csrf": {csrf}})
+	if loc := res.Header.Get("Location"); res.StatusCode != http.StatusSeeOther || loc != "/admin/ui/deliveries/github/gh-1?retried=1" {
+		t.Fatalf("retry = %d to %q", res.StatusCode, loc)
+	}
+	_, page = b.do("GET", "/admin/ui/deliveries/github/gh-1?retried=1", nil)
+	if !strings.Contains(page, "Retrying 1 dispatch now") {
+		t.Fatalf("the delivery does not say what the retry did:\n%s", page)
+	}
+	dbtest.WaitDispatch(t, a.pool, dbtest.Dispatch{DeliveryID: "gh-1", Route: "fwd", Generation: 1}, "succeeded")
+	if _, page = b.do("GET", "/admin/ui/deliveries/github/gh-1", nil); strings.Contains(page, `class="retry-now"`) {
+		t.Fatalf("a delivery with nothing retrying offers a retry:\n%s", page)
+	}
+
+	// A route: refused while paused, then retried.
+	dbtest.Eventually(t, 10*time.Second, "the routes page offers to retry fwd", func() error {
+		if _, page = b.do("GET", "/admin/ui/routes", nil); !strings.Contains(page, `action="/admin/ui/routes/fwd/retry"`) {
+			return errors.New("no retry form for fwd")
+		}
+		return nil
+	})
+	a.adminJSON(t, adminReq{method: "POST", path: "/admin/routes/fwd/pause"}, 200, nil)
+	if res, page := b.do("POST", "/admin/ui/routes/fwd/retry", url.Values{"csrf": {csrf}}); res.StatusCode != http.StatusConflict ||
+		!strings.Contains(page, "is paused") {
+		t.Fatalf("retry of a paused route = %d %s", res.StatusCode, page)
+	}
+	a.adminJSON(t, adminReq{method: "POST", path: "/admin/routes/fwd/resume"}, 200, nil)
+	res, _ = b.do("POST", "/admin/ui/routes/fwd/retry", url.Values{"csrf": {csrf}})
+	if loc := res.Header.Get("Location"); res.StatusCode != http.StatusSeeOther || loc != "/admin/ui/routes?done=retry&retried=1&route=fwd" {
+		t.Fatalf("route retry = %d to %q", res.StatusCode, loc)
+	}
+	if _, page = b.do("GET", "/admin/ui/routes?done=retry&retried=1&route=fwd", nil); !strings.Contains(page, "Retrying 1 dispatch of fwd now") {
+		t.Fatalf("the routes page does not say what the retry did:\n%s", page)
+	}
+	dbtest.WaitDispatch(t, a.pool, dbtest.Dispatch{DeliveryID: "gh-2", Route: "fwd", Generation: 1}, "succeeded")
+	if got := a.auditActions(t); strings.Join(got, ", ") != "retry fwd, resume fwd, pause fwd, retry github gh-1" {
+		t.Fatalf("audit = %q", got)
 	}
 }

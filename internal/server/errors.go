@@ -20,6 +20,7 @@ import (
 	"github.com/hookgate/hookgate/internal/receipts"
 	"github.com/hookgate/hookgate/internal/recovery"
 	"github.com/hookgate/hookgate/internal/replay"
+	"github.com/hookgate/hookgate/internal/retry"
 	"github.com/hookgate/hookgate/internal/routes"
 	"github.com/hookgate/hookgate/internal/verify"
 )
@@ -66,6 +67,8 @@ var errorCodes = []struct {
 	{replay.ErrUnknownRoute, http.StatusBadRequest, "bad_request"},
 	{replay.ErrNotFound, http.StatusNotFound, "not_found"},
 	{routes.ErrNotFound, http.StatusNotFound, "not_found"},
+	{retry.ErrPaused, http.StatusConflict, "route_paused"},
+	{retry.ErrUnknownRoute, http.StatusBadRequest, "bad_request"},
 	{audit.ErrBadCursor, http.StatusBadRequest, "bad_request"},
 	{idempotency.ErrBadBody, http.StatusBadRequest, "bad_request"},
 	{idempotency.ErrBadKey, http.StatusBadRequest, "bad_request"},

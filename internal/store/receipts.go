@@ -141,6 +141,18 @@ func FirstReceipt(ctx context.Context, db Querier, provider, deliveryID string) 
 		FROM hookgate_first_receipt($1, $2) r`, provider, deliveryID))
 }
 
+// EventStored reports whether the event (provider, delivery id) has a
+// receipt, whichever hook delivered it.
+func EventStored(ctx context.Context, db Querier, provider, deliveryID string) (bool, error) {
+	var stored bool
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM hookgate_receipts WHERE provider = $1 AND delivery_id = $2)`,
+		provider, deliveryID).Scan(&stored)
+	if err != nil {
+		return false, fmt.Errorf("read receipt: %w", err)
+	}
+	return stored, nil
+}
+
 // scanReceipt reads a row of a receipt's columns (provider, scope,
 // delivery_id, event, entity, event_time, content_type, headers, body,
 // body_sha256, received_at, expires_at), after the given leading columns.

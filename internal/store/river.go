@@ -9,8 +9,9 @@ import (
 
 // River's own tables (river_queue, river_job), read and written where
 // River's client API cannot do what hookgate needs: pausing and resuming a
-// queue, reading one and listing queues go through River's client instead
-// (QueuePauseTx, QueueResumeTx, QueueGet, QueueList). These statements
+// queue, reading one and listing queues, and making a job available at once,
+// go through River's client instead (QueuePauseTx, QueueResumeTx, QueueGet,
+// QueueList, JobRetryTx). These statements
 // depend on River's schema, not on a published API: they were written for
 // River's schema at migration version 8 (river_test.go pins it, and fails
 // when River's migrations go past it until this file is checked again).
@@ -154,4 +155,65 @@ func CountUnfinishedJobs(ctx context.Context, db Querier) (int, error) {
 		return 0, fmt.Errorf("count backlog: %w", err)
 	}
 	return n, nil
+}
+
+// WaitingRetry is a retrying dispatch whose River job waits for its next
+// attempt: retryable (River's backoff, or a target's Retry-After), scheduled
+// (snoozed) or available.
+type WaitingRetry struct {
+	Route      string
+	Generation int
+	JobID      int64
+}
+
+// The statements of WaitingRetriesOfRouteTx and WaitingRetriesOfEventTx: the
+// retrying dispatches of a route or an event whose River jobs are still to
+// run, with those jobs. Each job row stays locked until the caller's
+// transaction ends, so the job stays where it is until the caller has made it
+// available: River fetches no job it cannot lock (it skips it), and a job
+// neither fetched nor running cannot end. A job fetched before the lock is
+// running by then, and left out. The rows are locked in the order River's
+// scheduler locks the jobs it makes available (priority, scheduled_at, id),
+// so that neither waits for the other in a cycle; two operators retrying at
+// once take turns.
+const (
+	waitingRetriesOfRouteSQL = `SELECT d.route, d.generation, j.id
+		FROM river_job j JOIN hookgate_dispatches d ON d.job_id = j.id
+		WHERE j.state IN ('retryable', 'scheduled', 'available') AND d.route = $1 AND d.state = 'retrying'
+		ORDER BY j.priority, j.scheduled_at, j.id FOR UPDATE OF j`
+	waitingRetriesOfEventSQL = `SELECT d.route, d.generation, j.id
+		FROM hookgate_dispatches d JOIN river_job j ON j.id = d.job_id
+		WHERE d.provider = $1 AND d.delivery_id = $2 AND d.state = 'retrying'
+			AND j.state IN ('retryable', 'scheduled', 'available')
+		ORDER BY j.priority, j.scheduled_at, j.id FOR UPDATE OF j`
+)
+
+// WaitingRetriesOfRouteTx returns, locked in tx, route's retrying
+// dispatches whose jobs wait for their next attempt (see the statements'
+// comment). River's client lists jobs, but neither with their dispatch nor
+// locked.
+func WaitingRetriesOfRouteTx(ctx context.Context, tx pgx.Tx, route string) ([]WaitingRetry, error) {
+	return waitingRetries(ctx, tx, waitingRetriesOfRouteSQL, route)
+}
+
+// WaitingRetriesOfEventTx is WaitingRetriesOfRouteTx for the dispatches of
+// the event (provider, deliveryID), of every route and generation.
+func WaitingRetriesOfEventTx(ctx context.Context, tx pgx.Tx, provider, deliveryID string) ([]WaitingRetry, error) {
+	return waitingRetries(ctx, tx, waitingRetriesOfEventSQL, provider, deliveryID)
+}
+
+func waitingRetries(ctx context.Context, tx pgx.Tx, sql string, args ...any) ([]WaitingRetry, error) {
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read retrying dispatches: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (WaitingRetry, error) {
+		var x WaitingRetry
+		err := row.Scan(&x.Route, &x.Generation, &x.JobID)
+		return x, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read retrying dispatches: %w", err)
+	}
+	return list, nil
 }
