@@ -13,6 +13,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/server"
+	"github.com/hookgate/hookgate/internal/version"
 )
 
 // browser is a cookie-keeping HTTP client that does not follow redirects, so
@@ -395,5 +396,25 @@ func TestConsoleReplayFormsPostTheirReason(t *testing.T) {
 	loc := res.Header.Get("Location")
 	if res.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/admin/ui/deliveries/github/gh-1?replayed=rpl_") || strings.Contains(loc, "body") {
 		t.Fatalf("replay = %d to %q", res.StatusCode, loc)
+	}
+}
+
+// A signed-in operator sees which gateway answered: its release, commit and
+// Go version at the foot of every page. The sign-in page tells a visitor
+// nothing of it.
+func TestConsoleShowsTheVersion(t *testing.T) {
+	t.Parallel()
+	a := setupAdmin(t, adminToken)
+	b := newBrowser(t, a.handler)
+	want := "<footer>" + version.Get().String() + "</footer>"
+
+	if _, page := b.do("GET", "/admin/ui/login", nil); strings.Contains(page, version.Number) || strings.Contains(page, "<footer>") {
+		t.Errorf("the sign-in page names the version:\n%s", page)
+	}
+	b.signIn(adminToken)
+	for _, path := range []string{"/admin/", "/admin/ui/deliveries", "/admin/ui/routes", "/admin/ui/rejections", "/admin/ui/audit", "/admin/ui/deliveries/github/nope"} {
+		if _, page := b.do("GET", path, nil); !strings.Contains(page, want) {
+			t.Errorf("%s lacks %s", path, want)
+		}
 	}
 }
