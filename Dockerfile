@@ -5,7 +5,12 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/gateway ./cmd/gateway
+# The context holds no .git (.dockerignore), so the build cannot read the
+# commit that `gateway version` and hookgate_build_info name; pass it:
+#   docker build --build-arg COMMIT=$(git rev-parse HEAD) .
+# Without it they say "unknown".
+ARG COMMIT
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X github.com/hookgate/hookgate/internal/version.commit=${COMMIT}" -o /out/gateway ./cmd/gateway
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/gateway /gateway

@@ -22,9 +22,12 @@ test: postgres chromium promtool
 faults: postgres
 	HOOKGATE_FAULTS_DURATION=$${HOOKGATE_FAULTS_DURATION:-3m} $(GO) test -count=1 -v -timeout 60m -run TestFaults ./internal/faults/
 
-## build: a static binary at ./gateway
+## build: a static binary at ./gateway (BIN), naming the checkout's commit in `gateway version`: go build
+## records it itself only in a clone (not in a git worktree, whose .git is a file, nor with -buildvcs=false)
+BIN = gateway
+COMMIT = $(shell git rev-parse HEAD 2>/dev/null)$(shell test -n "$$(git status --porcelain 2>/dev/null)" && echo -dirty)
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -o gateway ./cmd/gateway
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X github.com/hookgate/hookgate/internal/version.commit=$(COMMIT)" -o $(BIN) ./cmd/gateway
 
 ## migrate: apply pending migrations to DATABASE_URL (or the private PostgreSQL)
 migrate: postgres

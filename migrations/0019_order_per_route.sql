@@ -6,10 +6,11 @@
 ALTER TABLE hookgate_dispatches ADD COLUMN superseded_by text;
 
 -- The view of a dispatch with its live state (0017) fixed its columns when
--- it was made: made again, the same, to carry the new one.
-DROP VIEW hookgate_dispatch_states;
-CREATE VIEW hookgate_dispatch_states AS
-SELECT d.*,
+-- it was made: replaced by the same view with the new column at its end, so
+-- that the release before, which reads the view, finds it as it was.
+CREATE OR REPLACE VIEW hookgate_dispatch_states AS
+SELECT d.provider, d.delivery_id, d.route, d.generation, d.state, d.attempts, d.last_error,
+    d.created_at, d.updated_at, d.job_id,
     CASE
         WHEN d.state IN ('succeeded', 'superseded', 'discarded', 'cancelled') THEN d.state
         WHEN d.job_id IS NOT NULL AND j.id IS NULL THEN 'cancelled'
@@ -17,7 +18,8 @@ SELECT d.*,
         WHEN j.state IN ('cancelled', 'discarded') THEN j.state::text
         ELSE d.state
     END AS live_state,
-    j.errors AS job_errors
+    j.errors AS job_errors,
+    d.superseded_by
 FROM hookgate_dispatches d LEFT JOIN river_job j ON j.id = d.job_id;
 
 -- The turns waited for on routes that hand an entity's events oldest first

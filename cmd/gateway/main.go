@@ -11,6 +11,7 @@
 //	                  the operator's commands, clients of a running gateway's API
 //	gateway send      sign a sample delivery locally and post it
 //	gateway bench     the load tool
+//	gateway version   the release, commit and Go version this binary was built from
 //
 // Configuration is read from the environment and GATEWAY_CONFIG_FILE; see
 // docs/configuration.md.
@@ -18,7 +19,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -39,6 +42,7 @@ import (
 	"github.com/hookgate/hookgate/internal/database"
 	"github.com/hookgate/hookgate/internal/healthcheck"
 	"github.com/hookgate/hookgate/internal/schema"
+	"github.com/hookgate/hookgate/internal/version"
 )
 
 func main() {
@@ -88,7 +92,9 @@ const usage = `usage: gateway [command]
 
   serve     run the gateway (the default)
   migrate   apply pending migrations (River's and hookgate's) and exit
-` + cli.Usage + bench.Usage + healthcheck.Usage + `
+` + cli.Usage + bench.Usage + healthcheck.Usage + `  version [--json]
+            the release, the commit and the Go version this binary was built from
+
 Configuration is read from the environment; see README.md.
 `
 
@@ -120,6 +126,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
+	case "version", "--version":
+		// Needs nothing but the binary.
+		return printVersion(args[1:], stdout, stderr)
 	default:
 		fmt.Fprint(stderr, usage)
 		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("unknown command %q", command)}
@@ -207,4 +216,28 @@ func serve(ctx context.Context, stderr io.Writer) error {
 		return err
 	}
 	return gw.Run(ctx)
+}
+
+// printVersion is `gateway version`: hookgate <version> (<commit>, <go>), or
+// with --json {"version","commit","go"}.
+func printVersion(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, `print {"version","commit","go"}`)
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
+		return &cli.ExitError{Code: cli.ExitUsage, Err: err}
+	}
+	if fs.NArg() > 0 {
+		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("version takes no arguments, got %q", fs.Arg(0))}
+	}
+	info := version.Get()
+	if !*asJSON {
+		_, err := fmt.Fprintln(stdout, info)
+		return err
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(info)
 }

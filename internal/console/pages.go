@@ -27,6 +27,7 @@ import (
 	"github.com/hookgate/hookgate/internal/retry"
 	"github.com/hookgate/hookgate/internal/routes"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/version"
 )
 
 // page is what every template gets.
@@ -809,6 +810,10 @@ var funcs = template.FuncMap{
 	"pathEscape":   url.PathEscape,
 	"has":          func(list []string, s string) bool { return slices.Contains(list, s) },
 	"join":         strings.Join,
+	// version is the gateway's release, commit and Go version, in the
+	// footer of a signed-in operator's pages (a visitor not signed in is not
+	// told what runs).
+	"version": func() string { return version.Get().String() },
 }
 
 func urlQueryEscape(s string) string { return url.QueryEscape(s) }

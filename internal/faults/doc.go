@@ -13,4 +13,7 @@
 //	go test -v -run TestFaults ./internal/faults  # the short form make test runs
 //
 // HOOKGATE_FAULTS_DURATION sets how long traffic and faults last (default 15s).
+//
+// Its gateway processes are Gateway, built by Build: other tests that run
+// the binary as an operator does (internal/upgrade) use them too.
 package faults

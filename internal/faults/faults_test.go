@@ -19,7 +19,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/dbtest"
+	"github.com/hookgate/hookgate/internal/faults"
 	"github.com/hookgate/hookgate/internal/pgembed"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/verify"
@@ -120,67 +120,6 @@ func (d *delivery) request(base string) *http.Request {
 	return signedRequest(sources[d.provider], base+"/webhooks/"+d.provider, d.body, d.id, d.event, time.Now())
 }
 
-// gateway is one gateway process.
-type gateway struct {
-	bin, addr string
-	env       []string
-	log       *os.File
-	mu        sync.Mutex
-	cmd       *exec.Cmd
-}
-
-func (g *gateway) start() error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	cmd := exec.Command(g.bin, "serve")
-	cmd.Env = append(slices.Clone(g.env), "GATEWAY_ADDR="+g.addr)
-	cmd.Stdout, cmd.Stderr = g.log, g.log
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start gateway: %w", err)
-	}
-	g.cmd = cmd
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		res, err := http.Get("http://" + g.addr + "/healthz")
-		if err == nil {
-			res.Body.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("gateway %s did not come up", g.addr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (g *gateway) running() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.cmd != nil
-}
-
-func (g *gateway) kill() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.cmd != nil {
-		_ = g.cmd.Process.Signal(syscall.SIGKILL)
-		_ = g.cmd.Wait()
-		g.cmd = nil
-	}
-}
-
-func (g *gateway) stop() error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.cmd == nil {
-		return nil
-	}
-	_ = g.cmd.Process.Signal(syscall.SIGTERM)
-	err := g.cmd.Wait()
-	g.cmd = nil
-	return err
-}
-
 // arrival is one request the forward target received.
 type arrival struct {
 	key, delivery string
@@ -255,16 +194,6 @@ func envDuration(name string, def time.Duration) time.Duration {
 	return def
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 func TestFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and two gateways")
@@ -275,11 +204,9 @@ func TestFaults(t *testing.T) {
 
 	tmp := dbtest.SharedDir(t, "hookgate-faults-")
 	bin := filepath.Join(tmp, "gateway")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/gateway").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	faults.Build(t, "../..", bin)
 
-	pgPort := freePort(t)
+	pgPort := faults.FreePort(t)
 	pgOpts := pgembed.Options{Dir: filepath.Join(tmp, "pg"), Port: pgPort}
 	pg, err := pgembed.Start(ctx, pgOpts)
 	if err != nil {
@@ -341,15 +268,15 @@ func TestFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	gwEnv := append(slices.Clone(env), asGatewayEnv+"=1")
-	gws := []*gateway{
-		{bin: self, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), env: gwEnv, log: logFile},
-		{bin: self, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), env: gwEnv, log: logFile},
+	gws := []*faults.Gateway{
+		{Bin: self, Addr: fmt.Sprintf("127.0.0.1:%d", faults.FreePort(t)), Env: gwEnv, Log: logFile},
+		{Bin: self, Addr: fmt.Sprintf("127.0.0.1:%d", faults.FreePort(t)), Env: gwEnv, Log: logFile},
 	}
 	for _, g := range gws {
-		if err := g.start(); err != nil {
+		if err := g.Start(); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(g.kill)
+		t.Cleanup(g.Kill)
 	}
 
 	// The sender: like GitHub and Stripe, it retries until it gets a 2xx.
@@ -362,7 +289,7 @@ func TestFaults(t *testing.T) {
 		backoff := 20 * time.Millisecond
 		for attempt := 0; ; attempt++ {
 			g := gws[(attempt+int(d.answers.Load()))%len(gws)]
-			res, err := client.Do(d.request("http://" + g.addr))
+			res, err := client.Do(d.request("http://" + g.Addr))
 			if err != nil {
 				connErrors.Add(1)
 			} else {
@@ -402,7 +329,7 @@ func TestFaults(t *testing.T) {
 	var badDone sync.WaitGroup
 	badDone.Go(func() { sendBadInput(t, gws, stopBad, badCounts, &badMu) })
 	slowClosed := make(chan int, 1)
-	badDone.Go(func() { slowClosed <- slowloris(gws[0].addr, 3) })
+	badDone.Go(func() { slowClosed <- slowloris(gws[0].Addr, 3) })
 
 	// Faults: kill a gateway at random moments, and restart PostgreSQL once.
 	stopChaos := make(chan struct{})
@@ -433,10 +360,10 @@ func TestFaults(t *testing.T) {
 				continue
 			}
 			g := gws[rand.IntN(len(gws))]
-			g.kill()
+			g.Kill()
 			kills.Add(1)
 			time.Sleep(200*time.Millisecond + rand.N(time.Second))
-			if err := g.start(); err != nil {
+			if err := g.Start(); err != nil {
 				t.Error(err)
 				return
 			}
@@ -460,8 +387,8 @@ func TestFaults(t *testing.T) {
 	badDone.Wait()
 	faultsStopped := time.Now()
 	for _, g := range gws {
-		if !g.running() {
-			if err := g.start(); err != nil {
+		if !g.Running() {
+			if err := g.Start(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -716,7 +643,7 @@ func TestFaults(t *testing.T) {
 	t.Log("\n" + out.String())
 
 	for _, g := range gws {
-		if err := g.stop(); err != nil {
+		if err := g.Stop(); err != nil {
 			t.Errorf("gateway exit after SIGTERM: %v", err)
 		}
 	}
@@ -734,7 +661,7 @@ func countTwice(ds []*delivery) int {
 
 // sendBadInput sends a bad request of each kind in turn until stop, counting
 // those answered with the contract's status and error body.
-func sendBadInput(t *testing.T, gws []*gateway, stop <-chan struct{}, counts map[string]*[2]int64, mu *sync.Mutex) {
+func sendBadInput(t *testing.T, gws []*faults.Gateway, stop <-chan struct{}, counts map[string]*[2]int64, mu *sync.Mutex) {
 	client := &http.Client{Timeout: 10 * time.Second}
 	body := []byte(`{"ref":"refs/heads/main","repository":{"id":77,"pushed_at":1}}`)
 	type bad struct {
@@ -790,7 +717,7 @@ func sendBadInput(t *testing.T, gws []*gateway, stop <-chan struct{}, counts map
 		for attempt := 0; attempt < 20; attempt++ { // a dead gateway: try the other
 			req := k.make(id)
 			g := gws[(i+attempt)%len(gws)]
-			req.URL.Scheme, req.URL.Host, req.Host = "http", g.addr, g.addr
+			req.URL.Scheme, req.URL.Host, req.Host = "http", g.Addr, g.Addr
 			res, err := client.Do(req)
 			if err != nil {
 				time.Sleep(100 * time.Millisecond)

@@ -25,7 +25,12 @@ import (
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/verify"
+	"github.com/hookgate/hookgate/internal/version"
 )
+
+// userAgent names the release that forwards: during a rolling upgrade a
+// target sees which gateways still run the older one.
+const userAgent = "hookgate/" + version.Number
 
 // maxRetryAfter caps a target's Retry-After.
 const maxRetryAfter = time.Hour
@@ -117,7 +122,7 @@ func (f *Client) ForwardWithin(ctx context.Context, target string, timeout time.
 	}
 	h := req.Header
 	h.Set("Content-Type", d.ContentType)
-	h.Set("User-Agent", "hookgate")
+	h.Set("User-Agent", userAgent)
 	key := IdempotencyKey(d.Provider, d.DeliveryID, d.Route)
 	h.Set("Idempotency-Key", key)
 	h.Set("X-Hookgate-Provider", d.Provider)

@@ -16,6 +16,7 @@ import (
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handlers"
+	"github.com/hookgate/hookgate/internal/version"
 )
 
 // newTarget is a local forward target that answers from a script.
@@ -247,6 +248,17 @@ func TestForwardWithoutSecretsIsUnsigned(t *testing.T) {
 				t.Errorf("secrets %q: the forward carries %s: %q", secrets, name, v)
 			}
 		}
+	}
+}
+
+// A forward names the release that sent it, so that a target sees, during a
+// rolling upgrade, which gateways still run the older one.
+func TestForwardNamesItsRelease(t *testing.T) {
+	t.Parallel()
+	d := handlers.Delivery{Provider: "github", DeliveryID: "d-1", Route: "r", Body: []byte(`{}`), ContentType: "application/json"}
+	header, _ := forwardOnce(t, nil, d)
+	if got, want := header.Get("User-Agent"), "hookgate/"+version.Number; got != want {
+		t.Errorf("User-Agent = %q; want %q", got, want)
 	}
 }
 

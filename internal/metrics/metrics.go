@@ -2,7 +2,8 @@
 // /metrics handler: ingest outcomes and ack latency, deliveries accepted with a
 // non-primary secret, dispatch outcomes and receipt-to-success latency,
 // recoveries through the providers' APIs, the
-// River queue's depth, and Go's runtime and process metrics.
+// River queue's depth, the build (hookgate_build_info), and Go's runtime and
+// process metrics.
 //
 // Code under test that needs metrics but reads none gets them from Discard.
 package metrics
@@ -21,6 +22,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/throttle"
+	"github.com/hookgate/hookgate/internal/version"
 )
 
 // Metrics records hookgate's metrics into its own registry.
@@ -83,7 +85,7 @@ func New(pool *pgxpool.Pool) *Metrics {
 		Help: "Deliveries on which a route's filter could not be evaluated (a field missing, the cost limit, a payload that is not JSON), by route: the route did not take them.",
 	}, []string{"route"})
 	m.registry.MustRegister(m.ingest, m.secondary, m.ack, m.dispatches, m.toSuccess, m.attempts, m.recovery, m.runs, m.filters,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		buildInfo(version.Get()), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if pool != nil {
 		c := &queueCollector{pool: pool,
 			desc: prometheus.NewDesc("hookgate_queue_depth", "River jobs waiting or running, by state.", []string{"state"}, nil),
@@ -95,6 +97,19 @@ func New(pool *pgxpool.Pool) *Metrics {
 		m.queue = c
 	}
 	return m
+}
+
+// buildInfo is hookgate_build_info{version,commit} = 1: which release and
+// commit each scraped gateway runs, so a rolling upgrade can be watched
+// (count by (version) (hookgate_build_info)).
+func buildInfo(v version.Info) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "hookgate_build_info",
+		Help:        "Always 1; its labels are the release (version) and the git commit this gateway was built from.",
+		ConstLabels: prometheus.Labels{"version": v.Version, "commit": v.Commit},
+	})
+	g.Set(1)
+	return g
 }
 
 // Discard returns metrics that no one reads: they record into a registry of

@@ -14,6 +14,7 @@ import (
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/metrics"
+	"github.com/hookgate/hookgate/internal/version"
 )
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
@@ -81,6 +82,19 @@ func TestDeclareNothing(t *testing.T) {
 	none := metrics.Discard()
 	none.Declare(metrics.Known{Routes: []string{"ci"}})
 	none.FilterFailed("ci")
+}
+
+// Every gateway's /metrics names its release and commit, from its first
+// scrape, whatever else it declares.
+func TestBuildInfo(t *testing.T) {
+	t.Parallel()
+	v := version.Get()
+	want := `hookgate_build_info{commit="` + v.Commit + `",version="` + version.Number + `"} 1` + "\n"
+	for _, m := range []*metrics.Metrics{metrics.New(nil), metrics.Discard()} {
+		if text := scrape(t, m); strings.Count(text, "hookgate_build_info{") != 1 || !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 }
 
 // A declared route with a dispatch waiting shows that dispatch's age, once.

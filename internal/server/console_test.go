@@ -15,6 +15,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/server"
+	"github.com/hookgate/hookgate/internal/version"
 )
 
 // browser is a cookie-keeping HTTP client that does not follow redirects, so
@@ -462,5 +463,25 @@ func TestConsoleRetryNow(t *testing.T) {
 	dbtest.WaitDispatch(t, a.pool, dbtest.Dispatch{DeliveryID: "gh-2", Route: "fwd", Generation: 1}, "succeeded")
 	if got := a.auditActions(t); strings.Join(got, ", ") != "retry fwd, resume fwd, pause fwd, retry github gh-1" {
 		t.Fatalf("audit = %q", got)
+	}
+}
+
+// A signed-in operator sees which gateway answered: its release, commit and
+// Go version at the foot of every page. The sign-in page tells a visitor
+// nothing of it.
+func TestConsoleShowsTheVersion(t *testing.T) {
+	t.Parallel()
+	a := setupAdmin(t, adminToken)
+	b := newBrowser(t, a.handler)
+	want := "<footer>" + version.Get().String() + "</footer>"
+
+	if _, page := b.do("GET", "/admin/ui/login", nil); strings.Contains(page, version.Number) || strings.Contains(page, "<footer>") {
+		t.Errorf("the sign-in page names the version:\n%s", page)
+	}
+	b.signIn(adminToken)
+	for _, path := range []string{"/admin/", "/admin/ui/deliveries", "/admin/ui/routes", "/admin/ui/rejections", "/admin/ui/audit", "/admin/ui/deliveries/github/nope"} {
+		if _, page := b.do("GET", path, nil); !strings.Contains(page, want) {
+			t.Errorf("%s lacks %s", path, want)
+		}
 	}
 }
