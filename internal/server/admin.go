@@ -148,11 +148,19 @@ func printableURL(u *url.URL) bool {
 	return true
 }
 
-// adminOn answers 404 for everything under /admin when no token is set.
+// adminOn answers 404 for everything under /admin when no token is set, and
+// 400 for a request whose query string does not decode.
 func (s *server) adminOn(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.Admin.Token == "" {
 			writeError(w, r, s.Logger, fmt.Errorf("%w: operator endpoints are off (GATEWAY_ADMIN_TOKEN is unset)", errNotFound))
+			return
+		}
+		// A query that does not decode (a broken percent-escape, a ; as a
+		// separator) is refused whole: Go's Query drops such a pair without a
+		// word, and a filter dropped so would select everything.
+		if _, err := url.ParseQuery(r.URL.RawQuery); err != nil {
+			writeError(w, r, s.Logger, fmt.Errorf("%w: the query string cannot be decoded (a broken %%-escape or a ; between values)", errBadRequest))
 			return
 		}
 		next.ServeHTTP(w, r)

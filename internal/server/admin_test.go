@@ -982,6 +982,11 @@ func TestAdminRefusesTextTheDatabaseCannotHold(t *testing.T) {
 		{"River UI jobs of kind NUL", adminReq{path: "/admin/river/api/jobs?kinds=%00"}, 400, "bad_request"},
 		{"River UI jobs of queue 0xFF", adminReq{path: "/admin/river/api/jobs?queues=%FF"}, 400, "bad_request"},
 		{"River UI pause of queue NUL", adminReq{method: "PUT", path: "/admin/river/api/queues/%00/pause"}, 400, "bad_request"},
+		// A filter Go's Query would drop without a word, selecting everything.
+		{"state filter with a broken escape", adminReq{path: "/admin/deliveries?state=superseded%"}, 400, "bad_request"},
+		{"event filter with a broken escape", adminReq{path: "/admin/deliveries?event=nomatch%zz"}, 400, "bad_request"},
+		{"filters split by a semicolon", adminReq{path: "/admin/deliveries?state=superseded;provider=github"}, 400, "bad_request"},
+		{"a console page's broken filter", adminReq{path: "/admin/ui/deliveries?state=superseded%"}, 400, "bad_request"},
 	} {
 		before := b.storedState(t)
 		status, header, body := b.admin(t, tt.req)
