@@ -172,6 +172,10 @@ func show(ctx context.Context, env Env, args []string) error {
 		if x.LastError != nil {
 			lastError = printable(*x.LastError)
 		}
+		if x.SupersededBy != "" {
+			// Nothing went to the target: the newer event did.
+			lastError = "superseded by " + printable(x.SupersededBy)
+		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", x.Route, x.Generation, x.State, x.Attempts, x.UpdatedAt.UTC().Format(time.RFC3339), lastError)
 	}
 	return tw.Flush()
