@@ -273,16 +273,17 @@ func extract(t *testing.T, root, commit, dir string) string {
 		t.Fatal(err)
 	}
 	untar.Stdin = pipe
-	var stderr bytes.Buffer
-	archive.Stderr, untar.Stderr = &stderr, &stderr
+	// One buffer each: two processes' copying goroutines never share one.
+	var archiveErr, untarErr bytes.Buffer
+	archive.Stderr, untar.Stderr = &archiveErr, &untarErr
 	if err := untar.Start(); err != nil {
 		t.Fatal(err)
 	}
 	if err := archive.Run(); err != nil {
-		t.Fatalf("git archive %s: %v\n%s", commit, err, stderr.Bytes())
+		t.Fatalf("git archive %s: %v\n%s", commit, err, archiveErr.Bytes())
 	}
 	if err := untar.Wait(); err != nil {
-		t.Fatalf("tar -x: %v\n%s", err, stderr.Bytes())
+		t.Fatalf("tar -x: %v\n%s", err, untarErr.Bytes())
 	}
 	return dir
 }
