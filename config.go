@@ -1,7 +1,6 @@
 package hookgate
 
 import (
-	"errors"
 	"fmt"
 	"os"
 
@@ -65,12 +64,19 @@ type ByteRate = config.ByteRate
 // never written) and the configuration file GATEWAY_CONFIG_FILE names. Its
 // error names every variable, file line and key that is wrong, one line each,
 // never a value that may be a secret. A route whose target names a Go
-// handler (builtin:<name>) is checked by New, once the handlers are known.
+// handler (builtin:<name>) is checked by New, once the handlers are known;
+// so are recovery's settings.
+//
+// On error, the Config holds what could be read and keeps the rest: New
+// refuses it, reporting the same errors beside its own (the handlers, the
+// options, recovery's settings). So a main that hands it to New anyway, as
+// `gateway serve` does, reports every error at once; a Config read in part
+// never runs.
 func ConfigFromEnv() (Config, error) {
 	c, err := config.FromEnv(os.LookupEnv)
-	_, rerr := c.Resolve()
-	if err := errors.Join(err, rerr); err != nil {
-		return Config{}, fmt.Errorf("configuration: %w", err)
+	c = config.Remember(c, err) // Resolve reports it, first
+	if _, err := c.Resolve(); err != nil {
+		return c, fmt.Errorf("configuration: %w", err)
 	}
 	return c, nil
 }

@@ -89,23 +89,20 @@ type Gateway struct {
 // target names a handler that was not given (builtin:<name>, neither
 // WithHandler's nor a shipped one: log, stripe-subscriptions) is an error
 // naming the route and the handler; so are a bad option and recovery set up
-// halfway.
+// halfway. Its error holds every one at once, one a line: first the
+// configuration's ("configuration: ", what ConfigFromEnv could not read
+// among them, then the values, the routes, recovery's settings and the
+// handlers the routes name), then the options'.
 func New(cfg Config, opts ...Option) (*Gateway, error) {
-	// Every error at once, one a line: the configuration's, the options',
-	// the handlers the routes name.
-	var errs []error
-	resolved, err := cfg.Resolve()
-	if err != nil {
-		errs = append(errs, fmt.Errorf("configuration: %w", err))
-	}
 	var o options
+	var optErrs []error
 	for i, opt := range opts {
 		if opt == nil {
-			errs = append(errs, fmt.Errorf("hookgate.New: option %d is nil", i+1))
+			optErrs = append(optErrs, fmt.Errorf("hookgate.New: option %d is nil", i+1))
 			continue
 		}
 		if err := opt(&o); err != nil {
-			errs = append(errs, fmt.Errorf("hookgate.New: %w", err))
+			optErrs = append(optErrs, fmt.Errorf("hookgate.New: %w", err))
 		}
 	}
 	if o.logger == nil {
@@ -121,32 +118,42 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	builtins := handlers.Default(o.logger)
 	for _, name := range slices.Sorted(maps.Keys(o.handlers)) {
 		if _, shipped := builtins[name]; shipped {
-			errs = append(errs, fmt.Errorf("hookgate.New: WithHandler(%q): a shipped handler's name", name))
+			optErrs = append(optErrs, fmt.Errorf("hookgate.New: WithHandler(%q): a shipped handler's name", name))
 			continue
 		}
 		builtins[name] = builtinHandler(o.handlers[name])
 	}
-	// The routes resolved so far: those with a mistake of their own are
-	// reported above.
-	if err := resolved.CheckBuiltins(builtins.Names()); err != nil {
-		errs = append(errs, fmt.Errorf("configuration: %w", err))
-	}
 	if err := checkRiver(o); err != nil {
-		errs = append(errs, fmt.Errorf("hookgate.New: %w", err))
+		optErrs = append(optErrs, fmt.Errorf("hookgate.New: %w", err))
 	}
 	if err := checkPatterns(o.http); err != nil {
-		errs = append(errs, fmt.Errorf("hookgate.New: %w", err))
+		optErrs = append(optErrs, fmt.Errorf("hookgate.New: %w", err))
 	}
-	env := resolved
-	rec := recovery.RecovererConfig{Lookback: env.RecoveryLookback, Retention: env.Retention, Logger: o.logger}
+
+	// The configuration's errors, all of them, in one place: Resolve's,
+	// recovery's, and the handlers of the routes resolved so far (those with
+	// a mistake of their own are reported by Resolve).
+	var cfgErrs []error
+	resolved, err := cfg.Resolve()
+	if err != nil {
+		cfgErrs = append(cfgErrs, err)
+	}
+	rec := recovery.RecovererConfig{Lookback: resolved.RecoveryLookback, Retention: resolved.Retention, Logger: o.logger}
 	if rec.GitHub, rec.Stripe, err = recovery.Clients(recovery.Settings{
-		GitHubHooks: env.GitHubRecoveryHooks, GitHubToken: env.GitHubToken.Value(), GitHubAppID: env.GitHubAppID,
-		GitHubAppKeyFile: env.GitHubAppKeyFile, GitHubAPIURL: env.GitHubAPIURL,
-		StripeAPIKey: env.StripeAPIKey.Value(), StripeAPIURL: env.StripeAPIURL, MaxBodyBytes: env.MaxBodyBytes,
-	}); err != nil && len(errs) == 0 { // recovery's settings are checked by Resolve first
+		GitHubHooks: resolved.GitHubRecoveryHooks, GitHubToken: resolved.GitHubToken.Value(), GitHubAppID: resolved.GitHubAppID,
+		GitHubAppKeyFile: resolved.GitHubAppKeyFile, GitHubAPIURL: resolved.GitHubAPIURL,
+		StripeAPIKey: resolved.StripeAPIKey.Value(), StripeAPIURL: resolved.StripeAPIURL, MaxBodyBytes: resolved.MaxBodyBytes,
+	}); err != nil {
+		cfgErrs = append(cfgErrs, err)
+	}
+	if err := resolved.CheckBuiltins(builtins.Names()); err != nil {
+		cfgErrs = append(cfgErrs, err)
+	}
+	var errs []error
+	if err := errors.Join(cfgErrs...); err != nil {
 		errs = append(errs, fmt.Errorf("configuration: %w", err))
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(append(errs, optErrs...)...); err != nil {
 		return nil, err
 	}
 	return &Gateway{cfg: resolved, opts: o, handlers: builtins, recovery: rec, started: make(chan struct{})}, nil

@@ -112,6 +112,32 @@ func TestNewRefusesWhatCannotWork(t *testing.T) {
 	}
 }
 
+// A Config that ConfigFromEnv could read only in part never runs: New
+// refuses it with ConfigFromEnv's errors, once each, beside its own (the
+// handlers the routes name, recovery's settings, the options), so a main
+// that hands it on reports every error at once.
+func TestNewReportsWhatConfigFromEnvCouldNotRead(t *testing.T) {
+	t.Setenv("STRIPE_WEBHOOK_SECRET", "whsec_new")
+	t.Setenv("GATEWAY_RETENTION", "soon")
+	t.Setenv("GATEWAY_ROUTES", "ledger=stripe:*>builtin:ledger")
+	t.Setenv("STRIPE_API_KEY", "rk_x")
+	t.Setenv("STRIPE_API_URL", "ftp://x")
+	cfg, err := hookgate.ConfigFromEnv()
+	if err == nil || err.Error() != "configuration: GATEWAY_RETENTION: must be a duration such as 30s, 5m or 72h" {
+		t.Fatalf("ConfigFromEnv: %v", err)
+	}
+	_, err = hookgate.New(cfg, hookgate.WithHandler("Bad Name", func(context.Context, pgx.Tx, hookgate.Delivery) error { return nil }))
+	want := []string{
+		"configuration: GATEWAY_RETENTION: must be a duration such as 30s, 5m or 72h",
+		"STRIPE_API_URL: must be an http(s) URL without a user, password, query or fragment, such as https://api.example.com",
+		`GATEWAY_ROUTES: bad route: route "ledger": no builtin handler named "ledger" (have log, stripe-subscriptions)`,
+		`hookgate.New: WithHandler("Bad Name"): a handler's name is 1-64 of a-z, 0-9, _ and -`,
+	}
+	if err == nil || err.Error() != strings.Join(want, "\n") {
+		t.Fatalf("New: %v\nwant:\n%s", err, strings.Join(want, "\n"))
+	}
+}
+
 // gatewayKind is a job kind of the gateway's own, which a service's worker
 // may not take.
 type gatewayKind struct{}

@@ -52,16 +52,32 @@ func main() {
 		limitMemory()
 	}
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "gateway:", err)
-		code := cli.ExitFailed
-		var exit *cli.ExitError
-		if errors.As(err, &exit) {
-			code = exit.Code
-		}
+		code := report(os.Stderr, err)
 		stop()
 		os.Exit(code)
 	}
 }
+
+// report writes the error that stopped the command to stderr, unless it was
+// logged already (serve's, with GATEWAY_LOG_FORMAT=json), and returns the
+// exit code.
+func report(stderr io.Writer, err error) int {
+	if !errors.As(err, new(*loggedError)) {
+		fmt.Fprintln(stderr, "gateway:", err)
+	}
+	var exit *cli.ExitError
+	if errors.As(err, &exit) {
+		return exit.Code
+	}
+	return cli.ExitFailed
+}
+
+// loggedError is an error that stopped serve and was logged, a log line for
+// each of its lines: main does not write it again.
+type loggedError struct{ err error }
+
+func (e *loggedError) Error() string { return e.err.Error() }
+func (e *loggedError) Unwrap() error { return e.err }
 
 // memoryHeadroom is what the gateway process needs beside the request bodies
 // it holds: its pools, River, the route table, caches and the garbage
@@ -192,30 +208,56 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // main does, logging to stderr as GATEWAY_LOG_FORMAT and GATEWAY_LOG_LEVEL
 // say. The variables that look meant for hookgate and are none it reads are
 // logged first, at WARN, configuration errors or not: a misspelt name is
-// often why a value seems ignored.
+// often why a value seems ignored. Then every configuration error is
+// reported at once: what could not be read, the values, the routes,
+// recovery's settings and the builtin handlers the routes name, all by New.
+// With GATEWAY_LOG_FORMAT=json, the error that stops serve is logged as
+// JSON too, a line at ERROR for each of its lines, so that the log stays
+// one JSON object a line.
 func serve(ctx context.Context, stderr io.Writer) error {
-	cfg, cfgErr := hookgate.ConfigFromEnv()
-	if cfgErr != nil {
-		// What could be read, for the log's format and level alone.
-		cfg, _ = config.FromEnv(os.LookupEnv)
-	}
-	logger, err := cfg.Logger(stderr)
-	if err != nil {
-		// GATEWAY_LOG_FORMAT or GATEWAY_LOG_LEVEL itself, which cfgErr names.
-		logger = slog.New(slog.NewTextHandler(stderr, nil))
-	}
+	// Its error is New's too: a Config read in part is handed on, for New
+	// to report what it could not read beside what it finds itself.
+	cfg, _ := hookgate.ConfigFromEnv()
+	logger, asJSON := serveLogger(cfg, stderr)
 	for _, s := range config.Strays(os.Environ(), cli.URLVariable) {
-		logger.WarnContext(ctx, s.Name+": not a variable hookgate reads; did you mean "+s.Closest+"?",
-			"variable", s.Name, "did_you_mean", s.Closest)
-	}
-	if cfgErr != nil {
-		return cfgErr
+		logger.WarnContext(ctx, s.Message(), s.LogAttrs()...)
 	}
 	gw, err := hookgate.New(cfg, hookgate.WithLogger(logger))
 	if err != nil {
+		return logStop(ctx, logger, asJSON, "configuration error", err)
+	}
+	if err := gw.Run(ctx); err != nil {
+		return logStop(ctx, logger, asJSON, "gateway stopped", err)
+	}
+	return nil
+}
+
+// serveLogger is the logger cfg asks for, and whether it writes JSON. A bad
+// GATEWAY_LOG_LEVEL (which New reports) leaves the level at info; a bad
+// GATEWAY_LOG_FORMAT, the format at text.
+func serveLogger(cfg hookgate.Config, stderr io.Writer) (*slog.Logger, bool) {
+	if logger, err := cfg.Logger(stderr); err == nil {
+		return logger, cfg.LogFormat == "json"
+	}
+	cfg.LogLevel = ""
+	if logger, err := cfg.Logger(stderr); err == nil {
+		return logger, cfg.LogFormat == "json"
+	}
+	return slog.New(slog.NewTextHandler(stderr, nil)), false
+}
+
+// logStop logs err, the error that stops serve, when the log is JSON: a
+// line at ERROR for each of its lines, msg msg and the line as error
+// (without the "configuration: " the first one begins with). The error
+// returned is then one main does not write again.
+func logStop(ctx context.Context, logger *slog.Logger, asJSON bool, msg string, err error) error {
+	if !asJSON {
 		return err
 	}
-	return gw.Run(ctx)
+	for _, line := range strings.Split(err.Error(), "\n") {
+		logger.ErrorContext(ctx, msg, "error", strings.TrimPrefix(line, "configuration: "))
+	}
+	return &loggedError{err: err}
 }
 
 // printVersion is `gateway version`: hookgate <version> (<commit>, <go>), or

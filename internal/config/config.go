@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"reflect"
@@ -160,6 +161,14 @@ type Config struct {
 	// configuration file), for Resolve's messages; empty for routes set in
 	// code.
 	routesFrom string
+	// routesFile is the configuration file's path when FromEnv read Routes
+	// there, for Resolve's errors (ErrBadFile).
+	routesFile string
+	// unread is what FromEnv could not read, which Resolve reports first;
+	// unreadSources are the names of the configuration file's sources it
+	// could not read, which a route may name without a second error.
+	unread        error
+	unreadSources []string
 }
 
 // Route is one route of the fan-out table, as configured: deliveries whose
@@ -208,6 +217,11 @@ type Route struct {
 	// messages (an entry that could not be read is left out of Routes);
 	// 0 for a route from elsewhere.
 	entry int
+	// line is the route's line in the configuration file, and keyLines its
+	// keys' lines, for Resolve's messages; 0 and nil for a route from
+	// elsewhere.
+	line     int
+	keyLines map[string]int
 }
 
 // String names the route and its matches, never its target, which may
@@ -347,11 +361,16 @@ func (r Resolved) BodyRate() int64 { return max(int64(r.MinBodyRate), 0) }
 // Resolve fills in c's defaults, checks every value, and makes the fan-out
 // table and the provider registry. Its error names every value that is
 // wrong, one line each, by its variable (or route and key), never by a value
-// that may be a secret.
+// that may be a secret; for a Config FromEnv read, what it could not read
+// comes first.
 func (c Config) Resolve() (Resolved, error) {
 	c = c.withDefaults()
 	r := Resolved{Config: c}
-	errs := c.validate()
+	var errs []error
+	if c.unread != nil {
+		errs = append(errs, c.unread)
+	}
+	errs = append(errs, c.validate()...)
 	reg, sourceNames, err := c.registry()
 	if err != nil {
 		errs = append(errs, err)
@@ -362,23 +381,15 @@ func (c Config) Resolve() (Resolved, error) {
 	configured := c.configured(sourceNames)
 	seen := map[string]bool{}
 	for i, route := range c.Routes {
-		where := fmt.Sprintf("route %d (%q)", i+1, route.Name)
-		if c.routesFrom == "GATEWAY_ROUTES" {
-			where = fmt.Sprintf("GATEWAY_ROUTES: bad route, entry %d (%q)", cmp.Or(route.entry, i+1), route.Name)
-		} else if c.routesFrom != "" {
-			where = fmt.Sprintf("%s: route %q", c.routesFrom, route.Name)
-		}
-		fr, keyErrs := resolveRoute(route, d)
-		for _, ke := range keyErrs {
-			errs = append(errs, fmt.Errorf("%s: %w", where, ke))
-		}
-		// Not a KeyError: the route is right in itself, and stays in the
-		// table for a caller that checks its builtin handler too.
-		for _, err := range unconfigured(fr, configured) {
-			errs = append(errs, fmt.Errorf("%s: %w", where, err))
+		where, keyWhere := c.routeWhere(i, route)
+		fr, keyErrs := resolveRoute(route, d, configured)
+		// unconfigured's are not mistakes of the route itself: it stays in
+		// the table for a caller that checks its builtin handler too.
+		for _, ke := range append(keyErrs, unconfigured(fr, configured, c.unreadSources)...) {
+			errs = append(errs, c.routeError(fmt.Errorf("%s: %s%w", where, keyWhere(ke.Key), ke)))
 		}
 		if seen[route.Name] {
-			errs = append(errs, fmt.Errorf("%s: the name %s is used by another route", where, route.Name))
+			errs = append(errs, c.routeError(fmt.Errorf("%s: the name %s is used by another route", where, route.Name)))
 			continue
 		}
 		seen[route.Name] = true
@@ -389,6 +400,41 @@ func (c Config) Resolve() (Resolved, error) {
 	// On error, r holds the routes that resolved, for a caller that
 	// reports what else is wrong with them.
 	return r, errors.Join(errs...)
+}
+
+// routeWhere names the i-th route for Resolve's messages, and its keys'
+// lines (a prefix "line N: ") when it came from the configuration file.
+func (c Config) routeWhere(i int, route Route) (string, func(key string) string) {
+	noLine := func(string) string { return "" }
+	switch {
+	case c.routesFrom == routesVariable:
+		return fmt.Sprintf("GATEWAY_ROUTES: bad route, entry %d (%q)", cmp.Or(route.entry, i+1), route.Name), noLine
+	case c.routesFile != "" && route.line > 0:
+		// As the file's own errors do; a name that is not right is never
+		// shown.
+		where := fmt.Sprintf("route %d (line %d)", i+1, route.line)
+		if fanout.CheckName(route.Name) == nil {
+			where = fmt.Sprintf("route %q (line %d)", route.Name, route.line)
+		}
+		return where, func(key string) string {
+			if l := route.keyLines[key]; l > 0 {
+				return fmt.Sprintf("line %d: ", l)
+			}
+			return ""
+		}
+	case c.routesFile != "":
+		return fmt.Sprintf("route %q", route.Name), noLine
+	}
+	return fmt.Sprintf("route %d (%q)", i+1, route.Name), noLine
+}
+
+// routeError is err, of a route, as an error of the configuration file
+// (ErrBadFile, naming the file) when the routes came from there.
+func (c Config) routeError(err error) error {
+	if c.routesFile == "" {
+		return err
+	}
+	return fmt.Errorf("%w %s: %w", ErrBadFile, c.routesFile, err)
 }
 
 // validate checks the values that are not routes', each error naming its
@@ -462,6 +508,14 @@ func (c Config) validate() []error {
 	if c.MaxInflightBytes >= c.MaxBodyBytes && (c.MaxInflightBytesPerAddr < c.MaxBodyBytes || c.MaxInflightBytesPerAddr > c.MaxInflightBytes) {
 		bad("GATEWAY_MAX_INFLIGHT_BYTES_PER_ADDR", "must be 0 (an eighth of GATEWAY_MAX_INFLIGHT_BYTES) or from GATEWAY_MAX_BODY_BYTES (%d) to GATEWAY_MAX_INFLIGHT_BYTES (%d), got %d",
 			c.MaxBodyBytes, c.MaxInflightBytes, c.MaxInflightBytesPerAddr)
+	}
+	// Checked here, not first when the database has started: the form only,
+	// what is listening there is Run's to find.
+	if !listenAddr(c.Addr) {
+		bad("GATEWAY_ADDR", "must be host:port or :port, the port a number from 0 to 65535 (such as :8080 or 127.0.0.1:8080)")
+	}
+	if c.MetricsAddr != "" && !listenAddr(c.MetricsAddr) {
+		bad("GATEWAY_METRICS_ADDR", "must be host:port or :port, the port a number from 0 to 65535 (such as :9090 or 127.0.0.1:9090)")
 	}
 	if c.MetricsAddr != "" && c.MetricsAddr == c.Addr {
 		bad("GATEWAY_METRICS_ADDR", "must differ from GATEWAY_ADDR")
@@ -597,26 +651,43 @@ func (c Config) configured(sources []string) []string {
 
 // unconfigured reports each provider r's matches name that is not among
 // configured, once each: such a route could never take a delivery, since
-// the provider's endpoint answers 404.
-func unconfigured(r fanout.Route, configured []string) []error {
-	var errs []error
+// the provider's endpoint answers 404. A source that could not be read
+// (unread) is not reported again.
+func unconfigured(r fanout.Route, configured, unread []string) []*KeyError {
+	var errs []*KeyError
 	var seen []string
 	for _, m := range r.Matches {
-		if m.Provider == "*" || slices.Contains(configured, m.Provider) || slices.Contains(seen, m.Provider) {
+		if m.Provider == "*" || slices.Contains(configured, m.Provider) || slices.Contains(unread, m.Provider) || slices.Contains(seen, m.Provider) {
 			continue
 		}
 		seen = append(seen, m.Provider)
-		unset := "no secret set"
+		unset := "no source has that name"
 		if k, ok := providers.Kinds[m.Provider]; ok && k.Env != "" {
 			unset = k.Env + " is unset"
 		}
-		have := "none"
-		if len(configured) > 0 {
-			have = strings.Join(configured, ", ")
-		}
-		errs = append(errs, fmt.Errorf("key match: provider %s is not configured (%s); the configured ones: %s", m.Provider, unset, have))
+		errs = append(errs, &KeyError{Key: "match", Problem: fmt.Sprintf("provider %s is not configured (%s); the configured ones: %s", m.Provider, unset, configuredList(configured))})
 	}
 	return errs
+}
+
+// configuredList writes the providers configured for a message.
+func configuredList(configured []string) string {
+	if len(configured) == 0 {
+		return "none"
+	}
+	return strings.Join(configured, ", ")
+}
+
+// listenAddr reports whether s is an address to listen on: host:port or
+// :port, the port a number from 0 (any) to 65535, the host without white
+// space.
+func listenAddr(s string) bool {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil || port == "" || len(port) > 5 || strings.ContainsFunc(host, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= 0 && n <= 65535 && strings.Trim(port, "0123456789") == ""
 }
 
 // publicURL reports whether s is an origin: scheme and host, nothing more.

@@ -133,7 +133,8 @@ func TestLoadReportsEveryErrorAtOnce(t *testing.T) {
 		t.Fatal("no error")
 	}
 	for _, want := range []string{"STRIPE_TOLERANCE: must be a duration", "GATEWAY_RETENTION: must be from 72h", "GATEWAY_WORKERS: must be 1 to 10000",
-		"GATEWAY_MAX_ATTEMPTS: must be a whole number", `GATEWAY_ROUTES: bad route, entry 1 ("a"): key match: a match must be provider:pattern`} {
+		"GATEWAY_MAX_ATTEMPTS: must be a whole number",
+		`GATEWAY_ROUTES: bad route, entry 1 ("a"): key match: provider nowhere is not configured (no source has that name); the configured ones: none`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the error lacks %q:\n%v", want, err)
 		}
@@ -484,11 +485,12 @@ routes:
 	}
 }
 
-// A variable that looks meant for hookgate (GATEWAY_*, HOOKGATE_*,
-// *_WEBHOOK_SECRET) and that it does not read is a stray, named with the
-// closest name it reads; what it reads (the file's secret_env too, the
-// operator commands' HOOKGATE_URL when given), other names and Kubernetes'
-// service variables are not.
+// A variable that looks meant for hookgate (GATEWAY_*, HOOKGATE_*, *WEBHOOK*,
+// or a misspelling of a name it reads) and that it does not read is a stray,
+// named with the closest name it reads, or with how a source's secret is
+// read; what it reads (the file's secret_env too, the operator commands'
+// HOOKGATE_URL when given), other names and Kubernetes' service variables
+// are not.
 func TestStraysNameTheClosestVariable(t *testing.T) {
 	t.Parallel()
 	file := filepath.Join(t.TempDir(), "hookgate.yaml")
@@ -498,17 +500,18 @@ func TestStraysNameTheClosestVariable(t *testing.T) {
 	environ := []string{
 		"GATEWAY_ROUTE=ci=github:push>http://x/", "GATEWAY_CONFIG_FILE=" + file, "CLERK_WEBHOOK_SECRET=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
 		"GITHUB_WEBHOOK_SECRET=s", "GITHUB_WEBHOOK_SECRET_FILE=", "GATEWAY_LOG_LEVEL=debug", "HOOKGATE_URL=http://127.0.0.1:8080",
-		"GITHUB_WEBHOOK_SECRETS=topsecret", // no name hookgate looks at
+		"GITHUB_WEBHOOK_SECRETS=topsecret", // a misspelling
 		"ACME_WEBHOOK_SECRET=topsecret", "HOOKGATE_URLS=x", "GATEWAY_ADMIN_TOKN=topsecret",
 		"GATEWAY_WORKER=8", "GATEWAY_SERVICE_HOST=10.0.0.1", "GATEWAY_SERVICE_PORT=8080", "GATEWAY_SERVICE_PORT_HTTP=8080", "GATEWAY_PORT=tcp://10.0.0.1:8080",
 		"GATEWAY_PORT_8080_TCP_ADDR=10.0.0.1", "HOOKGATE_PORT_8080_TCP=tcp://10.0.0.1:8080", "PATH=/usr/bin", "MY_GATEWAY_THING=x", "GATEWAY=x",
 	}
 	got := config.Strays(environ, "HOOKGATE_URL")
 	want := []config.Stray{
-		{Name: "ACME_WEBHOOK_SECRET", Closest: "STRIPE_WEBHOOK_SECRET"},
+		{Name: "ACME_WEBHOOK_SECRET", Hint: "a source's secret is read only when a source of the configuration file (GATEWAY_CONFIG_FILE) names it in secret_env"},
 		{Name: "GATEWAY_ADMIN_TOKN", Closest: "GATEWAY_ADMIN_TOKEN"},
 		{Name: "GATEWAY_ROUTE", Closest: "GATEWAY_ROUTES"},
 		{Name: "GATEWAY_WORKER", Closest: "GATEWAY_WORKERS"},
+		{Name: "GITHUB_WEBHOOK_SECRETS", Closest: "GITHUB_WEBHOOK_SECRET"},
 		{Name: "HOOKGATE_URLS", Closest: "HOOKGATE_URL"},
 	}
 	if !slices.Equal(got, want) {

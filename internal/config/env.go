@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"reflect"
 	"strconv"
@@ -22,29 +23,44 @@ type Lookup func(name string) (string, bool)
 // every variable, file line and key that could not be read, one line each,
 // never a value that may be a secret; what the values mean is Resolve's to
 // check.
+//
+// On error the Config holds what could be read: a value that could not is
+// left at zero, a route or source that could not is left out (a route
+// naming such a source is not reported for it by Resolve). Remember makes
+// it keep the error too.
 func FromEnv(lookup Lookup) (Config, error) {
 	var c Config
 	errs := readVars(&c, lookup)
 	spec, _ := lookup(routesVariable)
 	path, _ := lookup(configFileVariable)
-	routes, sources, from, err := routesAndSources(spec, path, lookup)
+	read, err := routesAndSources(spec, path, lookup, c.configured(nil))
 	if err != nil {
 		errs = append(errs, err)
 	}
-	c.Routes, c.Sources = routes, sources
-	if len(routes) > 0 {
-		c.routesFrom = from
+	c.Routes, c.Sources, c.unreadSources = read.routes, read.sources, read.unreadSources
+	if len(read.routes) > 0 {
+		c.routesFrom, c.routesFile = read.from, read.file
 	}
 	return c, errors.Join(errs...)
 }
 
+// Remember returns c keeping unread, what FromEnv could not read of it:
+// Resolve reports it first, beside its own errors. So a Config read in part
+// is never run, and whoever resolves it (hookgate.New) reports every error
+// at once.
+func Remember(c Config, unread error) Config {
+	c.unread = unread
+	return c
+}
+
 // Load is FromEnv with the process's environment, then Resolve: the
-// configuration `gateway serve` runs by. Its error holds both's, every one.
+// configuration the operator commands that need one run by. Its error holds
+// both's, every one.
 func Load() (Resolved, error) {
 	c, err := FromEnv(os.LookupEnv)
-	r, rerr := c.Resolve()
-	if err := errors.Join(err, rerr); err != nil {
-		return Resolved{}, err
+	r, rerr := Remember(c, err).Resolve()
+	if rerr != nil {
+		return Resolved{}, rerr
 	}
 	return r, nil
 }
@@ -99,9 +115,9 @@ func variable(name string, secret bool, lookup Lookup) (string, error) {
 	if v != "" {
 		return "", fmt.Errorf("%s and %s_FILE are both set; set one", name, name)
 	}
-	b, err := os.ReadFile(path)
+	b, err := readBounded(path, MaxSecretFileBytes)
 	if err != nil {
-		return "", fmt.Errorf("%s_FILE: the file it names cannot be read: %w", name, withoutPath(err))
+		return "", fmt.Errorf("%s_FILE: the file it names %w", name, err)
 	}
 	value := strings.TrimSpace(string(b))
 	if value == "" {
@@ -139,4 +155,41 @@ func decode(field reflect.Value, raw string) error {
 		return fmt.Errorf("no reader for %s", field.Type())
 	}
 	return nil
+}
+
+// The most a file the configuration names may hold. Reading stops past it
+// and the file is refused, unread: a _FILE variant naming /dev/zero, or a
+// log by mistake, must not fill the memory at start.
+const (
+	// MaxSecretFileBytes bounds a secret's file (a _FILE variant, of a
+	// variable hookgate reads or of one the configuration file names): 64
+	// KiB, far more than any secret, URL or key list.
+	MaxSecretFileBytes = 64 << 10
+	// MaxConfigFileBytes bounds the configuration file GATEWAY_CONFIG_FILE
+	// names: 1 MiB, some thousands of routes.
+	MaxConfigFileBytes = 1 << 20
+)
+
+// readBounded reads the file at path, refusing one that holds more than
+// limit bytes. Its errors complete "the file it names ...", and show neither
+// the path (a secret may have been put where a path belongs) nor anything
+// read.
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot be read: %w", withoutPath(err))
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("cannot be read: %w", withoutPath(err))
+	}
+	if int64(len(b)) > limit {
+		size := fmt.Sprintf("%d KiB", limit>>10)
+		if limit >= 1<<20 {
+			size = fmt.Sprintf("%d MiB", limit>>20)
+		}
+		return nil, fmt.Errorf("holds more than %s, the most it may; is it the right file? (nothing of it is shown)", size)
+	}
+	return b, nil
 }

@@ -54,55 +54,77 @@ type fileRoute struct {
 	OrderWindow string  `yaml:"order_window"`
 }
 
-// routesAndSources returns the routes and the configuration file's sources,
-// and where the routes were read: the routes from the file at path when it
-// lists routes, else from GATEWAY_ROUTES (spec), which may name the file's
-// sources. Both at once is an error. Each route is checked as Resolve checks
-// it, so that a file's error names its line.
-func routesAndSources(spec, path string, lookup Lookup) ([]Route, []Source, string, error) {
+// read is what routesAndSources found.
+type read struct {
+	// routes are the routes that could be read; from says where: the
+	// configuration file ("configuration file PATH") or GATEWAY_ROUTES.
+	routes []Route
+	from   string
+	// file is the configuration file's path when the routes are its.
+	file string
+	// sources are the configuration file's sources that could be read;
+	// unreadSources the names of those that could not, which routes may
+	// still name without a second error.
+	sources       []Source
+	unreadSources []string
+}
+
+// routesAndSources returns the routes and the configuration file's sources:
+// the routes from the file at path when it lists routes, else from
+// GATEWAY_ROUTES (spec), which may name the file's sources. Both at once is
+// an error. builtins are the built-in providers configured. Each route is
+// checked as Resolve checks it, so that a file's error names its line. The
+// error names everything that could not be read, one line each; what could
+// be is returned beside it.
+func routesAndSources(spec, path string, lookup Lookup, builtins []string) (read, error) {
 	if path == "" {
 		rs, err := parseSpec(spec)
-		return rs, nil, "GATEWAY_ROUTES", err
+		return read{routes: rs, from: routesVariable}, err
 	}
 	if err := statOK(path); err != nil {
-		return nil, nil, "", fmt.Errorf("GATEWAY_CONFIG_FILE: the file it names cannot be read: %w", err)
+		return read{}, fmt.Errorf("GATEWAY_CONFIG_FILE: the file it names cannot be read: %w", err)
 	}
-	f, err := readFile(path, lookup)
-	if err != nil {
-		return nil, nil, "", err
-	}
+	f, err := readFile(path, lookup, builtins)
+	r := read{sources: f.sources, unreadSources: f.unreadSources}
 	if !f.routesListed {
-		rs, err := parseSpec(spec)
-		return rs, f.sources, "GATEWAY_ROUTES", err
+		rs, serr := parseSpec(spec)
+		r.routes, r.from = rs, routesVariable
+		return r, errors.Join(err, serr)
 	}
 	if strings.TrimSpace(spec) != "" {
-		return nil, nil, "", fmt.Errorf("%w %s: routes are given both here and in GATEWAY_ROUTES; keep one", ErrBadFile, path)
+		return r, errors.Join(err, fmt.Errorf("%w %s: routes are given both here and in GATEWAY_ROUTES; keep one", ErrBadFile, path))
 	}
-	return f.routes, f.sources, "configuration file " + path, nil
+	r.routes, r.from, r.file = f.routes, "configuration file "+path, path
+	return r, err
 }
 
 // file is what the configuration file holds.
 type file struct {
-	// routes are the file's routes; routesListed says whether it has a
-	// routes key at all.
+	// routes are the file's routes that could be read; routesListed says
+	// whether it has a routes key at all.
 	routes       []Route
 	routesListed bool
-	// sources are the senders besides GitHub and Stripe, checked.
-	sources []Source
+	// sources are the senders besides GitHub and Stripe that could be read,
+	// checked; unreadSources the names of those that could not.
+	sources       []Source
+	unreadSources []string
 }
 
 // readFile reads the YAML configuration file at path. A target_env names the
 // variable holding the target's URL (or its _FILE variant, a file holding
 // it), so that a URL carrying a credential stays out of the file; a source's
-// secret_env names the variable holding its secrets, likewise.
-func readFile(path string, lookup Lookup) (file, error) {
+// secret_env names the variable holding its secrets, likewise. builtins are
+// the built-in providers configured, for a route's messages. Every route and
+// source that cannot be read is reported, each of its mistakes on a line of
+// its own; the others are returned.
+func readFile(path string, lookup Lookup, builtins []string) (file, error) {
 	var f file
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return f, fmt.Errorf("%w: %w", ErrBadFile, err)
-	}
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w %s: "+format, append([]any{ErrBadFile, path}, args...)...)
+	}
+	b, err := readBounded(path, MaxConfigFileBytes)
+	if err != nil {
+		return f, bad("the file %w", err)
 	}
 	// A file that holds nothing (a volume not mounted yet, a template left
 	// empty) must not pass for a choice of no routes; nor may a second YAML
@@ -125,54 +147,85 @@ func readFile(path string, lookup Lookup) (file, error) {
 	if err := checkKeys(top, fileKeys); err != nil {
 		return f, bad("%w", err)
 	}
-	var names []string
-	if list := value(top, "sources"); list != nil {
-		if list.Kind != yaml.SequenceNode {
-			return f, bad("line %d: sources must be a list of sources", list.Line)
-		}
-		seen := map[string]bool{}
-		for i, n := range list.Content {
-			where := itemName("source", i, n)
-			src, err := readSource(n, lookup)
-			if err != nil {
-				return f, bad("%s: %w", where, err)
-			}
-			if seen[src.Name] {
-				return f, bad("%s: %w", where, keyErrors(n)("name", "%s is used by another source", src.Name))
-			}
-			seen[src.Name] = true
-			f.sources = append(f.sources, src)
-			names = append(names, src.Name)
-		}
-	}
+	var errs []error
+	names := f.readSources(value(top, "sources"), lookup, func(err error) { errs = append(errs, bad("%w", err)) })
 	list := value(top, "routes")
 	if list == nil {
-		return f, nil
+		return f, errors.Join(errs...)
 	}
 	f.routesListed = true
 	if list.Kind != yaml.SequenceNode {
-		return f, bad("line %d: routes must be a list of routes", list.Line)
+		return f, errors.Join(append(errs, bad("line %d: routes must be a list of routes", list.Line))...)
 	}
+	configured := slices.Concat(builtins, names)
 	seen := map[string]bool{}
 	for i, n := range list.Content {
-		where := itemName("route", i, n)
-		r, err := readRoute(n, names, lookup)
-		if err != nil {
-			return f, bad("%s: %w", where, err)
+		where := itemName("route", i, n, fanout.CheckName)
+		if name := value(n, "name"); name != nil && fanout.CheckName(name.Value) == nil {
+			if seen[name.Value] {
+				errs = append(errs, bad("%s: %w", where, keyErrors(n)("name", "%s is used by another route", name.Value)))
+				continue
+			}
+			seen[name.Value] = true
 		}
-		if seen[r.Name] {
-			return f, bad("%s: %w", where, keyErrors(n)("name", "%s is used by another route", r.Name))
+		r, routeErrs := readRoute(n, names, configured, lookup)
+		for _, err := range routeErrs {
+			errs = append(errs, bad("%s: %w", where, err))
 		}
-		seen[r.Name] = true
-		f.routes = append(f.routes, r)
+		if len(routeErrs) == 0 {
+			f.routes = append(f.routes, r)
+		}
 	}
-	return f, nil
+	return f, errors.Join(errs...)
+}
+
+// readSources reads the file's sources (list, when the file has them) into
+// f, passing each error to report, and returns the names routes may give:
+// every source's whose name is right, read or not (a route naming a source
+// that could not be read is no second mistake).
+func (f *file) readSources(list *yaml.Node, lookup Lookup, report func(error)) []string {
+	if list == nil {
+		return nil
+	}
+	if list.Kind != yaml.SequenceNode {
+		report(fmt.Errorf("line %d: sources must be a list of sources", list.Line))
+		return nil
+	}
+	var names []string
+	for i, n := range list.Content {
+		where := itemName("source", i, n, providers.CheckSourceName)
+		// A source's name, when it can be one; not github or stripe, which
+		// a source cannot take (readSource says so).
+		name := ""
+		if v := value(n, "name"); v != nil && providers.CheckSourceName(v.Value) == nil && !slices.Contains(providers.Builtins(), v.Value) {
+			name = v.Value
+		}
+		if name != "" && slices.Contains(names, name) {
+			report(fmt.Errorf("%s: %w", where, keyErrors(n)("name", "%s is used by another source", name)))
+			continue
+		}
+		if name != "" {
+			names = append(names, name)
+		}
+		src, err := readSource(n, lookup)
+		if err != nil {
+			report(fmt.Errorf("%s: %w", where, err))
+			if name != "" {
+				f.unreadSources = append(f.unreadSources, name)
+			}
+			continue
+		}
+		f.sources = append(f.sources, src)
+	}
+	return names
 }
 
 // itemName names the i-th item of a list for messages: by its name and line
-// when it has a name, else by its place.
-func itemName(what string, i int, n *yaml.Node) string {
-	if name := value(n, "name"); name != nil && name.Kind == yaml.ScalarNode {
+// when it has a name that valid accepts, else by its place and line. A name
+// that is not right is never shown: what was written there may be a URL
+// with a password, or a secret.
+func itemName(what string, i int, n *yaml.Node, valid func(string) error) string {
+	if name := value(n, "name"); name != nil && name.Kind == yaml.ScalarNode && valid(name.Value) == nil {
 		return fmt.Sprintf("%s %q (line %d)", what, name.Value, n.Line)
 	}
 	return fmt.Sprintf("%s %d (line %d)", what, i+1, n.Line)
@@ -252,100 +305,131 @@ func readSource(n *yaml.Node, lookup Lookup) (Source, error) {
 	return c, nil
 }
 
-// readRoute reads one route of the file and checks it as Resolve does, its
-// errors naming the key's line; sources are the file's sources' names,
-// which a match may name.
-func readRoute(n *yaml.Node, sources []string, lookup Lookup) (Route, error) {
+// readRoute reads one route of the file and checks it as Resolve does,
+// every mistake an error of its own naming the key's line; sources are the
+// file's sources' names, which a match may name, and configured the
+// providers configured, which a message lists. The route's lines are kept
+// for Resolve's messages.
+func readRoute(n *yaml.Node, sources, configured []string, lookup Lookup) (Route, []error) {
 	var r Route
 	if err := checkKeys(n, routeKeys); err != nil {
-		return r, err
+		return r, []error{err}
 	}
 	if c := value(n, "circuit"); c != nil {
 		if err := checkKeys(c, circuitKeys); err != nil {
-			return r, fmt.Errorf("circuit: %w", err)
+			return r, []error{fmt.Errorf("circuit: %w", err)}
 		}
 	}
-	bad := keyErrors(n)
-	for _, key := range []string{"concurrency", "max_attempts", "circuit.failures"} {
+	key := keyErrors(n)
+	var errs []error
+	said := map[string]bool{} // the keys found wrong
+	bad := func(name, format string, args ...any) {
+		said[name] = true
+		errs = append(errs, key(name, format, args...))
+	}
+	for _, name := range []string{"concurrency", "max_attempts", "circuit.failures"} {
 		// The decoder would cut 8.5 down to 8.
-		if v := valueAt(n, key); v != nil && v.Kind == yaml.ScalarNode && v.ShortTag() == "!!float" {
-			return r, bad(key, "must be a whole number, got %s", v.Value)
+		if v := valueAt(n, name); v != nil && v.Kind == yaml.ScalarNode && v.ShortTag() == "!!float" {
+			bad(name, "must be a whole number, got %s", v.Value)
 		}
+	}
+	if len(errs) > 0 {
+		return r, errs
 	}
 	var f fileRoute
 	if err := n.Decode(&f); err != nil {
-		return r, errors.New(strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n  "))
+		return r, []error{errors.New(strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n  "))}
 	}
-	r = Route{Name: f.Name, Match: f.Match, Rate: f.Rate}
-	switch {
-	case f.Target != "" && f.TargetEnv != "":
-		return r, errors.New("keys target and target_env: give one")
-	case f.TargetEnv != "":
-		target, err := fromEnv(f.TargetEnv, lookup)
-		if err != nil {
-			return r, bad("target_env", "%w", err)
+	r = Route{Name: f.Name, Match: f.Match, Rate: f.Rate, line: n.Line, keyLines: map[string]int{}}
+	for _, k := range routeKeys {
+		if kn := keyAt(n, k); kn != nil {
+			r.keyLines[k] = kn.Line
 		}
-		if err := fanout.CheckTarget(target); err != nil {
-			return r, bad("target_env", "the value of the variable it names (not shown): %w", err)
-		}
-		r.Target = target
-	case f.Target != "":
-		if u, err := url.Parse(f.Target); err == nil && u.User != nil {
-			// Secrets never go in the file.
-			return r, bad("target", "a URL with a user or password is a credential; put it in a variable and name it with target_env")
-		}
-		r.Target = f.Target
-	default:
-		return r, bad("target", "give target or target_env")
 	}
+	r.Target = readTarget(f, lookup, bad)
 	// Written out, a zero is a mistake: in code it would mean the default.
 	if f.Concurrency != nil && *f.Concurrency < 1 {
-		return r, bad("concurrency", "must be 1 to %d, got %d", fanout.MaxConcurrency, *f.Concurrency)
+		bad("concurrency", "must be 1 to %d, got %d", fanout.MaxConcurrency, *f.Concurrency)
 	}
 	if f.MaxAttempts != nil && *f.MaxAttempts < 1 {
-		return r, bad("max_attempts", "must be 1 to %d, got %d", fanout.MaxMaxAttempts, *f.MaxAttempts)
+		bad("max_attempts", "must be 1 to %d, got %d", fanout.MaxMaxAttempts, *f.MaxAttempts)
 	}
-	r.Concurrency, r.MaxAttempts = deref(f.Concurrency), deref(f.MaxAttempts)
-	if f.Timeout != "" {
-		timeout, err := time.ParseDuration(f.Timeout)
-		if err != nil || timeout <= 0 || timeout > fanout.MaxTimeout {
-			return r, bad("timeout", "must be a duration above 0 and at most %s, got %q", fanout.MaxTimeout, f.Timeout)
-		}
-		r.Timeout = timeout
-	}
+	r.Concurrency, r.MaxAttempts = max(deref(f.Concurrency), 0), max(deref(f.MaxAttempts), 0)
+	r.Timeout = readDuration(f.Timeout, "timeout", 0, fanout.MaxTimeout, bad)
 	if f.Filter != nil {
 		if strings.TrimSpace(*f.Filter) == "" {
-			return r, bad("filter", "is empty: give a CEL expression, or leave the key out")
+			bad("filter", "is empty: give a CEL expression, or leave the key out")
 		}
 		r.Filter = *f.Filter
 	}
 	r.Order = f.Order
-	if f.OrderWindow != "" {
-		w, err := time.ParseDuration(f.OrderWindow)
-		if err != nil || w < 0 || w > fanout.MaxOrderWindow {
-			return r, bad("order_window", "must be a duration from 0s to %s, got %q", fanout.MaxOrderWindow, f.OrderWindow)
-		}
-		r.OrderWindow = w
-	}
+	r.OrderWindow = readDuration(f.OrderWindow, "order_window", -1, fanout.MaxOrderWindow, bad)
 	if c := f.Circuit; c != nil {
 		r.Circuit = &Circuit{Failures: fanout.DefaultCircuit.Failures}
 		if c.Failures != nil {
 			r.Circuit.Failures = *c.Failures
 		}
-		if c.Cooldown != "" {
-			cooldown, err := time.ParseDuration(c.Cooldown)
-			if err != nil || cooldown <= 0 || cooldown > fanout.MaxCooldown {
-				return r, bad("circuit.cooldown", "must be a duration above 0 and at most %s, got %q", fanout.MaxCooldown, c.Cooldown)
-			}
-			r.Circuit.Cooldown = cooldown
+		r.Circuit.Cooldown = readDuration(c.Cooldown, "circuit.cooldown", 0, fanout.MaxCooldown, bad)
+	}
+	// A key found wrong above is said once, not again by resolveRoute (a
+	// target_env's mistake leaves no target).
+	said["target"] = said["target"] || said["target_env"]
+	_, keyErrs := resolveRoute(r, fanout.Defaults{Concurrency: 1, Timeout: time.Second, MaxAttempts: 1, Sources: sources}, configured)
+	for _, ke := range keyErrs {
+		if !said[ke.Key] {
+			bad(ke.Key, "%s", ke.Problem)
 		}
 	}
-	_, keyErrs := resolveRoute(r, fanout.Defaults{Concurrency: 1, Timeout: time.Second, MaxAttempts: 1, Sources: sources})
-	var errs []error
-	for _, ke := range keyErrs {
-		errs = append(errs, bad(ke.Key, "%s", ke.Problem))
+	return r, errs
+}
+
+// readTarget reads a file route's target or target_env, passing what is
+// wrong to bad; "" when there is none to read.
+func readTarget(f fileRoute, lookup Lookup, bad func(key, format string, args ...any)) string {
+	switch {
+	case f.Target != "" && f.TargetEnv != "":
+		bad("target_env", "target is given too; give one")
+	case f.TargetEnv != "":
+		target, err := fromEnv(f.TargetEnv, lookup)
+		if err != nil {
+			bad("target_env", "%w", err)
+			return ""
+		}
+		if err := fanout.CheckTarget(target); err != nil {
+			bad("target_env", "the value of the variable it names (not shown): %w", err)
+			return ""
+		}
+		return target
+	case f.Target != "":
+		if u, err := url.Parse(f.Target); err == nil && u.User != nil {
+			// Secrets never go in the file.
+			bad("target", "a URL with a user or password is a credential; put it in a variable and name it with target_env")
+			return ""
+		}
+		return f.Target
+	default:
+		bad("target", "give target or target_env")
 	}
-	return r, errors.Join(errs...)
+	return ""
+}
+
+// readDuration reads a file route's duration key (empty: 0), passing a
+// value that does not parse, or is not above least and at most most, to
+// bad.
+func readDuration(s, key string, least, most time.Duration, bad func(key, format string, args ...any)) time.Duration {
+	if s == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= least || d > most {
+		if least < 0 {
+			bad(key, "must be a duration from 0s to %s, got %q", most, s)
+		} else {
+			bad(key, "must be a duration above 0 and at most %s, got %q", most, s)
+		}
+		return 0
+	}
+	return d
 }
 
 func deref(p *int) int {
@@ -380,9 +464,9 @@ func fromEnv(name string, lookup Lookup) (string, error) {
 	case set && v != "" && fileSet && path != "":
 		return "", errors.New("the variable it names and its _FILE variant are both set; set one")
 	case fileSet && path != "":
-		b, err := os.ReadFile(path)
+		b, err := readBounded(path, MaxSecretFileBytes)
 		if err != nil {
-			return "", fmt.Errorf("the file that the variable's _FILE variant names cannot be read: %w", withoutPath(err))
+			return "", fmt.Errorf("the file that the variable's _FILE variant names %w", err)
 		}
 		if v = strings.TrimSpace(string(b)); v == "" {
 			return "", errors.New("the file that the variable's _FILE variant names is empty")

@@ -138,7 +138,8 @@ func TestReadFileRefusesWhatIsWrong(t *testing.T) {
 		{"routes:\n  - name: ci\n" + ok + "    concurency: 8\n", `route "ci" (line 2): line 5: unknown key "concurency"`},
 		{"route:\n  - name: ci\n" + ok, `unknown key "route"`},
 		{"routes:\n  - name: ci\n" + ok + "  - name: ci\n" + ok, `route "ci" (line 5): line 5: key name: ci is used by another route`},
-		{"routes:\n  - name: Ci\n" + ok, `route "Ci" (line 2): line 2: key name`},
+		// A name that is not right is named by its place, never shown.
+		{"routes:\n  - name: Ci\n" + ok, `route 1 (line 2): line 2: key name`},
 		{"routes:\n  - name: ci\n" + ok + "    concurrency: 0\n", `route "ci" (line 2): line 5: key concurrency: must be 1 to 10000`},
 		{"routes:\n  - name: ci\n" + ok + "    concurrency: 8.5\n", `route "ci" (line 2): line 5: key concurrency: must be a whole number, got 8.5`},
 		{"routes:\n  - name: ci\n" + ok + "    max_attempts: 2.9\n", `key max_attempts: must be a whole number`},

@@ -4,12 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/filter"
+	"github.com/hookgate/hookgate/internal/providers"
 )
 
 // KeyError is what is wrong with one key of a route: the configuration
@@ -21,11 +23,11 @@ type KeyError struct {
 func (e *KeyError) Error() string { return "key " + e.Key + ": " + e.Problem }
 
 // resolveRoute checks r and makes the fan-out table's route of it, its limits
-// left at zero taken from d, its matches' providers among the built-in ones
-// and d.Sources. It reports what is wrong with each of its keys, all of
-// them, as a *KeyError each; none shows a target, which may carry a
-// credential.
-func resolveRoute(r Route, d fanout.Defaults) (fanout.Route, []*KeyError) {
+// left at zero taken from d. A match's provider may be any a source could be
+// named: whether it is configured is unconfigured's to say, naming it among
+// configured. It reports what is wrong with each of its keys, all of them,
+// as a *KeyError each; none shows a target, which may carry a credential.
+func resolveRoute(r Route, d fanout.Defaults, configured []string) (fanout.Route, []*KeyError) {
 	fr := fanout.Route{Name: r.Name, Concurrency: d.Concurrency, Timeout: d.Timeout, MaxAttempts: d.MaxAttempts, Circuit: fanout.DefaultCircuit}
 	var errs []*KeyError
 	bad := func(key, format string, args ...any) {
@@ -38,9 +40,14 @@ func resolveRoute(r Route, d fanout.Defaults) (fanout.Route, []*KeyError) {
 		bad("match", "list at least one provider:pattern")
 	}
 	for _, m := range r.Match {
-		match, err := fanout.ParseMatch(m, d.Sources)
-		if err != nil {
-			bad("match", "%v", err)
+		match, ok := parseMatch(m, d.Sources)
+		if !ok {
+			// Not the match itself: whatever was pasted there may be a secret.
+			which := "* or a configured one (none is)"
+			if len(configured) > 0 {
+				which = strings.Join(configured, ", ") + " or *"
+			}
+			bad("match", "a match must be provider:pattern with provider %s, the pattern 1-255 of A-Z, a-z, 0-9, _, ., - and *", which)
 			continue
 		}
 		fr.Matches = append(fr.Matches, match)
@@ -114,6 +121,22 @@ func resolveRoute(r Route, d fanout.Defaults) (fanout.Route, []*KeyError) {
 		}
 	}
 	return fr, errs
+}
+
+// parseMatch parses one provider:pattern, its provider a built-in one, one
+// of sources, * or any name a source could take that does not look like a
+// secret (a provider not configured is reported, by its name, by
+// unconfigured).
+func parseMatch(m string, sources []string) (fanout.Match, bool) {
+	if match, err := fanout.ParseMatch(m, sources); err == nil {
+		return match, true
+	}
+	provider, _, _ := strings.Cut(m, ":")
+	if providers.CheckSourceName(provider) != nil || LooksLikeSecret(provider) {
+		return fanout.Match{}, false
+	}
+	match, err := fanout.ParseMatch(m, append(slices.Clip(sources), provider))
+	return match, err == nil
 }
 
 var rateRE = regexp.MustCompile(`^([0-9]{1,9})/([sm])$`)

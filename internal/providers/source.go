@@ -2,6 +2,7 @@ package providers
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -139,6 +140,17 @@ func keyError(key, format string, args ...any) error {
 // a route's provider and a metrics label.
 var sourceNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
 
+// CheckSourceName reports whether name can name a source (and so be a
+// route's provider): 1-32 of a-z, 0-9, _ and -, starting with a letter or
+// digit. A name that cannot is never shown in a message: what was written
+// there may be a secret.
+func CheckSourceName(name string) error {
+	if !sourceNameRE.MatchString(name) {
+		return errors.New("must be 1-32 of a-z, 0-9, _ and -, starting with a letter or digit")
+	}
+	return nil
+}
+
 // DefaultTolerance is how far a signed timestamp may be from the clock.
 const DefaultTolerance = 5 * time.Minute
 
@@ -146,8 +158,8 @@ const DefaultTolerance = 5 * time.Minute
 // New, for a kind the file may name (a built-in kind or name is configured by
 // its variables).
 func NewSource(c SourceConfig) (Provider, error) {
-	if !sourceNameRE.MatchString(c.Name) {
-		return nil, keyError("name", "must be 1-32 of a-z, 0-9, _ and -, starting with a letter or digit")
+	if err := CheckSourceName(c.Name); err != nil {
+		return nil, keyError("name", "%v", err)
 	}
 	if slices.Contains(Builtins(), c.Name) {
 		return nil, keyError("name", "%s is built in; configure it with its variables", c.Name)

@@ -3,7 +3,7 @@ package recovery
 import (
 	"context"
 	"errors"
-	"fmt"
+	"strings"
 	"time"
 )
 
@@ -104,27 +104,34 @@ type Settings struct {
 }
 
 // Clients returns the API clients s asks for (nil for a provider without
-// credentials), or what is wrong with s. It makes no request.
+// credentials), or what is wrong with s: every setting, one line each,
+// each naming its variable. It makes no request.
 func Clients(s Settings) (*GitHub, *Stripe, error) {
 	var gh *GitHub
 	var st *Stripe
+	var errs []error
 	hooks, err := ParseHooks(s.GitHubHooks)
-	if err != nil {
-		return nil, nil, fmt.Errorf("GITHUB_RECOVERY_HOOKS: %w", err)
-	}
-	if len(hooks) > 0 {
-		gh, err = NewGitHub(GitHubConfig{Hooks: hooks, Token: s.GitHubToken, AppID: s.GitHubAppID,
-			AppKeyFile: s.GitHubAppKeyFile, APIURL: s.GitHubAPIURL})
-		if err != nil {
-			return nil, nil, err
+	switch {
+	case err != nil:
+		// Each line its variable's name.
+		for _, line := range strings.Split(err.Error(), "\n") {
+			errs = append(errs, errors.New("GITHUB_RECOVERY_HOOKS: "+line))
 		}
-	} else if s.GitHubAppID != 0 || s.GitHubAppKeyFile != "" {
-		return nil, nil, errors.New("GITHUB_APP_ID and GITHUB_APP_PRIVATE_KEY_FILE are for recovery: set GITHUB_RECOVERY_HOOKS too")
+	case len(hooks) > 0:
+		if gh, err = NewGitHub(GitHubConfig{Hooks: hooks, Token: s.GitHubToken, AppID: s.GitHubAppID,
+			AppKeyFile: s.GitHubAppKeyFile, APIURL: s.GitHubAPIURL}); err != nil {
+			errs = append(errs, err)
+		}
+	case s.GitHubAppID != 0 || s.GitHubAppKeyFile != "":
+		errs = append(errs, errors.New("GITHUB_APP_ID and GITHUB_APP_PRIVATE_KEY_FILE are for recovery: set GITHUB_RECOVERY_HOOKS too"))
 	}
 	if s.StripeAPIKey != "" {
 		if st, err = NewStripe(StripeConfig{APIKey: s.StripeAPIKey, APIURL: s.StripeAPIURL, MaxBodyBytes: s.MaxBodyBytes}); err != nil {
-			return nil, nil, err
+			errs = append(errs, err)
 		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, err
 	}
 	return gh, st, nil
 }

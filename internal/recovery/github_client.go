@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -54,7 +55,8 @@ type GitHub struct {
 	lastAsked time.Time
 }
 
-// NewGitHub checks cfg and returns its client; it makes no request.
+// NewGitHub checks cfg and returns its client; it makes no request. Its
+// error names every setting that is wrong, one line each.
 func NewGitHub(cfg GitHubConfig) (*GitHub, error) {
 	if len(cfg.Hooks) == 0 {
 		return nil, errors.New("GITHUB_RECOVERY_HOOKS names no hook")
@@ -62,8 +64,18 @@ func NewGitHub(cfg GitHubConfig) (*GitHub, error) {
 	if cfg.APIURL == "" {
 		cfg.APIURL = "https://api.github.com"
 	}
-	if err := checkAPIURL(cfg.APIURL); err != nil {
-		return nil, fmt.Errorf("GITHUB_API_URL: %w", err)
+	errs := checkGitHub(cfg)
+	var key []byte
+	if cfg.AppID > 0 && cfg.AppKeyFile != "" {
+		// Read here, not by ghinstallation, whose error shows the path: the
+		// key itself may have been put where its path belongs.
+		var err error
+		if key, err = readKeyFile(cfg.AppKeyFile); err != nil {
+			errs = append(errs, fmt.Errorf("GITHUB_APP_PRIVATE_KEY_FILE: the file it names %w", err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	base, err := url.Parse(strings.TrimRight(cfg.APIURL, "/") + "/")
 	if err != nil {
@@ -82,20 +94,7 @@ func NewGitHub(cfg GitHubConfig) (*GitHub, error) {
 		cfg.MaxWait = 2 * time.Minute
 	}
 	g := &GitHub{cfg: cfg, base: base, origin: originOf(base), clients: map[Hook]*github.Client{}}
-	hasApp := cfg.AppID != 0 || cfg.AppKeyFile != ""
-	switch {
-	case hasApp && (cfg.AppID <= 0 || cfg.AppKeyFile == ""):
-		return nil, errors.New("a GitHub App needs both GITHUB_APP_ID (a positive number) and GITHUB_APP_PRIVATE_KEY_FILE")
-	case hasApp:
-		// Read here, not by ghinstallation, whose error shows the path: the
-		// key itself may have been put where its path belongs.
-		key, err := os.ReadFile(cfg.AppKeyFile)
-		if err != nil {
-			if pe := (*os.PathError)(nil); errors.As(err, &pe) {
-				err = pe.Err
-			}
-			return nil, fmt.Errorf("GITHUB_APP_PRIVATE_KEY_FILE: the file it names cannot be read: %w", err)
-		}
+	if key != nil {
 		if g.apps, err = ghinstallation.NewAppsTransport(cfg.Transport, cfg.AppID, key); err != nil {
 			// Not err's text alone: it does not name the variable.
 			return nil, fmt.Errorf("GITHUB_APP_PRIVATE_KEY_FILE: %w", err)
@@ -104,13 +103,6 @@ func NewGitHub(cfg GitHubConfig) (*GitHub, error) {
 		// ghinstallation sends the token exchange through its transport; its
 		// Client is what a version of it may use instead.
 		g.apps.Client = g.httpClient(cfg.Transport)
-	case cfg.Token == "":
-		return nil, errors.New("GITHUB_RECOVERY_HOOKS needs GITHUB_TOKEN or a GitHub App (GITHUB_APP_ID and GITHUB_APP_PRIVATE_KEY_FILE)")
-	}
-	for _, h := range cfg.Hooks {
-		if h.Kind == "app" && g.apps == nil {
-			return nil, errors.New("GITHUB_RECOVERY_HOOKS: the hook \"app\" needs a GitHub App (GITHUB_APP_ID and GITHUB_APP_PRIVATE_KEY_FILE); a token cannot read an App's deliveries")
-		}
 	}
 	if cfg.Token != "" {
 		if g.token, err = g.newClient(cfg.Transport, github.WithAuthToken(cfg.Token)); err != nil {
@@ -118,6 +110,58 @@ func NewGitHub(cfg GitHubConfig) (*GitHub, error) {
 		}
 	}
 	return g, nil
+}
+
+// checkGitHub returns what is wrong with cfg that can be told without
+// reading a file: its API URL, its credentials, and a hook that needs an
+// App. Every mistake, one error each.
+func checkGitHub(cfg GitHubConfig) []error {
+	var errs []error
+	if err := checkAPIURL(cfg.APIURL); err != nil {
+		errs = append(errs, fmt.Errorf("GITHUB_API_URL: %w", err))
+	}
+	hasApp := cfg.AppID != 0 || cfg.AppKeyFile != ""
+	switch {
+	case hasApp && (cfg.AppID <= 0 || cfg.AppKeyFile == ""):
+		errs = append(errs, errors.New("a GitHub App needs both GITHUB_APP_ID (a positive number) and GITHUB_APP_PRIVATE_KEY_FILE"))
+	case !hasApp && cfg.Token == "":
+		errs = append(errs, errors.New("GITHUB_RECOVERY_HOOKS needs GITHUB_TOKEN or a GitHub App (GITHUB_APP_ID and GITHUB_APP_PRIVATE_KEY_FILE)"))
+	}
+	if !hasApp && slices.ContainsFunc(cfg.Hooks, func(h Hook) bool { return h.Kind == "app" }) {
+		errs = append(errs, errors.New("GITHUB_RECOVERY_HOOKS: the hook \"app\" needs a GitHub App (GITHUB_APP_ID and GITHUB_APP_PRIVATE_KEY_FILE); a token cannot read an App's deliveries"))
+	}
+	return errs
+}
+
+// maxKeyFileBytes bounds the App's private key file, as the configuration
+// bounds a secret's file: a PEM key is a few KiB.
+const maxKeyFileBytes = 64 << 10
+
+// readKeyFile reads the App's private key, refusing a file past
+// maxKeyFileBytes. Its errors complete "the file it names ...", and show
+// neither the path nor anything read.
+func readKeyFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot be read: %w", withoutPath(err))
+	}
+	defer f.Close()
+	key, err := io.ReadAll(io.LimitReader(f, maxKeyFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("cannot be read: %w", withoutPath(err))
+	}
+	if len(key) > maxKeyFileBytes {
+		return nil, fmt.Errorf("holds more than %d KiB, the most it may; is it the right file? (nothing of it is shown)", maxKeyFileBytes>>10)
+	}
+	return key, nil
+}
+
+// withoutPath is a file error without the file's path.
+func withoutPath(err error) error {
+	if pe := (*os.PathError)(nil); errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 var _ githubAPI = (*GitHub)(nil)

@@ -32,21 +32,28 @@ func (h Hook) String() string {
 }
 
 // ParseHooks reads GITHUB_RECOVERY_HOOKS: hooks separated by white space.
+// Its error names every entry that is wrong, one line each.
 func ParseHooks(s string) ([]Hook, error) {
 	var hooks []Hook
+	var errs []error
 	seen := map[Hook]bool{}
 	// An entry is named by its place, never shown: a secret pasted into
 	// the variable would be.
 	for i, f := range strings.Fields(s) {
 		h, err := parseHook(f)
 		if err != nil {
-			return nil, fmt.Errorf("entry %d %w", i+1, err)
+			errs = append(errs, fmt.Errorf("entry %d %w", i+1, err))
+			continue
 		}
 		if seen[h] {
-			return nil, fmt.Errorf("entry %d is listed twice", i+1)
+			errs = append(errs, fmt.Errorf("entry %d is listed twice", i+1))
+			continue
 		}
 		seen[h] = true
 		hooks = append(hooks, h)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return hooks, nil
 }
