@@ -261,17 +261,18 @@ func ClaimDispatch(ctx context.Context, pool *pgxpool.Pool, k DispatchKey, mode 
 	b := &pgx.Batch{}
 	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
 	b.Queue(leaseSQL, k.Provider, k.DeliveryID, k.Route, k.Generation, leaseTTL.Seconds(), mode.Exact, mode.OldestFirst, mode.Ordered)
-	// The watermark is that of the receipt's entity, checked by the caller to
-	// be the leased one, read by a correlated subquery so that its plan stays
-	// a lookup of one key, whatever the statistics were when the connection
-	// prepared it.
+	// The watermark (its time and the delivery that set it) is that of the
+	// receipt's entity, checked by the caller to be the leased one, read by
+	// one correlated lateral lookup so that its plan stays a lookup of one
+	// key, whatever the statistics were when the connection prepared it.
 	b.Queue(`
 		SELECT d.state, coalesce((SELECT paused_at IS NOT NULL FROM hookgate_routes WHERE name = d.route), false),
-			(SELECT w.event_time FROM hookgate_watermarks w WHERE w.route = d.route AND w.entity = r.entity),
-			(SELECT w.delivery_id FROM hookgate_watermarks w WHERE w.route = d.route AND w.entity = r.entity),
+			w.event_time, w.delivery_id,
 			r.provider, r.scope, r.delivery_id, r.event, r.entity, r.event_time, r.content_type, r.headers,
 			r.body, r.body_sha256, r.received_at, r.expires_at
 		FROM hookgate_dispatches d CROSS JOIN LATERAL hookgate_first_receipt(d.provider, d.delivery_id) r
+		LEFT JOIN LATERAL (SELECT w.event_time, w.delivery_id FROM hookgate_watermarks w
+			WHERE w.route = d.route AND w.entity = r.entity) w ON true
 		WHERE d.provider = $1 AND d.delivery_id = $2 AND d.route = $3 AND d.generation = $4`,
 		k.Provider, k.DeliveryID, k.Route, k.Generation)
 	results := pool.SendBatch(ctx, b)
