@@ -22,6 +22,7 @@ import (
 	"net/url"
 	"os"
 	"reflect"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -109,8 +110,9 @@ type Config struct {
 	// Defaults to 25.
 	MaxAttempts int `env:"GATEWAY_MAX_ATTEMPTS" default:"25" zero:"must be at least 1"`
 	// Workers is how many dispatches of one route one process works at once,
-	// unless the route sets its own concurrency. Defaults to 50.
-	Workers int `env:"GATEWAY_WORKERS" default:"50" zero:"must be 1 to 10000"`
+	// unless the route sets its own concurrency. Defaults to DefaultWorkers:
+	// it follows the machine.
+	Workers int `env:"GATEWAY_WORKERS" zero:"must be 1 to 10000"`
 
 	// Console is "on" or "off": the operator console in the browser at
 	// /admin/, when AdminToken is set. Defaults to on.
@@ -320,9 +322,27 @@ func (c Config) withDefaults() Config {
 		c.MaxAttempts = 25
 	}
 	if c.Workers == 0 {
-		c.Workers = 50
+		c.Workers = DefaultWorkers()
 	}
 	return c
+}
+
+// WorkersPerCore is GATEWAY_WORKERS's default per core.
+const WorkersPerCore = 100
+
+// DefaultWorkers is GATEWAY_WORKERS's default: WorkersPerCore for each core
+// the process may use (runtime.GOMAXPROCS, which follows a container's CPU
+// limit), at least 50 and at most fanout.MaxConcurrency.
+//
+// A route's forwards run at most its workers divided by a forward's time
+// from fetch to committed outcome, and most of that time is waits (River's
+// fetch, the target, the outcome's durable commit) during which a worker
+// costs nothing: with a fixed 50, a route forwarded about 2,500 deliveries a
+// second whatever the machine. A hundred per core keeps the machine's cores,
+// not the workers, the limit (docs/performance.md). A route's own
+// concurrency, and its rate, still bound what its target gets.
+func DefaultWorkers() int {
+	return min(max(WorkersPerCore*runtime.GOMAXPROCS(0), 50), fanout.MaxConcurrency)
 }
 
 // RouteDefaults are the limits of a route that sets none of its own.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -36,7 +37,7 @@ func TestLoadDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.DataDir != "./.data" || c.Addr != ":8080" || c.StripeTolerance != 5*time.Minute || c.MaxBodyBytes != 26214400 ||
-		c.Retention != 720*time.Hour || c.ForwardTimeout != 10*time.Second || c.MaxAttempts != 25 || c.Workers != 50 ||
+		c.Retention != 720*time.Hour || c.ForwardTimeout != 10*time.Second || c.MaxAttempts != 25 || c.Workers != config.DefaultWorkers() ||
 		c.DatabaseURL != "" || len(c.GitHubSecrets) != 0 || len(c.Table) != 0 || len(c.Providers.Providers()) != 0 || c.MaxInflightBytes != 256<<20 || c.MetricsAddr != "" ||
 		c.Console != "on" || c.RecoveryInterval != 5*time.Minute || c.RecoveryLookback != 72*time.Hour ||
 		c.GitHubAPIURL != "https://api.github.com" || c.StripeAPIURL != "https://api.stripe.com" ||
@@ -520,5 +521,29 @@ func TestStraysNameTheClosestVariable(t *testing.T) {
 	// Without the operator commands' name, HOOKGATE_URL is a stray too.
 	if got := config.Strays([]string{"HOOKGATE_URL=x"}); len(got) != 1 || got[0].Name != "HOOKGATE_URL" {
 		t.Errorf("HOOKGATE_URL, not given as known: %v", got)
+	}
+}
+
+// GATEWAY_WORKERS's default follows the cores the process may use: a
+// hundred each, at least 50 and at most the largest concurrency a route
+// may have; set, it is what it says.
+func TestWorkersFollowTheMachine(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, tc := range []struct{ cores, want int }{{1, 100}, {2, 200}, {16, 1600}, {101, 10_000}} {
+		runtime.GOMAXPROCS(tc.cores)
+		c, err := env(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Workers != tc.want || c.RouteDefaults().Concurrency != tc.want {
+			t.Errorf("%d cores: workers %d, route concurrency %d, want %d", tc.cores, c.Workers, c.RouteDefaults().Concurrency, tc.want)
+		}
+	}
+	c, err := env(map[string]string{"GATEWAY_WORKERS": "7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Workers != 7 {
+		t.Errorf("GATEWAY_WORKERS=7: workers %d", c.Workers)
 	}
 }

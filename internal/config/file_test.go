@@ -17,7 +17,7 @@ import (
 
 // load is Load with GATEWAY_ROUTES spec and GATEWAY_CONFIG_FILE path, and
 // the built-in providers configured (a route may name them): each route's
-// limits are the environment's defaults (50 workers, 10s, 25 attempts).
+// limits are the environment's defaults (GATEWAY_WORKERS follows the cores, 10s, 25 attempts).
 func load(t *testing.T, spec, path string) (config.Resolved, error) {
 	t.Helper()
 	t.Setenv("GATEWAY_ROUTES", spec)
@@ -86,10 +86,10 @@ routes:
 			Concurrency: 8, Rate: fanout.Rate{N: 20, Per: time.Second}, Timeout: 5 * time.Second, MaxAttempts: 10,
 			Circuit: fanout.Circuit{Failures: 5, Cooldown: time.Minute}, Order: fanout.OrderNone},
 		{Name: "billing", Matches: []fanout.Match{{Provider: "stripe", Pattern: "invoice.*"}}, Target: "https://user:pw@billing.internal/stripe?token=t",
-			Concurrency: 50, Rate: fanout.Rate{N: 600, Per: time.Minute}, Timeout: 10 * time.Second, MaxAttempts: 25,
+			Concurrency: config.DefaultWorkers(), Rate: fanout.Rate{N: 600, Per: time.Minute}, Timeout: 10 * time.Second, MaxAttempts: 25,
 			Circuit: fanout.Circuit{Failures: 0, Cooldown: 30 * time.Second}, Order: fanout.OrderAll, OrderWindow: 2 * time.Second},
 		{Name: "audit", Matches: []fanout.Match{{Provider: "*", Pattern: "*"}}, Target: "builtin:log",
-			Concurrency: 50, Timeout: 10 * time.Second, MaxAttempts: 25, Circuit: fanout.DefaultCircuit, Order: fanout.OrderLatest},
+			Concurrency: fanout.BuiltinConcurrency, Timeout: 10 * time.Second, MaxAttempts: 25, Circuit: fanout.DefaultCircuit, Order: fanout.OrderLatest},
 	}
 	if len(table) != len(want) {
 		t.Fatalf("got %d routes, want %d", len(table), len(want))
@@ -119,7 +119,7 @@ func TestLoadTakesRoutesFromOnePlace(t *testing.T) {
 	empty := writeFile(t, "# routes come from GATEWAY_ROUTES\n{}\n")
 	cfg, err := load(t, env, empty)
 	table := cfg.Table
-	if err != nil || len(table) != 1 || table[0].Name != "ci" || table[0].Concurrency != 50 || table[0].Circuit != fanout.DefaultCircuit {
+	if err != nil || len(table) != 1 || table[0].Name != "ci" || table[0].Concurrency != config.DefaultWorkers() || table[0].Circuit != fanout.DefaultCircuit {
 		t.Fatalf("Load = %+v, %v", table, err)
 	}
 	both := writeFile(t, "routes:\n  - {name: a, match: [\"github:push\"], target: \"http://x/\"}\n")

@@ -28,7 +28,7 @@ func (e *KeyError) Error() string { return "key " + e.Key + ": " + e.Problem }
 // configured. It reports what is wrong with each of its keys, all of them,
 // as a *KeyError each; none shows a target, which may carry a credential.
 func resolveRoute(r Route, d fanout.Defaults, configured []string) (fanout.Route, []*KeyError) {
-	fr := fanout.Route{Name: r.Name, Concurrency: d.Concurrency, Timeout: d.Timeout, MaxAttempts: d.MaxAttempts, Circuit: fanout.DefaultCircuit}
+	fr := fanout.Route{Name: r.Name, Concurrency: d.ConcurrencyFor(r.Target), Timeout: d.Timeout, MaxAttempts: d.MaxAttempts, Circuit: fanout.DefaultCircuit}
 	var errs []*KeyError
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, &KeyError{Key: key, Problem: fmt.Sprintf(format, args...)})

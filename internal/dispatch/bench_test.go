@@ -58,7 +58,7 @@ func BenchmarkPickupLatency(b *testing.B) {
 // receipt to its target receiving it) for b.N deliveries, 5 ms apart, alone
 // and beside a route whose target accepts connections and never answers,
 // with 500 of its dispatches waiting, its workers all hung, and its timeout
-// (30 s) longer than the run. Both routes have GATEWAY_WORKERS' default of 50.
+// (30 s) longer than the run. Both routes have 50 workers, GATEWAY_WORKERS' default until 0.7.0.
 //
 //	go test -run '^$' -bench NoisyNeighbour -benchtime 400x ./internal/dispatch/
 func BenchmarkNoisyNeighbour(b *testing.B) {

@@ -29,7 +29,7 @@ type ClientConfig struct {
 	// nil: not scheduled.
 	Reconcile *ReconcileWorker
 	// Workers is how many dispatches of a route one process works at once,
-	// when the route sets no concurrency. Defaults to 50.
+	// when the route sets no concurrency. Defaults to 50 (the gateway passes GATEWAY_WORKERS, which follows the cores).
 	Workers int
 	// ForwardTimeout is one forward attempt's limit; the job timeout and the
 	// rescue of stuck jobs are derived from it. Defaults to 10s.

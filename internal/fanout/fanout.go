@@ -146,6 +146,20 @@ type Defaults struct {
 	Sources []string
 }
 
+// BuiltinConcurrency bounds the default concurrency of a builtin route (one
+// that sets none): each of its dispatches holds a database connection while
+// its handler runs, so its default does not grow with GATEWAY_WORKERS's.
+const BuiltinConcurrency = 50
+
+// ConcurrencyFor is the concurrency of a route to target that sets none:
+// Concurrency, or for a builtin target at most BuiltinConcurrency.
+func (d Defaults) ConcurrencyFor(target string) int {
+	if strings.HasPrefix(target, "builtin:") {
+		return min(d.Concurrency, BuiltinConcurrency)
+	}
+	return d.Concurrency
+}
+
 // Queue is the River queue the route's dispatches wait in: one per route, so
 // that each route has its own workers and can be paused alone. River's queue
 // names are stricter than route names; a name River would refuse, or one
@@ -336,7 +350,7 @@ func Parse(s string, builtins []string, d Defaults) (Table, error) {
 		if !ok || target == "" {
 			return nil, fmt.Errorf("%w, %s: no >target", ErrBadTable, where)
 		}
-		r := Route{Name: name, Target: target, Concurrency: d.Concurrency, Timeout: d.Timeout, MaxAttempts: d.MaxAttempts, Circuit: DefaultCircuit}
+		r := Route{Name: name, Target: target, Concurrency: d.ConcurrencyFor(target), Timeout: d.Timeout, MaxAttempts: d.MaxAttempts, Circuit: DefaultCircuit}
 		for m := range strings.SplitSeq(matches, ",") {
 			match, err := ParseMatch(m, d.Sources)
 			if err != nil {

@@ -153,3 +153,19 @@ func TestQueueNames(t *testing.T) {
 		t.Errorf("ci's queue is %q, want route_ci", q)
 	}
 }
+
+// A route that sets no concurrency takes the default's, but a builtin one at
+// most BuiltinConcurrency: each of its dispatches holds a connection.
+func TestBuiltinRoutesTakeABoundedDefaultConcurrency(t *testing.T) {
+	table, err := fanout.Parse("a=github:*>http://127.0.0.1:9/a b=github:*>builtin:log", []string{"log"}, fanout.Defaults{Concurrency: 400})
+	if err != nil || len(table) != 2 {
+		t.Fatal(table, err)
+	}
+	if table[0].Concurrency != 400 || table[1].Concurrency != fanout.BuiltinConcurrency {
+		t.Errorf("concurrency: forward %d, builtin %d", table[0].Concurrency, table[1].Concurrency)
+	}
+	table, err = fanout.Parse("b=github:*>builtin:log", []string{"log"}, fanout.Defaults{Concurrency: 3})
+	if err != nil || table[0].Concurrency != 3 {
+		t.Errorf("builtin with a default of 3: %v %v", table, err)
+	}
+}

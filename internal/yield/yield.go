@@ -12,8 +12,8 @@
 // holds no database connection and no lease: it waits before its first read.
 //
 // Nothing polls: held dispatches are woken by acknowledgements (one per
-// dispatch earned, all of them when an acknowledgement finds a core free)
-// and by ingest going idle.
+// dispatch earned, and one more for each acknowledgement that finds a core
+// free) and by ingest going idle (all of them).
 package yield
 
 import (
@@ -55,7 +55,7 @@ type Gate struct {
 	one chan struct{} // wakes one held dispatch: a dispatch was earned
 
 	mu       sync.Mutex
-	free     chan struct{} // closed (and replaced) to wake all: ingest idle or a core free
+	free     chan struct{} // closed (and replaced) to wake all: ingest idle
 	settling *time.Timer   // armed when ingest's count reaches zero with dispatches held
 }
 
@@ -74,18 +74,19 @@ func (g *Gate) Arrived() { g.waitingAcks.Add(1) }
 
 // Acked says a delivery that Arrived was answered: every AcksPerDispatch
 // acknowledgements earn a dispatch, which wakes one held dispatch; an
-// acknowledgement that finds a core free wakes them all, and one that leaves
+// acknowledgement that finds a core free earns one more; one that leaves
 // ingest idle wakes them all once it stays idle for a moment.
+//
+// A core found free lets one held dispatch go, not all of them: a moment's
+// free core is room for one more, and with hundreds of workers held
+// (GATEWAY_WORKERS follows the cores) waking them all would put them on
+// the machine at once, and the senders would wait behind them. While cores
+// stay free, each acknowledgement lets one more go, and a dispatch that
+// arrives then does not hold back at all.
 func (g *Gate) Acked() {
 	left := g.waitingAcks.Add(-1)
 	if g.acks.Add(1)%AcksPerDispatch == 0 {
-		for {
-			n := g.earned.Load()
-			if n >= maxEarned || g.earned.CompareAndSwap(n, n+1) {
-				break
-			}
-		}
-		g.wakeOne()
+		g.earn()
 	}
 	if g.waiting.Load() == 0 {
 		return
@@ -94,8 +95,19 @@ func (g *Gate) Acked() {
 	case left == 0:
 		g.settleThenWake()
 	case !g.full():
-		g.wakeAll()
+		g.earn()
 	}
+}
+
+// earn earns one dispatch, up to maxEarned, and wakes one held dispatch.
+func (g *Gate) earn() {
+	for {
+		n := g.earned.Load()
+		if n >= maxEarned || g.earned.CompareAndSwap(n, n+1) {
+			break
+		}
+	}
+	g.wakeOne()
 }
 
 // busy reports whether a dispatch must hold back now.
