@@ -187,7 +187,8 @@ type Route struct {
 	// Target is an http(s) URL or builtin:<name>, a Go handler.
 	Target string
 	// Concurrency is how many of the route's dispatches one process works
-	// at once, 1 to 10000. Defaults to the Config's Workers.
+	// at once, 1 to 10000. Defaults to the Config's Workers, and for a
+	// builtin target to at most fanout.BuiltinConcurrency (50).
 	Concurrency int
 	// Rate limits the attempts started, all processes together: "N/s" or
 	// "N/m". Empty: no limit.
@@ -332,7 +333,7 @@ const WorkersPerCore = 100
 
 // DefaultWorkers is GATEWAY_WORKERS's default: WorkersPerCore for each core
 // the process may use (runtime.GOMAXPROCS, which follows a container's CPU
-// limit), at least 50 and at most fanout.MaxConcurrency.
+// limit), at most fanout.MaxConcurrency.
 //
 // A route's forwards run at most its workers divided by a forward's time
 // from fetch to committed outcome, and most of that time is waits (River's
@@ -342,7 +343,7 @@ const WorkersPerCore = 100
 // not the workers, the limit (docs/performance.md). A route's own
 // concurrency, and its rate, still bound what its target gets.
 func DefaultWorkers() int {
-	return min(max(WorkersPerCore*runtime.GOMAXPROCS(0), 50), fanout.MaxConcurrency)
+	return min(WorkersPerCore*runtime.GOMAXPROCS(0), fanout.MaxConcurrency)
 }
 
 // RouteDefaults are the limits of a route that sets none of its own.

@@ -525,7 +525,7 @@ func TestStraysNameTheClosestVariable(t *testing.T) {
 }
 
 // GATEWAY_WORKERS's default follows the cores the process may use: a
-// hundred each, at least 50 and at most the largest concurrency a route
+// hundred each, at most the largest concurrency a route
 // may have; set, it is what it says.
 func TestWorkersFollowTheMachine(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
