@@ -154,7 +154,7 @@ const BuiltinConcurrency = 50
 // ConcurrencyFor is the concurrency of a route to target that sets none:
 // Concurrency, or for a builtin target at most BuiltinConcurrency.
 func (d Defaults) ConcurrencyFor(target string) int {
-	if strings.HasPrefix(target, "builtin:") {
+	if _, ok := builtinName(target); ok {
 		return min(d.Concurrency, BuiltinConcurrency)
 	}
 	return d.Concurrency
@@ -178,8 +178,12 @@ var queueNameRE = regexp.MustCompile(`^(?:[a-z0-9])+(?:[_|\-]?[a-z0-9]+)*$`)
 
 // Builtin returns the handler name of a builtin:<name> target, and whether the
 // target is one.
-func (r Route) Builtin() (string, bool) {
-	return strings.CutPrefix(r.Target, "builtin:")
+func (r Route) Builtin() (string, bool) { return builtinName(r.Target) }
+
+// builtinName returns the handler name of a builtin:<name> target, and
+// whether target is one.
+func builtinName(target string) (string, bool) {
+	return strings.CutPrefix(target, "builtin:")
 }
 
 // Match is one provider:pattern pair of a route.
@@ -410,7 +414,7 @@ func CheckTarget(target string) error { return checkTarget(target, nil) }
 // checkTarget is CheckTarget that also checks a builtin's name against
 // builtins, unless nil.
 func checkTarget(target string, builtins []string) error {
-	if name, ok := strings.CutPrefix(target, "builtin:"); ok {
+	if name, ok := builtinName(target); ok {
 		if !handlerNameRE.MatchString(name) {
 			// Not the name: whatever was pasted there may be a secret.
 			return errors.New("builtin:<name> names a handler by 1-64 of a-z, 0-9, _ and -")
