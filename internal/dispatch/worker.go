@@ -62,6 +62,7 @@ type Worker struct {
 	retryAt sync.Map
 
 	recorder *batch.Batcher[outcome, struct{}]
+	claimer  *batch.Batcher[store.ClaimRequest, store.ClaimResult]
 }
 
 // Admitter admits each attempt of a route's dispatch within the route's
@@ -85,6 +86,7 @@ func NewWorker(pool *pgxpool.Pool, table fanout.Table, rs *receipts.Store, handl
 	w := &Worker{pool: pool, routes: table, handlers: handlers, forwarder: forwarder, receipts: rs, logger: logger,
 		metrics: m, guard: guard, yield: gate}
 	w.recorder = &batch.Batcher[outcome, struct{}]{Do: w.recordBatch, MaxBatch: 128, Concurrency: 2}
+	w.claimer = &batch.Batcher[store.ClaimRequest, store.ClaimResult]{Do: w.claimBatch, MaxBatch: 64, Concurrency: 2}
 	return w
 }
 
@@ -503,8 +505,9 @@ type claim struct {
 	paused bool             // an operator paused the route
 }
 
-// claim starts an attempt in one round trip, in one implicit transaction
-// whose commit need not wait for the disk (a lease lost in a crash of the
+// claim starts an attempt in one round trip shared with the claims that
+// arrive at the same time (claimBatch), in one implicit transaction whose
+// commit need not wait for the disk (a lease lost in a crash of the
 // database only lets a later event go first, as before leases): when the
 // event's receipt names an entity and a time, it takes the lease of (route,
 // entity); then it reads the dispatch's state, the receipt and the entity's
@@ -517,7 +520,10 @@ func (w *Worker) claim(ctx context.Context, a Args, route fanout.Route, exact bo
 	// receipt's; when it is not the first receipt's, the claim is made again
 	// exactly.
 	mode := store.ClaimMode{Ordered: route.Ordered(), OldestFirst: route.OldestFirst(), Exact: exact}
-	sc, err := store.ClaimDispatch(ctx, w.pool, store.DispatchKey(a), mode, w.leaseTTL())
+	sc, err := w.claimer.Submit(ctx, store.ClaimRequest{Key: store.DispatchKey(a), Mode: mode})
+	if err == nil {
+		err = sc.Err
+	}
 	c := &claim{args: a, state: sc.State, r: sc.Receipt, paused: sc.Paused}
 	entity, leased, stale, mark := sc.Entity, sc.Leased, sc.Stale, sc.Mark
 	if leased {
@@ -546,6 +552,29 @@ func (w *Worker) claim(ctx context.Context, a Args, route fanout.Route, exact bo
 		c.markBy = *sc.MarkBy
 	}
 	return c, nil
+}
+
+// claimBatch starts the attempts of the forwards whose claims arrived
+// together, in one round trip (store.ClaimDispatches): River hands a route's
+// workers the jobs of one fetch at once, and each claim alone would cost a
+// round trip and three statements. A batch that fails as one (a deadlock
+// with an outcome's batch that gives back the same leases, say) is claimed
+// again one by one, so that one claim's trouble is its own.
+func (w *Worker) claimBatch(ctx context.Context, reqs []store.ClaimRequest) ([]store.ClaimResult, error) {
+	cs, err := store.ClaimDispatches(ctx, w.pool, reqs, w.leaseTTL())
+	if err == nil || len(reqs) == 1 {
+		return cs, err
+	}
+	cs = make([]store.ClaimResult, len(reqs))
+	for i, r := range reqs {
+		one, err := store.ClaimDispatches(ctx, w.pool, []store.ClaimRequest{r}, w.leaseTTL())
+		if err != nil {
+			cs[i].Err = err
+			continue
+		}
+		cs[i] = one[0]
+	}
+	return cs, nil
 }
 
 // outcome is a forward's decided state, to be written with others in one commit.

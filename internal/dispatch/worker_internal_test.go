@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +19,7 @@ import (
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
 	hgroutes "github.com/hookgate/hookgate/internal/routes"
+	hgstore "github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/yield"
 )
 
@@ -83,5 +85,52 @@ func TestRetryAfterIsKeptOnlyForAJobRiverWillRetry(t *testing.T) {
 	}
 	if n := kept(); n != 0 {
 		t.Fatalf("%d entries kept for a discarded job", n)
+	}
+}
+
+// Claims that arrive together share one round trip; a batch that fails as
+// one is claimed again one by one, so a claim's trouble is its own: here a
+// key the database refuses (a NUL byte) beside a good one.
+func TestAClaimThatFailsFailsOnlyItself(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.NewPool(t)
+	routes, err := fanout.Parse("fwd=github:push>http://127.0.0.1:1/", nil, fanout.Defaults{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.DiscardHandler)
+	client, err := NewInserter(pool, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := &receipts.Store{Retention: 72 * time.Hour}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := providers.Delivery{Provider: "github", DeliveryID: "d-1", Event: "push", ContentType: "application/json", Body: []byte(`{}`)}
+	if _, err := rs.InsertTx(ctx, tx, d); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewEnqueuer(client, routes, EnqueuerConfig{}).EnqueueTx(ctx, tx, "github", "d-1", "push"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := NewWorker(pool, routes, rs, nil, forward.New(nil, 2*time.Second, 1), hgroutes.AdmitAll{}, yield.Never(), metrics.Discard(), logger)
+
+	good := hgstore.DispatchKey{Provider: "github", DeliveryID: "d-1", Route: "fwd", Generation: 1}
+	bad := hgstore.DispatchKey{Provider: "github", DeliveryID: "d-\x00", Route: "fwd", Generation: 1}
+	cs, err := w.claimBatch(ctx, []hgstore.ClaimRequest{{Key: good}, {Key: bad}})
+	if err != nil {
+		t.Fatalf("the batch: %v; want each claim's own result", err)
+	}
+	if cs[0].Err != nil || cs[0].State != Pending || cs[0].Receipt.DeliveryID != "d-1" {
+		t.Errorf("the good claim: %+v; want its dispatch and receipt", cs[0])
+	}
+	if cs[1].Err == nil || errors.Is(cs[1].Err, hgstore.ErrNoReceipt) {
+		t.Errorf("the refused claim: %v; want the database's error", cs[1].Err)
 	}
 }

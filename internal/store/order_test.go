@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"testing"
 	"time"
 
@@ -222,5 +223,57 @@ func TestTheOldestWaitingTakesTheTurnFirst(t *testing.T) {
 	// A route with order none takes no lease at all.
 	if c, err := store.ClaimDispatch(ctx, pool, older, store.ClaimMode{}, time.Minute); err != nil || c.Leased || c.Entity != "" || c.Receipt.DeliveryID != "evt_older" {
 		t.Fatalf("a claim on a route with order none: %+v, %v; want no lease, the receipt", c, err)
+	}
+}
+
+// Many forwards start their attempts in one batch: each request gets its own
+// claim, in order, as if claimed alone, and of the requests for one entity
+// only one takes its lease: the one holding it already, else the oldest
+// event. A request whose dispatch is gone says so and takes nothing.
+func TestClaimsOfOneBatchTakeOneLeasePerEntity(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.NewPool(t)
+	ctx := context.Background()
+	now := time.Now().Truncate(time.Microsecond)
+	older, _ := event(t, pool, "evt_older", now.Add(-20*time.Second), "running")
+	newer, _ := event(t, pool, "evt_newer", now.Add(-10*time.Second), "running")
+	gone := store.DispatchKey{Provider: "stripe", DeliveryID: "evt_gone", Route: "r", Generation: 1}
+
+	cs, err := store.ClaimDispatches(ctx, pool, []store.ClaimRequest{
+		{Key: newer, Mode: latest}, {Key: gone, Mode: latest}, {Key: older, Mode: latest}, {Key: older, Mode: store.ClaimMode{}},
+	}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs) != 4 {
+		t.Fatalf("%d results for 4 requests", len(cs))
+	}
+	if c := cs[0]; c.Err != nil || c.Leased || c.Entity != "stripe:sub_1" || c.Receipt.DeliveryID != "evt_newer" {
+		t.Errorf("the newer event beside an older one of its entity: %+v; want its receipt, no lease", c)
+	}
+	if c := cs[1]; !errors.Is(c.Err, store.ErrNoReceipt) || c.Leased {
+		t.Errorf("a dispatch that is gone: leased %v, %v; want ErrNoReceipt and no lease", c.Leased, c.Err)
+	}
+	if c := cs[2]; c.Err != nil || !c.Leased || c.Entity != "stripe:sub_1" || c.Receipt.DeliveryID != "evt_older" {
+		t.Errorf("the older event: %+v; want the lease", c)
+	}
+	if c := cs[3]; c.Err != nil || c.Leased || c.Entity != "" || c.Receipt.DeliveryID != "evt_older" {
+		t.Errorf("a claim that takes no lease: %+v; want the receipt alone", c)
+	}
+
+	// The newer one holds the lease (the older's outcome gave it back): in a
+	// batch with the older, it keeps it.
+	if err := store.GiveBackLease(ctx, pool, older); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := store.ClaimDispatch(ctx, pool, newer, latest, time.Minute); err != nil || !c.Leased {
+		t.Fatalf("the newer alone: %+v, %v; want the lease", c, err)
+	}
+	cs, err = store.ClaimDispatches(ctx, pool, []store.ClaimRequest{{Key: older, Mode: latest}, {Key: newer, Mode: latest}}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs[0].Leased || !cs[1].Leased {
+		t.Errorf("a batch of the older and the lease's holder: older leased %v, holder leased %v; want the holder's kept", cs[0].Leased, cs[1].Leased)
 	}
 }
