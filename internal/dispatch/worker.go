@@ -491,7 +491,7 @@ func (w *Worker) dropLease(ctx context.Context, c *claim) error {
 	if c.leased == "" {
 		return nil
 	}
-	return store.GiveBackLease(context.WithoutCancel(ctx), w.pool, store.DispatchKey(c.args))
+	return store.GiveBackLeaseOf(context.WithoutCancel(ctx), w.pool, store.DispatchKey(c.args), c.leased)
 }
 
 // claim is what one attempt of a forward starts from.

@@ -294,7 +294,13 @@ func ClaimDispatches(ctx context.Context, pool *pgxpool.Pool, reqs []ClaimReques
 	routes := keys(func(r *ClaimRequest) string { return r.Key.Route })
 	generations := column(reqs, func(r *ClaimRequest) int32 { return int32(r.Key.Generation) })
 	b := &pgx.Batch{}
-	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
+	// The claims' plans are generic: each batch holds a different number of
+	// claims, and PostgreSQL, finding a plan made for the few of each small
+	// batch cheaper than the generic one's guess of ten, would plan every
+	// call again (measured: two of three calls planned, each plan costing
+	// more than the statement), or not, from one connection to the next.
+	// The generic plans are lookups by key whatever the tables' size.
+	b.Queue(`SELECT set_config('synchronous_commit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`)
 	b.Queue(leaseSQL, providers, ids, routes, generations,
 		column(reqs, func(r *ClaimRequest) bool { return r.Mode.Ordered }),
 		column(reqs, func(r *ClaimRequest) bool { return r.Mode.OldestFirst }),
@@ -423,6 +429,19 @@ func GiveBackLease(ctx context.Context, db Querier, k DispatchKey) error {
 	return nil
 }
 
+// GiveBackLeaseOf deletes the lease of (k's route, entity) if k holds it:
+// GiveBackLease when the entity is known, found by the lease's key instead of
+// among every lease of the route.
+func GiveBackLeaseOf(ctx context.Context, db Querier, k DispatchKey, entity string) error {
+	_, err := db.Exec(ctx, `DELETE FROM hookgate_leases
+		WHERE route = $1 AND entity = $5 AND provider = $2 AND delivery_id = $3 AND generation = $4`,
+		k.Route, k.Provider, k.DeliveryID, k.Generation, entity)
+	if err != nil {
+		return fmt.Errorf("give back lease: %w", err)
+	}
+	return nil
+}
+
 // Outcome is a forward's decided state, written with others in one commit.
 type Outcome struct {
 	DispatchKey
@@ -442,7 +461,14 @@ type Outcome struct {
 // leases, all in tx: the lease goes only with the outcome and watermark. A
 // row already final (succeeded, superseded, discarded or cancelled) is left
 // as it is: a run that River repeated cannot undo an outcome.
+//
+// Its statements' plans are generic for the rest of tx, as a claim's are
+// (ClaimDispatches): a batch's size varies, and a plan made for each would
+// cost more than the statement.
 func WriteOutcomesTx(ctx context.Context, tx pgx.Tx, os []Outcome, marks []Watermark) error {
+	if _, err := tx.Exec(ctx, `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`); err != nil {
+		return fmt.Errorf("record outcomes: %w", err)
+	}
 	_, err := tx.Exec(ctx, `
 		UPDATE hookgate_dispatches d SET state = t.state, attempts = t.attempts, last_error = NULL, updated_at = now(),
 			superseded_by = nullif(t.superseded_by, '')

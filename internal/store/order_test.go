@@ -263,7 +263,13 @@ func TestClaimsOfOneBatchTakeOneLeasePerEntity(t *testing.T) {
 
 	// The newer one holds the lease (the older's outcome gave it back): in a
 	// batch with the older, it keeps it.
-	if err := store.GiveBackLease(ctx, pool, older); err != nil {
+	if err := store.GiveBackLeaseOf(ctx, pool, older, "stripe:sub_2"); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := store.ClaimDispatch(ctx, pool, newer, latest, time.Minute); err != nil || c.Leased {
+		t.Fatalf("the newer after the older gave back another entity's lease: %+v, %v; want it refused", c, err)
+	}
+	if err := store.GiveBackLeaseOf(ctx, pool, older, "stripe:sub_1"); err != nil {
 		t.Fatal(err)
 	}
 	if c, err := store.ClaimDispatch(ctx, pool, newer, latest, time.Minute); err != nil || !c.Leased {
