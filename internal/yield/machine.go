@@ -26,7 +26,6 @@ import (
 // millisecond and answers from the last reading in between.
 type Machine struct {
 	cores int
-	tasks func() (int, bool) // threads ready to run, or false
 	f     *os.File
 	buf   []byte
 	sched []metrics.Sample // the gateway's goroutines running and runnable

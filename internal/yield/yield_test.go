@@ -213,7 +213,10 @@ func TestGateUnderConcurrency(t *testing.T) {
 }
 
 // The machine's count is the kernel's runnable tasks on Linux: a machine
-// with every core spinning is full, and the same machine idle is not.
+// with every core spinning is full. (That the same machine idle is not full
+// is TestMachineReadsTheKernelsRunnableTasks's, on a kernel count it is
+// given: on a shared machine, with other tests running beside this one, no
+// moment may be idle.)
 func TestMachineFullWhileEveryCoreIsTaken(t *testing.T) {
 	if _, err := os.Stat("/proc/loadavg"); err != nil {
 		t.Skip("no /proc/loadavg: the machine is read from Go's scheduler")
@@ -221,15 +224,6 @@ func TestMachineFullWhileEveryCoreIsTaken(t *testing.T) {
 	m := yield.NewMachine()
 	if m.Cores() != runtime.GOMAXPROCS(0) {
 		t.Fatalf("Cores = %d, want GOMAXPROCS %d", m.Cores(), runtime.GOMAXPROCS(0))
-	}
-	readFor := func(d time.Duration) (full, all int) {
-		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
-			all++
-			if m.Full() {
-				full++
-			}
-		}
-		return full, all
 	}
 	var stop atomic.Bool
 	var wg sync.WaitGroup
@@ -239,18 +233,16 @@ func TestMachineFullWhileEveryCoreIsTaken(t *testing.T) {
 			}
 		})
 	}
-	full, all := readFor(300 * time.Millisecond)
+	full, all := 0, 0
+	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+		all++
+		if m.Full() {
+			full++
+		}
+	}
 	stop.Store(true)
 	wg.Wait()
 	if full < all*3/4 {
 		t.Errorf("with twice as many threads spinning as cores: full %d of %d readings", full, all)
 	}
-	// Idle is harder to promise on a shared machine (the other tests run
-	// beside this one): the same readings, now, are not all full.
-	dbtest.Eventually(t, 10*time.Second, "a reading with a core free", func() error {
-		if full, all := readFor(200 * time.Millisecond); full == all {
-			return fmt.Errorf("full in %d of %d readings", full, all)
-		}
-		return nil
-	})
 }
