@@ -96,8 +96,9 @@ func TestGateHoldsOnlyWhileTheMachineIsFullAndIngestWaits(t *testing.T) {
 }
 
 // While the machine stays full, every AcksPerDispatch acknowledgements earn
-// one dispatch, which wakes one held dispatch, not all of them; earnings are
-// bounded, so a burst with nothing held saves up no flood.
+// one dispatch. Earned dispatches wake held ones in groups: none until Group
+// are earned (or as many as are held, when fewer), then that many at once;
+// earnings are bounded, so a burst with nothing held saves up no flood.
 func TestGateEarnsOneDispatchPerAcksPerDispatch(t *testing.T) {
 	g := yield.NewGate(func() bool { return true })
 	g.Arrived() // a delivery that stays waiting: ingest is never idle here
@@ -107,32 +108,44 @@ func TestGateEarnsOneDispatchPerAcksPerDispatch(t *testing.T) {
 			g.Acked()
 		}
 	}
-	first, second := entered(g, time.Hour), entered(g, time.Hour)
-	dbtest.Eventually(t, time.Second, "two held", func() error {
-		if n := g.Waiting(); n != 2 {
-			return fmt.Errorf("%d held", n)
-		}
-		return nil
-	})
-	acked(yield.AcksPerDispatch - 1)
-	staysHeld(t, first, "fewer acknowledgements than one dispatch's")
-	acked(1)
-	select {
-	case <-first:
-	case <-second:
-	case <-time.After(2 * time.Second):
-		t.Fatal("an earned dispatch woke no held one")
+	heldNow := func(want int) {
+		t.Helper()
+		dbtest.Eventually(t, 2*time.Second, fmt.Sprintf("%d held", want), func() error {
+			if n := g.Waiting(); n != want {
+				return fmt.Errorf("%d held", n)
+			}
+			return nil
+		})
 	}
-	if g.Waiting() != 1 {
-		t.Fatalf("one dispatch earned let %d of two go", 2-g.Waiting())
+
+	// Two held: a group is two.
+	first, second := entered(g, time.Hour), entered(g, time.Hour)
+	heldNow(2)
+	acked(2*yield.AcksPerDispatch - 1)
+	staysHeld(t, first, "one dispatch earned, and a group of two held")
+	staysHeld(t, second, "one dispatch earned, and a group of two held")
+	acked(1)
+	returns(t, first, "two dispatches earned for two held")
+	returns(t, second, "two dispatches earned for two held")
+
+	// More than a group held: each Group earned let exactly Group go.
+	var done []chan struct{}
+	for range yield.Group + 4 {
+		done = append(done, entered(g, time.Hour))
+	}
+	heldNow(yield.Group + 4)
+	acked((yield.Group - 1) * yield.AcksPerDispatch)
+	staysHeld(t, done[0], "one dispatch short of a group earned")
+	if g.Waiting() != yield.Group+4 {
+		t.Fatalf("%d of %d held went on before a group was earned", yield.Group+4-g.Waiting(), yield.Group+4)
 	}
 	acked(yield.AcksPerDispatch)
-	dbtest.Eventually(t, 2*time.Second, "the second earned", func() error {
-		if n := g.Waiting(); n != 0 {
-			return fmt.Errorf("%d held", n)
-		}
-		return nil
-	})
+	heldNow(4)
+	acked(4 * yield.AcksPerDispatch) // the four left are a group of four
+	heldNow(0)
+	for _, d := range done {
+		returns(t, d, "every held dispatch earned")
+	}
 
 	acked(1000 * yield.AcksPerDispatch)
 	before := g.Held()
