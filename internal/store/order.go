@@ -135,15 +135,18 @@ func InsertTurnsTx(ctx context.Context, tx pgx.Tx, keys []DispatchKey) error {
 	return nil
 }
 
+// endTurnsSQL deletes the turns of EndTurns' dispatches ($1-$4 their keys).
+const endTurnsSQL = `
+	DELETE FROM hookgate_turns t
+	USING unnest($1::text[], $2::text[], $3::text[], $4::int[]) AS k(provider, delivery_id, route, generation)
+	WHERE t.route = k.route AND t.provider = k.provider AND t.delivery_id = k.delivery_id AND t.generation = k.generation`
+
 // EndTurns deletes the turns of the dispatches keys: they have ended.
 func EndTurns(ctx context.Context, db Querier, keys []DispatchKey) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	_, err := db.Exec(ctx, `
-		DELETE FROM hookgate_turns t
-		USING unnest($1::text[], $2::text[], $3::text[], $4::int[]) AS k(provider, delivery_id, route, generation)
-		WHERE t.route = k.route AND t.provider = k.provider AND t.delivery_id = k.delivery_id AND t.generation = k.generation`,
+	_, err := db.Exec(ctx, endTurnsSQL,
 		column(keys, func(k *DispatchKey) string { return k.Provider }),
 		column(keys, func(k *DispatchKey) string { return k.DeliveryID }),
 		column(keys, func(k *DispatchKey) string { return k.Route }),
@@ -279,6 +282,24 @@ type ClaimResult struct {
 	Err error
 }
 
+// keyedPlans, selected at the start of a transaction, makes the plans of the
+// batched statements that follow in it (a claim's, an outcome's) generic
+// lookups by key. Generic, because each batch holds a different number of
+// keys, and PostgreSQL, finding a plan made for the few of each small batch
+// cheaper than the generic one's guess of ten, would plan every call again
+// (measured: two of three calls planned, each plan costing more than the
+// statement). Lookups by key, because a connection keeps the generic plan
+// it made first, when the tables may have been nearly empty: left to choose,
+// PostgreSQL joined a batch to hookgate_dispatches by a hash over a scan of
+// the whole table, cheap for the 300 rows it saw then and read for every
+// batch as the table grew to tens of thousands (measured with auto_explain:
+// a claim's read and an outcome 2-3 ms a batch during a load). Without hash
+// and merge joins, scans of whole tables and materialised inners, what is
+// left is a nested loop that looks each key up in its index.
+const keyedPlans = `set_config('plan_cache_mode', 'force_generic_plan', true),
+	set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
+	set_config('enable_seqscan', 'off', true), set_config('enable_material', 'off', true)`
+
 // ClaimDispatches starts the attempts of many forwards in one round trip and
 // two statements, each claim as ClaimDispatch makes it, and returns one result
 // per request, in order. The leases are taken in one statement, in the order
@@ -294,13 +315,7 @@ func ClaimDispatches(ctx context.Context, pool *pgxpool.Pool, reqs []ClaimReques
 	routes := keys(func(r *ClaimRequest) string { return r.Key.Route })
 	generations := column(reqs, func(r *ClaimRequest) int32 { return int32(r.Key.Generation) })
 	b := &pgx.Batch{}
-	// The claims' plans are generic: each batch holds a different number of
-	// claims, and PostgreSQL, finding a plan made for the few of each small
-	// batch cheaper than the generic one's guess of ten, would plan every
-	// call again (measured: two of three calls planned, each plan costing
-	// more than the statement), or not, from one connection to the next.
-	// The generic plans are lookups by key whatever the tables' size.
-	b.Queue(`SELECT set_config('synchronous_commit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`)
+	b.Queue(`SELECT set_config('synchronous_commit', 'off', true), ` + keyedPlans)
 	b.Queue(leaseSQL, providers, ids, routes, generations,
 		column(reqs, func(r *ClaimRequest) bool { return r.Mode.Ordered }),
 		column(reqs, func(r *ClaimRequest) bool { return r.Mode.OldestFirst }),
@@ -313,18 +328,7 @@ func ClaimDispatches(ctx context.Context, pool *pgxpool.Pool, reqs []ClaimReques
 	// prepared it: its LIMIT keeps the planner from pulling it up into a
 	// join that reads every watermark of the route (measured: 6,500 buffers
 	// a batch, where the lookup reads 3 a claim).
-	b.Queue(`
-		SELECT k.i, d.state, coalesce((SELECT paused_at IS NOT NULL FROM hookgate_routes WHERE name = d.route), false),
-			w.event_time, w.delivery_id,
-			r.provider, r.scope, r.delivery_id, r.event, r.entity, r.event_time, r.content_type, r.headers,
-			r.body, r.body_sha256, r.received_at, r.expires_at
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[]) WITH ORDINALITY AS k(provider, delivery_id, route, generation, i)
-		JOIN hookgate_dispatches d ON d.provider = k.provider AND d.delivery_id = k.delivery_id
-			AND d.route = k.route AND d.generation = k.generation
-		CROSS JOIN LATERAL hookgate_first_receipt(d.provider, d.delivery_id) r
-		LEFT JOIN LATERAL (SELECT w.event_time, w.delivery_id FROM hookgate_watermarks w
-			WHERE w.route = d.route AND w.entity = r.entity LIMIT 1) w ON true`,
-		providers, ids, routes, generations)
+	b.Queue(claimReadSQL, providers, ids, routes, generations)
 	results := pool.SendBatch(ctx, b)
 	out, err := readClaims(results, len(reqs))
 	if cerr := results.Close(); err == nil {
@@ -418,6 +422,39 @@ const leaseSQL = `
 		coalesce((SELECT expires_at < now() FROM hookgate_leases WHERE route = e.route AND entity = e.entity), false)
 	FROM e`
 
+// claimReadSQL reads the dispatches of ClaimDispatches' requests ($1-$4
+// their keys), each with its first receipt and the watermark of the
+// receipt's entity.
+const claimReadSQL = `
+		SELECT k.i, d.state, coalesce((SELECT paused_at IS NOT NULL FROM hookgate_routes WHERE name = d.route), false),
+			w.event_time, w.delivery_id,
+			r.provider, r.scope, r.delivery_id, r.event, r.entity, r.event_time, r.content_type, r.headers,
+			r.body, r.body_sha256, r.received_at, r.expires_at
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[]) WITH ORDINALITY AS k(provider, delivery_id, route, generation, i)
+		JOIN hookgate_dispatches d ON d.provider = k.provider AND d.delivery_id = k.delivery_id
+			AND d.route = k.route AND d.generation = k.generation
+		CROSS JOIN LATERAL hookgate_first_receipt(d.provider, d.delivery_id) r
+		LEFT JOIN LATERAL (SELECT w.event_time, w.delivery_id FROM hookgate_watermarks w
+			WHERE w.route = d.route AND w.entity = r.entity LIMIT 1) w ON true`
+
+// outcomesSQL writes WriteOutcomesTx's outcomes ($1-$4 the dispatches' keys,
+// $5 their states, $6 attempts, $7 the deliveries that superseded them).
+const outcomesSQL = `
+		UPDATE hookgate_dispatches d SET state = t.state, attempts = t.attempts, last_error = NULL, updated_at = now(),
+			superseded_by = nullif(t.superseded_by, '')
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[], $7::text[])
+			AS t(provider, delivery_id, route, generation, state, attempts, superseded_by)
+		WHERE d.provider = t.provider AND d.delivery_id = t.delivery_id AND d.route = t.route AND d.generation = t.generation
+		AND d.state NOT IN ('succeeded', 'superseded', 'discarded', 'cancelled')`
+
+// leasesBackSQL deletes the leases WriteOutcomesTx's outcomes give back ($1-$4
+// the dispatches' keys, $5 the entities).
+const leasesBackSQL = `
+		DELETE FROM hookgate_leases l
+		USING unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[]) AS t(provider, delivery_id, route, generation, entity)
+		WHERE l.route = t.route AND l.entity = t.entity
+		AND (l.provider, l.delivery_id, l.generation) = (t.provider, t.delivery_id, t.generation)`
+
 // GiveBackLease deletes whatever lease the dispatch k holds.
 func GiveBackLease(ctx context.Context, db Querier, k DispatchKey) error {
 	_, err := db.Exec(ctx, `DELETE FROM hookgate_leases
@@ -462,20 +499,13 @@ type Outcome struct {
 // row already final (succeeded, superseded, discarded or cancelled) is left
 // as it is: a run that River repeated cannot undo an outcome.
 //
-// Its statements' plans are generic for the rest of tx, as a claim's are
-// (ClaimDispatches): a batch's size varies, and a plan made for each would
-// cost more than the statement.
+// Its statements' plans are generic lookups by key for the rest of tx, as a
+// claim's are (keyedPlans).
 func WriteOutcomesTx(ctx context.Context, tx pgx.Tx, os []Outcome, marks []Watermark) error {
-	if _, err := tx.Exec(ctx, `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT `+keyedPlans); err != nil {
 		return fmt.Errorf("record outcomes: %w", err)
 	}
-	_, err := tx.Exec(ctx, `
-		UPDATE hookgate_dispatches d SET state = t.state, attempts = t.attempts, last_error = NULL, updated_at = now(),
-			superseded_by = nullif(t.superseded_by, '')
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[], $7::text[])
-			AS t(provider, delivery_id, route, generation, state, attempts, superseded_by)
-		WHERE d.provider = t.provider AND d.delivery_id = t.delivery_id AND d.route = t.route AND d.generation = t.generation
-		AND d.state NOT IN ('succeeded', 'superseded', 'discarded', 'cancelled')`,
+	_, err := tx.Exec(ctx, outcomesSQL,
 		column(os, func(o *Outcome) string { return o.Provider }),
 		column(os, func(o *Outcome) string { return o.DeliveryID }),
 		column(os, func(o *Outcome) string { return o.Route }),
@@ -509,11 +539,7 @@ func WriteOutcomesTx(ctx context.Context, tx pgx.Tx, os []Outcome, marks []Water
 	if len(leased) == 0 {
 		return nil
 	}
-	_, err = tx.Exec(ctx, `
-		DELETE FROM hookgate_leases l
-		USING unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[]) AS t(provider, delivery_id, route, generation, entity)
-		WHERE l.route = t.route AND l.entity = t.entity
-		AND (l.provider, l.delivery_id, l.generation) = (t.provider, t.delivery_id, t.generation)`,
+	_, err = tx.Exec(ctx, leasesBackSQL,
 		column(leased, func(o *Outcome) string { return o.Provider }),
 		column(leased, func(o *Outcome) string { return o.DeliveryID }),
 		column(leased, func(o *Outcome) string { return o.Route }),
