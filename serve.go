@@ -283,7 +283,7 @@ func (g *Gateway) handler(pt parts, p *process) http.Handler {
 		Rejections:              p.recorder,
 		TrustedProxies:          trusted,
 		Admin: server.AdminConfig{Token: env.AdminToken.Value(), Pool: pt.pool, Enqueuer: pt.enqueuer, RiverUI: riverUI, Routes: pt.table,
-			NoConsole: env.Console == "off", PublicURL: env.PublicURL, Recoverer: pt.rec},
+			NoConsole: env.Console == "off", PublicURL: env.PublicURL, Recoverer: pt.rec, SearchBudget: env.SearchBudget},
 	})
 }
 

@@ -106,6 +106,15 @@ func TestCLIAgainstRunningGateway(t *testing.T) {
 		!strings.Contains(out, "pull_request.opened") {
 		t.Fatalf("list table: exit %d, %s", code, out)
 	}
+	// A search by what the deliveries carry (the API's q).
+	if out, code := cliRun(t, "deliveries", "list", "--where", `event == "pull_request.opened" && has(payload.pull_request)`); code != 0 ||
+		!strings.Contains(out, "pull_request.opened") || strings.Contains(out, sent.DeliveryID) {
+		t.Fatalf("list --where: exit %d, %s", code, out)
+	}
+	if out, code, err := cliRunErr(t, "deliveries", "list", "--where", "payload.action =="); code != cli.ExitUsage ||
+		!strings.Contains(err, "400 bad_request") || !strings.Contains(err, "line 1, column") {
+		t.Fatalf("list --where with a mistake: exit %d, %s %s", code, out, err)
+	}
 	if out, code := cliRun(t, "deliveries", "show", "stripe", sent.DeliveryID); code != 0 || !strings.Contains(out, "stripe:sub_demo") ||
 		!strings.Contains(out, "subs") {
 		t.Fatalf("show: exit %d, %s", code, out)

@@ -95,7 +95,7 @@ func (env Env) httpClient() *http.Client {
 var Commands = []string{"deliveries", "replay", "retry", "routes", "audit", "recover", "send"}
 
 // Usage describes the operator commands.
-const Usage = `  deliveries list [--provider P] [--event E] [--state S] [--since T] [--until T] [--limit N] [--cursor C] [--json]
+const Usage = `  deliveries list [--provider P] [--event E] [--state S] [--since T] [--until T] [--where EXPR] [--limit N] [--cursor C] [--json]
   deliveries show PROVIDER ID [--json]
   deliveries body PROVIDER ID
   replay PROVIDER ID [--route R]... [--force [--yes]] [--reason TEXT] [--json]

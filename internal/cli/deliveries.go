@@ -61,6 +61,7 @@ func list(ctx context.Context, env Env, args []string) error {
 	ff := addFilterFlags(fs)
 	limit := fs.Int("limit", 50, "at most this many, newest first (max 500)")
 	cursor := fs.String("cursor", "", "the next_cursor of the previous page")
+	where := fs.String("where", "", "a search: a CEL expression over provider, event, headers and payload (the API's q)")
 	asJSON := fs.Bool("json", false, "print the API's JSON")
 	if rest, err := parse(fs, args); err != nil {
 		return err
@@ -79,6 +80,9 @@ func list(ctx context.Context, env Env, args []string) error {
 	}
 	q := ff.query()
 	q.Set("limit", strconv.Itoa(*limit))
+	if *where != "" {
+		q.Set("q", *where)
+	}
 	if *cursor != "" {
 		q.Set("cursor", *cursor)
 	}
@@ -89,6 +93,7 @@ func list(ctx context.Context, env Env, args []string) error {
 	var page struct {
 		Deliveries []deliveries.Item `json:"deliveries"`
 		NextCursor *string           `json:"next_cursor"`
+		Partial    bool              `json:"partial"`
 	}
 	if printed, err := answer(env, raw, *asJSON, &page); printed || err != nil {
 		return err
@@ -106,7 +111,10 @@ func list(ctx context.Context, env Env, args []string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if page.NextCursor != nil {
+	switch {
+	case page.Partial:
+		fmt.Fprintf(env.Stdout, "\npartial: the search stopped at its time budget; it goes on with --cursor %s\n", *page.NextCursor)
+	case page.NextCursor != nil:
 		fmt.Fprintf(env.Stdout, "\nmore: --cursor %s\n", *page.NextCursor)
 	}
 	return nil

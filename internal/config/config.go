@@ -145,6 +145,10 @@ type Config struct {
 	// RecoveryInterval is how often recovery runs, at least 1m. Defaults to
 	// 5m.
 	RecoveryInterval time.Duration `env:"GATEWAY_RECOVERY_INTERVAL" default:"5m" zero:"must be at least 1m"`
+	// SearchBudget bounds the time one search of the deliveries by q takes:
+	// past it the search answers what it found, partial, with a cursor that
+	// continues. Defaults to 5s.
+	SearchBudget time.Duration `env:"GATEWAY_SEARCH_BUDGET" default:"5s" zero:"must be positive"`
 	// RecoveryLookback is how far back a recovery run looks at most, 1h to
 	// 720h. Defaults to 72h.
 	RecoveryLookback time.Duration `env:"GATEWAY_RECOVERY_LOOKBACK" default:"72h" zero:"must be 1h to 720h"`
@@ -304,6 +308,7 @@ func (c Config) withDefaults() Config {
 	dur(&c.ForwardTimeout, 10*time.Second)
 	dur(&c.RecoveryInterval, 5*time.Minute)
 	dur(&c.RecoveryLookback, 72*time.Hour)
+	dur(&c.SearchBudget, 5*time.Second)
 	if c.IDRetention == 0 {
 		c.IDRetention = max(10*min(c.Retention, MaxRetention), MinIDRetention)
 	}
@@ -547,6 +552,9 @@ func (c Config) validate() []error {
 	if c.IDRetention < MinIDRetention || c.IDRetention < c.Retention || c.IDRetention > 10*MaxRetention {
 		bad("GATEWAY_ID_RETENTION", "must be at least %s and at least GATEWAY_RETENTION (%s), and at most %s, got %s",
 			MinIDRetention, c.Retention, 10*MaxRetention, c.IDRetention)
+	}
+	if c.SearchBudget <= 0 {
+		bad("GATEWAY_SEARCH_BUDGET", "must be positive, got %s", c.SearchBudget)
 	}
 	if c.ForwardTimeout <= 0 {
 		bad("GATEWAY_FORWARD_TIMEOUT", "must be positive, got %s", c.ForwardTimeout)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/dispatch"
+	"github.com/hookgate/hookgate/internal/filter"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/store"
 )
@@ -65,7 +66,18 @@ type Filter struct {
 	// Since (inclusive) and Until (exclusive) bound the first receipt's time.
 	Since *time.Time `json:"since,omitempty"`
 	Until *time.Time `json:"until,omitempty"`
+	// Q, a CEL expression over provider, event, headers and payload (as a
+	// route's filter), selects the deliveries it is true for: Search
+	// evaluates it over the window [Since, Until), at most MaxSearchWindow.
+	Q string `json:"q,omitempty"`
 }
+
+// DefaultSearchWindow is the window a search (Filter.Q) evaluates when the
+// filter gives no since, and MaxSearchWindow the widest it may give.
+const (
+	DefaultSearchWindow = 24 * time.Hour
+	MaxSearchWindow     = 31 * 24 * time.Hour
+)
 
 var eventPatternRE = regexp.MustCompile(`^[A-Za-z0-9_.*-]{1,255}$`)
 
@@ -83,7 +95,33 @@ func (f Filter) Validate(known *providers.Registry) error {
 	if f.Since != nil && f.Until != nil && !f.Since.Before(*f.Until) {
 		return fmt.Errorf("%w: since must be before until", ErrBadFilter)
 	}
+	if f.Q != "" {
+		if _, err := compileQ(f.Q); err != nil {
+			return err
+		}
+		if f.Since == nil || f.Until == nil {
+			return fmt.Errorf("%w: a search (q) needs since and until (FilterFromQuery sets them)", ErrBadFilter)
+		}
+		if f.Until.Sub(*f.Since) > MaxSearchWindow {
+			return fmt.Errorf("%w: a search (q) evaluates at most 31 days (744h) of deliveries: narrow since and until, or look up a search key", ErrBadFilter)
+		}
+	}
 	return nil
+}
+
+// inputPosition is where CEL's errors say they are: "<input>:LINE:COLUMN:".
+var inputPosition = regexp.MustCompile(`<input>:(\d+):(\d+):`)
+
+// compileQ compiles a search's expression, its errors naming the line and
+// column where it fails, or the type it has when that is not bool.
+func compileQ(q string) (*filter.Filter, error) {
+	f, err := filter.Compile(q)
+	if err != nil {
+		msg := strings.TrimPrefix(err.Error(), filter.ErrInvalid.Error()+": ")
+		msg = inputPosition.ReplaceAllString(strings.ReplaceAll(msg, "ERROR: <input>:", "<input>:"), "line $1, column $2:")
+		return nil, fmt.Errorf("%w: q: %s", ErrBadFilter, msg)
+	}
+	return f, nil
 }
 
 // ParseTime reads an RFC 3339 time, or a Go duration meaning that long ago
@@ -138,7 +176,7 @@ func UnescapeKey(provider, deliveryID string, escaped bool) (string, string, err
 // FilterFromQuery reads the list filters from URL query values; a provider
 // must be one of known's.
 func FilterFromQuery(q url.Values, now time.Time, known *providers.Registry) (Filter, error) {
-	f := Filter{Provider: q.Get("provider"), Event: q.Get("event"), State: q.Get("state")}
+	f := Filter{Provider: q.Get("provider"), Event: q.Get("event"), State: q.Get("state"), Q: q.Get("q")}
 	for name, dst := range map[string]**time.Time{"since": &f.Since, "until": &f.Until} {
 		if v := q.Get(name); v != "" {
 			t, err := ParseTime(v, now)
@@ -146,6 +184,16 @@ func FilterFromQuery(q url.Values, now time.Time, known *providers.Registry) (Fi
 				return Filter{}, fmt.Errorf("%s: %w", name, err)
 			}
 			*dst = &t
+		}
+	}
+	if f.Q != "" {
+		// A search's window: until now, since a day before until.
+		if f.Until == nil {
+			f.Until = &now
+		}
+		if f.Since == nil {
+			since := f.Until.Add(-DefaultSearchWindow)
+			f.Since = &since
 		}
 	}
 	return f, f.Validate(known)
@@ -213,6 +261,9 @@ const MaxLimit = 500
 // Deliveries received after a listing began never appear on its later pages,
 // so paging neither repeats nor skips what was there.
 func List(ctx context.Context, db DB, f Filter, limit int, after *Cursor) ([]Item, *Cursor, error) {
+	if f.Q != "" {
+		return nil, nil, fmt.Errorf("%w: q is a search: this list does not take it", ErrBadFilter)
+	}
 	if limit <= 0 {
 		limit = 50
 	}
@@ -231,6 +282,120 @@ func List(ctx context.Context, db DB, f Filter, limit int, after *Cursor) ([]Ite
 		next = &c
 	}
 	return items, next, nil
+}
+
+// searchPage is how many deliveries a search reads at a time.
+const searchPage = 200
+
+// SearchResult is a page of a search.
+type SearchResult struct {
+	// Items are the deliveries found, newest first.
+	Items []Item
+	// Next continues the search after the last delivery it looked at; nil
+	// when it looked at every delivery of the window.
+	Next *Cursor
+	// Partial is whether the search stopped at its time budget: Next then
+	// continues where it stopped.
+	Partial bool
+}
+
+// Search returns up to limit deliveries matching f, whose Q it evaluates on
+// each delivery of the window in turn (f's other fields narrow them first),
+// newest first, after the cursor when one is given. It stops when it has
+// found limit, or when budget has passed, with what it found so far and a
+// cursor that continues after the last delivery it looked at. A delivery
+// whose body retention has deleted, or on which the expression fails (a
+// field it lacks, a body that is not JSON, the filters' cost limits), is not
+// a match.
+func Search(ctx context.Context, db DB, f Filter, limit int, after *Cursor, budget time.Duration) (SearchResult, error) {
+	q, err := compileQ(f.Q)
+	if err != nil {
+		return SearchResult{}, err
+	}
+	if limit <= 0 {
+		limit = 50
+	}
+	limit = min(limit, MaxLimit)
+	s := &search{q: q, limit: limit, deadline: time.Now().Add(budget), after: after}
+	base := f
+	base.Q = ""
+	for {
+		page, err := store.ListDeliveries(ctx, db, base.query(), searchPage, (*store.DeliveryCursor)(s.after))
+		if err != nil {
+			return SearchResult{}, err
+		}
+		sizes, err := store.FirstBodySizes(ctx, db, page)
+		if err != nil {
+			return SearchResult{}, err
+		}
+		for start := 0; start < len(page); {
+			end := chunkEnd(sizes, start)
+			contents, err := store.FirstContents(ctx, db, page[start:end])
+			if err != nil {
+				return SearchResult{}, err
+			}
+			for i, it := range page[start:end] {
+				if s.look(it, contents[i]) {
+					return s.res, nil
+				}
+			}
+			start = end
+		}
+		if len(page) < searchPage {
+			return s.res, nil
+		}
+	}
+}
+
+// search is one call of Search as it goes.
+type search struct {
+	q        *filter.Filter
+	limit    int
+	deadline time.Time
+	after    *Cursor // the last delivery looked at
+	looked   int
+	res      SearchResult
+}
+
+// look evaluates the search on one delivery and reports whether the call
+// ends there: its page is full (Next continues after it), or its budget
+// has passed (Partial, Next continues at it). At least one delivery is
+// looked at each time, so that a search continued from its cursor always
+// moves on.
+func (s *search) look(it Item, c store.Content) bool {
+	if s.looked > 0 && time.Now().After(s.deadline) {
+		s.res.Next, s.res.Partial = s.after, true
+		return true
+	}
+	s.looked++
+	at := cursorOf(it)
+	s.after = &at
+	in := &filter.Input{Provider: it.Provider, Event: it.Event, Headers: c.Headers, ContentType: c.ContentType, Body: c.Body}
+	if ok, err := s.q.Match(in); c.Body == nil || err != nil || !ok {
+		return false
+	}
+	it.State = Summary(it.States)
+	s.res.Items = append(s.res.Items, it)
+	if len(s.res.Items) == s.limit {
+		s.res.Next = s.after
+		return true
+	}
+	return false
+}
+
+// searchChunkBytes bounds the bodies a search holds at once: a page's are
+// read in chunks of at most this many bytes (and at least one body).
+const searchChunkBytes = 16 << 20
+
+// chunkEnd returns the end of the chunk of bodies that starts at start:
+// as many as fit in searchChunkBytes, and at least one.
+func chunkEnd(sizes []int64, start int) int {
+	end, total := start+1, sizes[start]
+	for end < len(sizes) && total+sizes[end] <= searchChunkBytes {
+		total += sizes[end]
+		end++
+	}
+	return end
 }
 
 // CountSQL returns the query Count runs, and its arguments.

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
@@ -58,6 +59,9 @@ type AdminConfig struct {
 	// Recoverer runs recovery on demand (POST /admin/recover/{provider});
 	// nil: every provider's recovery answers 409 not_configured.
 	Recoverer Recoverer
+	// SearchBudget bounds one search of the deliveries by q
+	// (GATEWAY_SEARCH_BUDGET). Defaults to 5 s.
+	SearchBudget time.Duration
 }
 
 // Actor is how the replay log names whoever holds a token: a short digest,
@@ -231,6 +235,8 @@ func pathParams(r *http.Request) (string, string, error) {
 type listResponse struct {
 	Deliveries []deliveries.Item `json:"deliveries"`
 	NextCursor *string           `json:"next_cursor"`
+	// Partial is a search's (q) only: whether it stopped at its time budget.
+	Partial *bool `json:"partial,omitempty"`
 }
 
 func (s *server) handleListDeliveries(w http.ResponseWriter, r *http.Request) {
@@ -258,12 +264,31 @@ func (s *server) handleListDeliveries(w http.ResponseWriter, r *http.Request) {
 		}
 		after = &c
 	}
-	items, next, err := deliveries.List(r.Context(), s.Admin.Pool, f, limit, after)
-	if err != nil {
-		writeError(w, r, s.Logger, err)
-		return
+	var items []deliveries.Item
+	var next *deliveries.Cursor
+	var partial *bool
+	if f.Q != "" {
+		budget := s.Admin.SearchBudget
+		if budget <= 0 {
+			budget = 5 * time.Second
+		}
+		found, err := deliveries.Search(r.Context(), s.Admin.Pool, f, limit, after, budget)
+		if err != nil {
+			writeError(w, r, s.Logger, err)
+			return
+		}
+		items, next, partial = found.Items, found.Next, &found.Partial
+	} else {
+		items, next, err = deliveries.List(r.Context(), s.Admin.Pool, f, limit, after)
+		if err != nil {
+			writeError(w, r, s.Logger, err)
+			return
+		}
 	}
-	res := listResponse{Deliveries: items}
+	if items == nil {
+		items = []deliveries.Item{}
+	}
+	res := listResponse{Deliveries: items, Partial: partial}
 	if next != nil {
 		c := next.Encode()
 		res.NextCursor = &c

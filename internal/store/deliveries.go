@@ -181,6 +181,65 @@ func ExpiredIDOf(ctx context.Context, db Querier, provider, deliveryID string) (
 	return e, nil
 }
 
+// Content is what a search of the deliveries reads of one: its first
+// receipt's kept headers, content type and body.
+type Content struct {
+	Headers     map[string]string
+	ContentType string
+	// Body is nil when retention has deleted it.
+	Body []byte
+}
+
+// FirstContents returns the Content of the first receipt of each delivery
+// of items, in order, in one statement; a delivery with no receipt left
+// has a zero Content.
+func FirstContents(ctx context.Context, db Querier, items []Item) ([]Content, error) {
+	rows, err := db.Query(ctx, `
+		SELECT r.headers, r.content_type, r.body
+		FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(provider, delivery_id, i)
+		LEFT JOIN LATERAL hookgate_first_receipt(k.provider, k.delivery_id) r ON true
+		ORDER BY k.i`,
+		column(items, func(it *Item) string { return it.Provider }),
+		column(items, func(it *Item) string { return it.DeliveryID }))
+	if err != nil {
+		return nil, fmt.Errorf("read deliveries' contents: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Content, error) {
+		var c Content
+		var contentType *string
+		err := row.Scan(&c.Headers, &contentType, &c.Body)
+		if contentType != nil {
+			c.ContentType = *contentType
+		}
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read deliveries' contents: %w", err)
+	}
+	return out, nil
+}
+
+// FirstBodySizes returns the size in bytes of the first receipt's body of
+// each delivery of items, in order (0 when it has none), without reading
+// the bodies: so that a search reads them in batches of bounded size.
+func FirstBodySizes(ctx context.Context, db Querier, items []Item) ([]int64, error) {
+	rows, err := db.Query(ctx, `
+		SELECT coalesce(octet_length(r.body), 0)
+		FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(provider, delivery_id, i)
+		LEFT JOIN LATERAL hookgate_first_receipt(k.provider, k.delivery_id) r ON true
+		ORDER BY k.i`,
+		column(items, func(it *Item) string { return it.Provider }),
+		column(items, func(it *Item) string { return it.DeliveryID }))
+	if err != nil {
+		return nil, fmt.Errorf("read deliveries' sizes: %w", err)
+	}
+	sizes, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("read deliveries' sizes: %w", err)
+	}
+	return sizes, nil
+}
+
 // FirstBody returns the body of the event's first receipt, byte for byte,
 // and its content type; ErrNoDelivery when there is none.
 func FirstBody(ctx context.Context, db Querier, provider, deliveryID string) ([]byte, string, error) {

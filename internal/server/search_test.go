@@ -1,0 +1,148 @@
+package server_test
+
+import (
+	"bytes"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hookgate/hookgate/internal/dbtest"
+	"github.com/hookgate/hookgate/internal/server"
+)
+
+// searched is a search's answer: a list page and whether it stopped at its
+// time budget.
+type searched struct {
+	listed
+	Partial *bool `json:"partial"`
+}
+
+// A search (q) is a CEL expression over provider, event, headers and payload,
+// evaluated on each delivery of its window: it finds deliveries by what they
+// carry, newest first, and pages like the list.
+func TestAdminSearchDeliveries(t *testing.T) {
+	t.Parallel()
+	b := setupAdmin(t, adminToken)
+	invoice := func(id, customer string) {
+		b.ingest(t, stripeRequest(fmt.Sprintf(`{"id":%q,"type":"invoice.paid","created":1767323045,"data":{"object":{"id":"in_%s","customer":%q}}}`,
+			id, id, customer), now, stripeSecret))
+	}
+	invoice("evt_a", "cus_123")
+	invoice("evt_b", "cus_999")
+	b.ingest(t, githubRequest(ghReq{id: "g-1", event: "pull_request",
+		body: []byte(`{"action":"opened","number":42,"pull_request":{"id":7,"updated_at":"2026-01-01T00:00:00Z"},"repository":{"full_name":"acme/api"}}`)}))
+	invoice("evt_c", "cus_123")
+	b.ingest(t, stripeEvent("evt_d", "customer.created"))
+
+	// The receipts are stamped with the database's clock; the server's is
+	// fixed in these tests, so every search names its window.
+	window := "&since=" + url.QueryEscape(time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)) +
+		"&until=" + url.QueryEscape(time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+	search := func(q, more string) searched {
+		t.Helper()
+		var s searched
+		b.adminJSON(t, adminReq{path: "/admin/deliveries?q=" + url.QueryEscape(q) + window + more}, 200, &s)
+		return s
+	}
+	for q, want := range map[string]string{
+		`payload.data.object.customer == "cus_123"`:                                            "evt_c,evt_a",
+		`has(payload.data.object.customer) && payload.data.object.customer.startsWith("cus_")`: "evt_c,evt_b,evt_a",
+		`provider == "github" && payload.number == 42`:                                         "g-1",
+		`headers["x-github-event"] == "pull_request"`:                                          "g-1",
+		`event == "customer.created"`:                                                          "evt_d",
+		`payload.repository.full_name == "acme/api" && event == "push"`:                        "",
+	} {
+		s := search(q, "")
+		if got := strings.Join(s.ids(), ","); got != want {
+			t.Errorf("q=%s: got %q, want %q", q, got, want)
+		}
+		if s.Partial == nil || *s.Partial || s.NextCursor != nil {
+			t.Errorf("q=%s: partial %v, next %v: a search that looked at every delivery", q, s.Partial, s.NextCursor)
+		}
+	}
+	// The list's other filters narrow a search.
+	if got := strings.Join(search(`payload.data.object.customer == "cus_123"`, "&provider=github").ids(), ","); got != "" {
+		t.Errorf("q and provider=github: %q", got)
+	}
+
+	// Pages of one continue the search where the last one stopped.
+	var seen []string
+	page := search(`provider == "stripe"`, "&limit=1")
+	seen = append(seen, page.ids()...)
+	for page.NextCursor != nil {
+		page = search(`provider == "stripe"`, "&limit=1&cursor="+*page.NextCursor)
+		seen = append(seen, page.ids()...)
+	}
+	if got := strings.Join(seen, ","); got != "evt_d,evt_c,evt_b,evt_a" {
+		t.Errorf("pages of one: %s", got)
+	}
+
+	// Mistakes are 400, naming what is wrong.
+	for q, want := range map[string]string{
+		`payload.data.object.customer ==`:               "line 1, column",
+		"provider == \"github\" &&\n  payload.number >": "line 2, column",
+		`payload.data`: "not bool",
+		`nope == 1`:    "undeclared reference",
+	} {
+		status, _, body := b.admin(t, adminReq{path: "/admin/deliveries?q=" + url.QueryEscape(q) + window})
+		if status != 400 || !bytes.Contains(body, []byte(`"bad_request"`)) || !bytes.Contains(body, []byte(want)) {
+			t.Errorf("q=%q: %d %s, want 400 naming %q", q, status, body, want)
+		}
+	}
+	status, _, body := b.admin(t, adminReq{path: "/admin/deliveries?q=true&since=2026-01-01T00:00:00Z&until=2026-02-15T00:00:00Z"})
+	if status != 400 || !bytes.Contains(body, []byte("31 days")) {
+		t.Errorf("a 45-day window: %d %s", status, body)
+	}
+}
+
+// A search that reaches its time budget answers what it found, partial,
+// with a cursor that continues where it stopped; followed to the end, the
+// cursors find every match once.
+func TestAdminSearchStopsAtItsBudgetAndContinues(t *testing.T) {
+	t.Parallel()
+	b := setupAdminOn(t, dbtest.NewPool(t), adminToken, func(c *server.Config) { c.Admin.SearchBudget = time.Nanosecond })
+	for i := range 7 {
+		customer := "cus_other"
+		if i%2 == 0 {
+			customer = "cus_123"
+		}
+		b.ingest(t, stripeRequest(fmt.Sprintf(`{"id":"evt_%d","type":"invoice.paid","created":1767323045,"data":{"object":{"customer":%q}}}`,
+			i, customer), now, stripeSecret))
+	}
+	window := "&since=" + url.QueryEscape(time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)) +
+		"&until=" + url.QueryEscape(time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+	q := "/admin/deliveries?q=" + url.QueryEscape(`payload.data.object.customer == "cus_123"`) + window
+	var found []string
+	partials := 0
+	var page searched
+	b.adminJSON(t, adminReq{path: q}, 200, &page)
+	for calls := 1; ; calls++ {
+		found = append(found, page.ids()...)
+		if page.Partial == nil {
+			t.Fatal("a search's answer without partial")
+		}
+		if *page.Partial {
+			partials++
+			if page.NextCursor == nil {
+				t.Fatal("a partial answer without a cursor to continue")
+			}
+		}
+		if page.NextCursor == nil {
+			break
+		}
+		if calls > 20 {
+			t.Fatalf("the search did not end after %d calls: found %v", calls, found)
+		}
+		cursor := *page.NextCursor
+		page = searched{}
+		b.adminJSON(t, adminReq{path: q + "&cursor=" + cursor}, 200, &page)
+	}
+	if got := strings.Join(found, ","); got != "evt_6,evt_4,evt_2,evt_0" {
+		t.Fatalf("found %s", got)
+	}
+	if partials < 6 {
+		t.Fatalf("%d partial answers for 7 deliveries with a budget of 1 ns: each should look at one", partials)
+	}
+}
