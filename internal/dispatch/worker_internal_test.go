@@ -23,18 +23,14 @@ import (
 	"github.com/hookgate/hookgate/internal/yield"
 )
 
-// A target's Retry-After is kept only for a job River will retry, and only
-// until River asks for it: no per-job state outlives its job.
-func TestRetryAfterIsKeptOnlyForAJobRiverWillRetry(t *testing.T) {
-	t.Parallel()
+// workerWithOnePush returns a Worker of one route, fwd (github:push to
+// target), on a database holding one push, github d-1, received and
+// enqueued.
+func workerWithOnePush(t *testing.T, target string) *Worker {
+	t.Helper()
 	ctx := context.Background()
 	pool := dbtest.NewPool(t)
-	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Retry-After", "120")
-		w.WriteHeader(http.StatusTooManyRequests)
-	}))
-	t.Cleanup(target.Close)
-	routes, err := fanout.Parse("fwd=github:push>"+target.URL, nil, fanout.Defaults{})
+	routes, err := fanout.Parse("fwd=github:push>"+target, nil, fanout.Defaults{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,13 +39,13 @@ func TestRetryAfterIsKeptOnlyForAJobRiverWillRetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := &receipts.Store{Retention: 72 * time.Hour}
+	rs := &receipts.Store{Retention: 72 * time.Hour}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := providers.Delivery{Provider: "github", DeliveryID: "d-1", Event: "push", ContentType: "application/json", Body: []byte(`{}`)}
-	if _, err := store.InsertTx(ctx, tx, d); err != nil {
+	if _, err := rs.InsertTx(ctx, tx, d); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := NewEnqueuer(client, routes, EnqueuerConfig{}).EnqueueTx(ctx, tx, "github", "d-1", "push"); err != nil {
@@ -58,8 +54,20 @@ func TestRetryAfterIsKeptOnlyForAJobRiverWillRetry(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
+	return NewWorker(pool, routes, rs, nil, forward.New(nil, 2*time.Second, 1), hgroutes.AdmitAll{}, yield.Never(), metrics.Discard(), logger)
+}
 
-	w := NewWorker(pool, routes, store, nil, forward.New(nil, 2*time.Second, 1), hgroutes.AdmitAll{}, yield.Never(), metrics.Discard(), logger)
+// A target's Retry-After is kept only for a job River will retry, and only
+// until River asks for it: no per-job state outlives its job.
+func TestRetryAfterIsKeptOnlyForAJobRiverWillRetry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "120")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	t.Cleanup(target.Close)
+	w := workerWithOnePush(t, target.URL)
 	kept := func() int {
 		n := 0
 		w.retryAt.Range(func(any, any) bool { n++; return true })
@@ -94,32 +102,7 @@ func TestRetryAfterIsKeptOnlyForAJobRiverWillRetry(t *testing.T) {
 func TestAClaimThatFailsFailsOnlyItself(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := dbtest.NewPool(t)
-	routes, err := fanout.Parse("fwd=github:push>http://127.0.0.1:1/", nil, fanout.Defaults{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	logger := slog.New(slog.DiscardHandler)
-	client, err := NewInserter(pool, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs := &receipts.Store{Retention: 72 * time.Hour}
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := providers.Delivery{Provider: "github", DeliveryID: "d-1", Event: "push", ContentType: "application/json", Body: []byte(`{}`)}
-	if _, err := rs.InsertTx(ctx, tx, d); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := NewEnqueuer(client, routes, EnqueuerConfig{}).EnqueueTx(ctx, tx, "github", "d-1", "push"); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	w := NewWorker(pool, routes, rs, nil, forward.New(nil, 2*time.Second, 1), hgroutes.AdmitAll{}, yield.Never(), metrics.Discard(), logger)
+	w := workerWithOnePush(t, "http://127.0.0.1:1/")
 
 	good := hgstore.DispatchKey{Provider: "github", DeliveryID: "d-1", Route: "fwd", Generation: 1}
 	bad := hgstore.DispatchKey{Provider: "github", DeliveryID: "d-\x00", Route: "fwd", Generation: 1}

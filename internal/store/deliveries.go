@@ -194,13 +194,7 @@ type Content struct {
 // of items, in order, in one statement; a delivery with no receipt left
 // has a zero Content.
 func FirstContents(ctx context.Context, db Querier, items []Item) ([]Content, error) {
-	rows, err := db.Query(ctx, `
-		SELECT r.headers, r.content_type, r.body
-		FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(provider, delivery_id, i)
-		LEFT JOIN LATERAL hookgate_first_receipt(k.provider, k.delivery_id) r ON true
-		ORDER BY k.i`,
-		column(items, func(it *Item) string { return it.Provider }),
-		column(items, func(it *Item) string { return it.DeliveryID }))
+	rows, err := firstReceiptsOf(ctx, db, items, "r.headers, r.content_type, r.body")
 	if err != nil {
 		return nil, fmt.Errorf("read deliveries' contents: %w", err)
 	}
@@ -223,13 +217,7 @@ func FirstContents(ctx context.Context, db Querier, items []Item) ([]Content, er
 // each delivery of items, in order (0 when it has none), without reading
 // the bodies: so that a search reads them in batches of bounded size.
 func FirstBodySizes(ctx context.Context, db Querier, items []Item) ([]int64, error) {
-	rows, err := db.Query(ctx, `
-		SELECT coalesce(octet_length(r.body), 0)
-		FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(provider, delivery_id, i)
-		LEFT JOIN LATERAL hookgate_first_receipt(k.provider, k.delivery_id) r ON true
-		ORDER BY k.i`,
-		column(items, func(it *Item) string { return it.Provider }),
-		column(items, func(it *Item) string { return it.DeliveryID }))
+	rows, err := firstReceiptsOf(ctx, db, items, "coalesce(octet_length(r.body), 0)")
 	if err != nil {
 		return nil, fmt.Errorf("read deliveries' sizes: %w", err)
 	}
@@ -238,6 +226,18 @@ func FirstBodySizes(ctx context.Context, db Querier, items []Item) ([]int64, err
 		return nil, fmt.Errorf("read deliveries' sizes: %w", err)
 	}
 	return sizes, nil
+}
+
+// firstReceiptsOf selects columns (of r, the first receipt) for each
+// delivery of items, a row each, in items' order; r's columns are NULL for
+// a delivery with no receipt left.
+func firstReceiptsOf(ctx context.Context, db Querier, items []Item, columns string) (pgx.Rows, error) {
+	return db.Query(ctx, `SELECT `+columns+`
+		FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(provider, delivery_id, i)
+		LEFT JOIN LATERAL hookgate_first_receipt(k.provider, k.delivery_id) r ON true
+		ORDER BY k.i`,
+		column(items, func(it *Item) string { return it.Provider }),
+		column(items, func(it *Item) string { return it.DeliveryID }))
 }
 
 // FirstBody returns the body of the event's first receipt, byte for byte,
