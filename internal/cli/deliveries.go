@@ -113,7 +113,7 @@ func list(ctx context.Context, env Env, args []string) error {
 	}
 	switch {
 	case page.Partial:
-		fmt.Fprintf(env.Stdout, "\npartial: the search stopped at its time budget; it goes on with --cursor %s\n", *page.NextCursor)
+		fmt.Fprintf(env.Stdout, "\npartial: the search stopped at its time budget; it goes on with the same --where and --cursor %s\n", *page.NextCursor)
 	case page.NextCursor != nil:
 		fmt.Fprintf(env.Stdout, "\nmore: --cursor %s\n", *page.NextCursor)
 	}

@@ -99,12 +99,21 @@ func (f Filter) Validate(known *providers.Registry) error {
 		if _, err := compileQ(f.Q); err != nil {
 			return err
 		}
-		if f.Since == nil || f.Until == nil {
-			return fmt.Errorf("%w: a search (q) needs since and until (FilterFromQuery sets them)", ErrBadFilter)
-		}
-		if f.Until.Sub(*f.Since) > MaxSearchWindow {
-			return fmt.Errorf("%w: a search (q) evaluates at most 31 days (744h) of deliveries: narrow since and until, or look up a search key", ErrBadFilter)
-		}
+		return f.checkWindow()
+	}
+	return nil
+}
+
+// checkWindow checks a search's window: given, and at most MaxSearchWindow.
+func (f Filter) checkWindow() error {
+	if f.Since == nil || f.Until == nil {
+		return fmt.Errorf("%w: a search (q) needs since and until (FilterFromQuery sets them)", ErrBadFilter)
+	}
+	if !f.Since.Before(*f.Until) {
+		return fmt.Errorf("%w: since must be before until", ErrBadFilter)
+	}
+	if f.Until.Sub(*f.Since) > MaxSearchWindow {
+		return fmt.Errorf("%w: a search (q) evaluates at most 31 days (744h) of deliveries: narrow since and until", ErrBadFilter)
 	}
 	return nil
 }
@@ -118,7 +127,10 @@ func compileQ(q string) (*filter.Filter, error) {
 	f, err := filter.Compile(q)
 	if err != nil {
 		msg := strings.TrimPrefix(err.Error(), filter.ErrInvalid.Error()+": ")
-		msg = inputPosition.ReplaceAllString(strings.ReplaceAll(msg, "ERROR: <input>:", "<input>:"), "line $1, column $2:")
+		msg = strings.ReplaceAll(msg, "ERROR: <input>:", "<input>:")
+		// CEL's limits on nesting name no place in the text.
+		msg = strings.ReplaceAll(msg, "<input>:-1:0:", "the expression as a whole:")
+		msg = inputPosition.ReplaceAllString(msg, "line $1, column $2:")
 		return nil, fmt.Errorf("%w: q: %s", ErrBadFilter, msg)
 	}
 	return f, nil
@@ -177,6 +189,12 @@ func UnescapeKey(provider, deliveryID string, escaped bool) (string, string, err
 // must be one of known's.
 func FilterFromQuery(q url.Values, now time.Time, known *providers.Registry) (Filter, error) {
 	f := Filter{Provider: q.Get("provider"), Event: q.Get("event"), State: q.Get("state"), Q: q.Get("q")}
+	switch qs := q["q"]; {
+	case len(qs) > 1:
+		return Filter{}, fmt.Errorf("%w: q is given %d times: one expression, joined with && or ||, says it", ErrBadFilter, len(qs))
+	case len(qs) == 1 && strings.TrimSpace(qs[0]) == "":
+		return Filter{}, fmt.Errorf("%w: q is empty: leave it out for the whole list", ErrBadFilter)
+	}
 	for name, dst := range map[string]**time.Time{"since": &f.Since, "until": &f.Until} {
 		if v := q.Get(name); v != "" {
 			t, err := ParseTime(v, now)
@@ -219,6 +237,20 @@ type Cursor struct {
 	ReceivedAt time.Time `json:"t"`
 	Provider   string    `json:"p"`
 	DeliveryID string    `json:"d"`
+	// Since and Until are a search's window, which its cursor keeps: a
+	// window given as a duration ago, or by default, would otherwise move
+	// between one call and the next, and lose what lay at its old end.
+	Since *time.Time `json:"s,omitempty"`
+	Until *time.Time `json:"u,omitempty"`
+}
+
+// position is the cursor's place in the list, as the store reads it; nil
+// for no cursor.
+func (c *Cursor) position() *store.DeliveryCursor {
+	if c == nil {
+		return nil
+	}
+	return &store.DeliveryCursor{ReceivedAt: c.ReceivedAt, Provider: c.Provider, DeliveryID: c.DeliveryID}
 }
 
 // Encode returns the cursor as an opaque string.
@@ -241,8 +273,13 @@ func DecodeCursor(s string) (Cursor, error) {
 
 // valid reports whether every field of c could come from a stored delivery.
 func (c Cursor) valid() bool {
+	for _, t := range []*time.Time{c.Since, c.Until} {
+		if t != nil && !providers.StorableTime(*t) {
+			return false
+		}
+	}
 	return !c.ReceivedAt.IsZero() && providers.StorableTime(c.ReceivedAt) &&
-		providers.ValidID(c.Provider) && providers.ValidID(c.DeliveryID)
+		providers.ValidID(c.Provider) && providers.ValidID(c.DeliveryID) && (c.Since == nil) == (c.Until == nil)
 }
 
 // Item is one delivery in a list.
@@ -268,7 +305,7 @@ func List(ctx context.Context, db DB, f Filter, limit int, after *Cursor) ([]Ite
 		limit = 50
 	}
 	limit = min(limit, MaxLimit)
-	items, err := store.ListDeliveries(ctx, db, f.query(), limit+1, (*store.DeliveryCursor)(after))
+	items, err := store.ListDeliveries(ctx, db, f.query(), limit+1, after.position())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -316,11 +353,19 @@ func Search(ctx context.Context, db DB, f Filter, limit int, after *Cursor, budg
 		limit = 50
 	}
 	limit = min(limit, MaxLimit)
-	s := &search{q: q, limit: limit, deadline: time.Now().Add(budget), after: after}
+	if after != nil && after.Since != nil {
+		// A search's own cursor: its window, checked again (a cursor is
+		// not trusted).
+		f.Since, f.Until = after.Since, after.Until
+		if err := f.checkWindow(); err != nil {
+			return SearchResult{}, err
+		}
+	}
+	s := &search{q: q, limit: limit, deadline: time.Now().Add(budget), after: after, since: f.Since, until: f.Until}
 	base := f
 	base.Q = ""
 	for {
-		page, err := store.ListDeliveries(ctx, db, base.query(), searchPage, (*store.DeliveryCursor)(s.after))
+		page, err := store.ListDeliveries(ctx, db, base.query(), searchPage, s.after.position())
 		if err != nil {
 			return SearchResult{}, err
 		}
@@ -335,14 +380,17 @@ func Search(ctx context.Context, db DB, f Filter, limit int, after *Cursor, budg
 				return SearchResult{}, err
 			}
 			for i, it := range page[start:end] {
+				if err := ctx.Err(); err != nil {
+					return SearchResult{}, fmt.Errorf("search deliveries: %w", err)
+				}
 				if s.look(it, contents[i]) {
-					return s.res, nil
+					return s.result(), nil
 				}
 			}
 			start = end
 		}
 		if len(page) < searchPage {
-			return s.res, nil
+			return s.result(), nil
 		}
 	}
 }
@@ -355,6 +403,18 @@ type search struct {
 	after    *Cursor // the last delivery looked at
 	looked   int
 	res      SearchResult
+	// since and until are the window, which res.Next keeps.
+	since, until *time.Time
+}
+
+// result is the search's answer, its cursor keeping its window.
+func (s *search) result() SearchResult {
+	if s.res.Next != nil {
+		next := *s.res.Next
+		next.Since, next.Until = s.since, s.until
+		s.res.Next = &next
+	}
+	return s.res
 }
 
 // look evaluates the search on one delivery and reports whether the call

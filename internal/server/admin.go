@@ -272,7 +272,10 @@ func (s *server) handleListDeliveries(w http.ResponseWriter, r *http.Request) {
 		if budget <= 0 {
 			budget = 5 * time.Second
 		}
-		found, err := deliveries.Search(r.Context(), s.Admin.Pool, f, limit, after, budget)
+		found, err := s.search(r.Context(), f, limit, after, budget)
+		if r.Context().Err() != nil {
+			return // the client has gone: no one to answer, and no failure of the server's
+		}
 		if err != nil {
 			writeError(w, r, s.Logger, err)
 			return
@@ -294,6 +297,19 @@ func (s *server) handleListDeliveries(w http.ResponseWriter, r *http.Request) {
 		res.NextCursor = &c
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// search runs deliveries.Search once one of the searches a gateway runs at
+// once (one per core) is free: each holds a core and up to 16 MiB of bodies
+// for its whole budget, and the others wait their turn.
+func (s *server) search(ctx context.Context, f deliveries.Filter, limit int, after *deliveries.Cursor, budget time.Duration) (deliveries.SearchResult, error) {
+	select {
+	case s.searches <- struct{}{}:
+		defer func() { <-s.searches }()
+	case <-ctx.Done():
+		return deliveries.SearchResult{}, ctx.Err()
+	}
+	return deliveries.Search(ctx, s.Admin.Pool, f, limit, after, budget)
 }
 
 func (s *server) handleShowDelivery(w http.ResponseWriter, r *http.Request) {

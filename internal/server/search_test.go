@@ -2,9 +2,11 @@ package server_test
 
 import (
 	"bytes"
+	"encoding/base64"
 	"fmt"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -144,5 +146,51 @@ func TestAdminSearchStopsAtItsBudgetAndContinues(t *testing.T) {
 	}
 	if partials < 6 {
 		t.Fatalf("%d partial answers for 7 deliveries with a budget of 1 ns: each should look at one", partials)
+	}
+}
+
+// A search's cursor keeps its window: a window given as a duration ago (or
+// by default) is not recomputed on the next call, which would lose what lay
+// at its old end. A cursor is not trusted: a window it carries is checked
+// again.
+func TestAdminSearchCursorKeepsItsWindow(t *testing.T) {
+	t.Parallel()
+	var clock atomic.Int64
+	clock.Store(time.Now().Add(time.Minute).UnixNano())
+	at := func() time.Time { return time.Unix(0, clock.Load()) }
+	b := setupAdminOn(t, dbtest.NewPool(t), adminToken, func(c *server.Config) { c.Now = at })
+	for _, id := range []string{"evt_1", "evt_2", "evt_3"} {
+		b.ingest(t, stripeRequest(fmt.Sprintf(`{"id":%q,"type":"invoice.paid","created":1767323045,"data":{"object":{"customer":"cus_1"}}}`, id), at(), stripeSecret))
+	}
+	q := "/admin/deliveries?q=" + url.QueryEscape(`payload.data.object.customer == "cus_1"`) + "&since=120s&limit=1"
+	var page searched
+	b.adminJSON(t, adminReq{path: q}, 200, &page)
+	found := page.ids()
+	clock.Add(int64(2 * time.Hour)) // "120s ago" is now past every delivery
+	for page.NextCursor != nil {
+		cursor := *page.NextCursor
+		page = searched{}
+		b.adminJSON(t, adminReq{path: q + "&cursor=" + cursor}, 200, &page)
+		found = append(found, page.ids()...)
+	}
+	if got := strings.Join(found, ","); got != "evt_3,evt_2,evt_1" {
+		t.Fatalf("followed with the clock moved on: %s, want evt_3,evt_2,evt_1", got)
+	}
+
+	forged := base64.RawURLEncoding.EncodeToString([]byte(`{"t":"2021-01-01T00:00:00Z","p":"stripe","d":"evt_1","s":"2020-01-01T00:00:00Z","u":"2021-01-01T00:00:00Z"}`))
+	status, _, body := b.admin(t, adminReq{path: q + "&cursor=" + forged})
+	if status != 400 || !bytes.Contains(body, []byte("31 days")) {
+		t.Fatalf("a cursor carrying a year's window: %d %s", status, body)
+	}
+	for _, bad := range []string{"q=", "q=%20", "q=true&q=false"} {
+		status, _, body := b.admin(t, adminReq{path: "/admin/deliveries?" + bad})
+		if status != 400 || !bytes.Contains(body, []byte(`"bad_request"`)) {
+			t.Errorf("%s: %d %s", bad, status, body)
+		}
+	}
+	deep := strings.Repeat("(", 300) + "true" + strings.Repeat(")", 300)
+	status, _, body = b.admin(t, adminReq{path: "/admin/deliveries?q=" + url.QueryEscape(deep)})
+	if status != 400 || bytes.Contains(body, []byte("-1:0")) || !bytes.Contains(body, []byte("as a whole")) {
+		t.Errorf("a q nested past CEL's limit: %d %s", status, body)
 	}
 }

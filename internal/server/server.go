@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -87,6 +88,7 @@ type server struct {
 	Config
 	providers map[string]providers.Provider
 	budget    *inflight.Budget
+	searches  chan struct{} // a slot per search of the deliveries running (one per core)
 	ready     *throttle.Value[struct{}]
 	console   *console.Console // nil without a token or a database
 	// rejected logs rejected ingest requests, a line per (provider, reason)
@@ -136,7 +138,7 @@ func New(cfg Config) http.Handler {
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.Discard()
 	}
-	s := &server{Config: cfg, providers: map[string]providers.Provider{},
+	s := &server{Config: cfg, providers: map[string]providers.Provider{}, searches: make(chan struct{}, runtime.GOMAXPROCS(0)),
 		budget: inflight.New(cfg.MaxInflightBytes, cfg.MaxInflightBytesPerAddr, cfg.MaxArrivingPerAddr),
 		ready: &throttle.Value[struct{}]{Every: time.Second, Read: func(ctx context.Context) (struct{}, error) {
 			return struct{}{}, cfg.Ready(ctx)
