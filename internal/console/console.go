@@ -28,6 +28,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/guess"
@@ -71,6 +72,9 @@ type Config struct {
 	// one that compares bearer tokens, so that both draw on the same
 	// budgets. Nil: one of the console's own.
 	Guesses *guess.Guard
+	// Search runs a search of the deliveries (a filter with Q), within the
+	// gateway's budget; nil: the deliveries page offers none.
+	Search func(ctx context.Context, f deliveries.Filter, limit int, after *deliveries.Cursor) (deliveries.SearchResult, error)
 	// PublicURL is GATEWAY_PUBLIC_URL, an http(s) origin: the origin a
 	// request from the console's own pages comes from, and, when https, its
 	// cookies are Secure. Empty: the request's own host, and Secure over TLS.

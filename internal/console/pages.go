@@ -236,8 +236,13 @@ type deliveriesData struct {
 	States     []string
 	Items      []deliveryRow
 	Next       string // the next page's URL, or ""
-	ReplayLink string // the bulk replay of this filter
+	ReplayLink string // the bulk replay of this filter; "" for a search
 	Limit      int
+	// Searching says the page is a search (q); Partial that it stopped at
+	// its time budget, and Next continues it.
+	Searching, Partial bool
+	// CanSearch says the gateway runs searches here.
+	CanSearch bool
 }
 
 // filterQuery keeps the filter's own parameters of q.
@@ -253,9 +258,14 @@ func filterQuery(q url.Values) url.Values {
 
 func (c *Console) handleDeliveries(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	d := deliveriesData{Query: q, Providers: c.Providers.Names(), States: deliveries.States, Limit: 50}
+	d := deliveriesData{Query: q, Providers: c.Providers.Names(), States: deliveries.States, Limit: 50, CanSearch: c.Search != nil}
 	fq := filterQuery(q)
-	f, err := deliveries.FilterFromQuery(fq, c.Now(), c.Providers)
+	sq := filterQuery(q) // the filter and the search (q), whose box sends "" when empty
+	if search := strings.TrimSpace(q.Get("q")); search != "" && c.Search != nil {
+		sq.Set("q", q.Get("q"))
+		d.Searching = true
+	}
+	f, err := deliveries.FilterFromQuery(sq, c.Now(), c.Providers)
 	if err == nil && q.Get("limit") != "" {
 		n, convErr := strconv.Atoi(q.Get("limit"))
 		if convErr != nil || n < 1 {
@@ -278,12 +288,30 @@ func (c *Console) handleDeliveries(w http.ResponseWriter, r *http.Request) {
 	// The page and its failing routes are read in one snapshot, so that
 	// they agree.
 	var next *deliveries.Cursor
-	err = pgx.BeginTxFunc(r.Context(), c.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		items, n, err := deliveries.List(r.Context(), tx, f, d.Limit, after)
-		if err != nil {
-			return err
+	var found []deliveries.Item
+	if d.Searching {
+		// A search reads bodies for seconds: outside the page's snapshot.
+		res, err := c.Search(r.Context(), f, d.Limit, after)
+		if errors.Is(err, deliveries.ErrBadFilter) {
+			status, _ := c.Classify(err)
+			c.render(w, r, status, "deliveries", page{Title: "Deliveries", Nav: "deliveries", Problem: err.Error(), Data: d})
+			return
 		}
-		next = n
+		if err != nil {
+			c.serverError(w, r, err)
+			return
+		}
+		found, next, d.Partial = res.Items, res.Next, res.Partial
+	}
+	err = pgx.BeginTxFunc(r.Context(), c.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		items := found
+		if !d.Searching {
+			var err error
+			if items, next, err = deliveries.List(r.Context(), tx, f, d.Limit, after); err != nil {
+				return err
+			}
+		}
+		var err error
 		d.Items, err = withFailingRoutes(r.Context(), tx, items)
 		return err
 	})
@@ -292,12 +320,14 @@ func (c *Console) handleDeliveries(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if next != nil {
-		nq := filterQuery(q)
+		nq := sq
 		nq.Set("limit", strconv.Itoa(d.Limit))
 		nq.Set("cursor", next.Encode())
 		d.Next = "/admin/ui/deliveries?" + nq.Encode()
 	}
-	d.ReplayLink = "/admin/ui/replay?" + fq.Encode()
+	if !d.Searching {
+		d.ReplayLink = "/admin/ui/replay?" + fq.Encode()
+	}
 	c.render(w, r, http.StatusOK, "deliveries", page{Title: "Deliveries", Nav: "deliveries", Data: d})
 }
 

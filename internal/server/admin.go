@@ -268,11 +268,7 @@ func (s *server) handleListDeliveries(w http.ResponseWriter, r *http.Request) {
 	var next *deliveries.Cursor
 	var partial *bool
 	if f.Q != "" {
-		budget := s.Admin.SearchBudget
-		if budget <= 0 {
-			budget = 5 * time.Second
-		}
-		found, err := s.search(r.Context(), f, limit, after, budget)
+		found, err := s.search(r.Context(), f, limit, after)
 		if r.Context().Err() != nil {
 			return // the client has gone: no one to answer, and no failure of the server's
 		}
@@ -299,10 +295,15 @@ func (s *server) handleListDeliveries(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, res)
 }
 
-// search runs deliveries.Search once one of the searches a gateway runs at
-// once (one per core) is free: each holds a core and up to 16 MiB of bodies
-// for its whole budget, and the others wait their turn.
-func (s *server) search(ctx context.Context, f deliveries.Filter, limit int, after *deliveries.Cursor, budget time.Duration) (deliveries.SearchResult, error) {
+// search runs deliveries.Search, within Admin.SearchBudget (5 s by
+// default), once one of the searches a gateway runs at once (one per core)
+// is free: each holds a core and up to 16 MiB of bodies for its whole
+// budget, and the others wait their turn. The API and the console share it.
+func (s *server) search(ctx context.Context, f deliveries.Filter, limit int, after *deliveries.Cursor) (deliveries.SearchResult, error) {
+	budget := s.Admin.SearchBudget
+	if budget <= 0 {
+		budget = 5 * time.Second
+	}
 	select {
 	case s.searches <- struct{}{}:
 		defer func() { <-s.searches }()

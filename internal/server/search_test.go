@@ -97,6 +97,24 @@ func TestAdminSearchDeliveries(t *testing.T) {
 	if status != 400 || !bytes.Contains(body, []byte("31 days")) {
 		t.Errorf("a 45-day window: %d %s", status, body)
 	}
+
+	// The console's deliveries page searches too, its mistakes shown on
+	// the page; a search offers no bulk replay (not built for searches).
+	console := newBrowser(t, b.handler)
+	console.signIn(adminToken)
+	res, html := console.do("GET", "/admin/ui/deliveries?q="+url.QueryEscape(`payload.data.object.customer == "cus_123"`)+window, nil)
+	if res.StatusCode != 200 || !strings.Contains(html, "evt_c") || !strings.Contains(html, "evt_a") || strings.Contains(html, "evt_b") ||
+		!strings.Contains(html, `id="search"`) || strings.Contains(html, `id="bulk-replay"`) {
+		t.Errorf("the console's search: %d\n%s", res.StatusCode, html)
+	}
+	res, html = console.do("GET", "/admin/ui/deliveries?q="+url.QueryEscape(`payload.data.object.customer ==`)+window, nil)
+	if res.StatusCode != 400 || !strings.Contains(html, "line 1, column") || !strings.Contains(html, `id="search"`) {
+		t.Errorf("the console's search with a mistake: %d\n%s", res.StatusCode, html)
+	}
+	res, html = console.do("GET", "/admin/ui/deliveries?q=&provider=stripe", nil)
+	if res.StatusCode != 200 || !strings.Contains(html, "evt_d") || !strings.Contains(html, `id="bulk-replay"`) {
+		t.Errorf("the console's list with an empty search box: %d\n%s", res.StatusCode, html)
+	}
 }
 
 // A search that reaches its time budget answers what it found, partial,
