@@ -94,6 +94,7 @@ func list(ctx context.Context, env Env, args []string) error {
 		Deliveries []deliveries.Item `json:"deliveries"`
 		NextCursor *string           `json:"next_cursor"`
 		Partial    bool              `json:"partial"`
+		Failed     int               `json:"failed"`
 	}
 	if printed, err := answer(env, raw, *asJSON, &page); printed || err != nil {
 		return err
@@ -110,6 +111,9 @@ func list(ctx context.Context, env Env, args []string) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if page.Failed > 0 {
+		fmt.Fprintf(env.Stdout, "\nthe expression failed on %d of the deliveries looked at (a field they lack: guard it with has(); a body not JSON or deleted; the cost limits): none of them is listed\n", page.Failed)
 	}
 	switch {
 	case page.Partial:

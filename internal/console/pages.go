@@ -241,6 +241,8 @@ type deliveriesData struct {
 	// Searching says the page is a search (q); Partial that it stopped at
 	// its time budget, and Next continues it.
 	Searching, Partial bool
+	// Failed counts the deliveries the search's expression failed on.
+	Failed int
 	// CanSearch says the gateway runs searches here.
 	CanSearch bool
 }
@@ -301,7 +303,7 @@ func (c *Console) handleDeliveries(w http.ResponseWriter, r *http.Request) {
 			c.serverError(w, r, err)
 			return
 		}
-		found, next, d.Partial = res.Items, res.Next, res.Partial
+		found, next, d.Partial, d.Failed = res.Items, res.Next, res.Partial, res.Failed
 	}
 	err = pgx.BeginTxFunc(r.Context(), c.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		items := found

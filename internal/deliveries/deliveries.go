@@ -334,6 +334,12 @@ type SearchResult struct {
 	// Partial is whether the search stopped at its time budget: Next then
 	// continues where it stopped.
 	Partial bool
+	// Failed counts the deliveries looked at that the expression failed on,
+	// none of them a match: a field missing (without has() to guard it), a
+	// body that is not JSON or that retention deleted, the filters' cost
+	// limits. A search that finds nothing because its expression fails on
+	// everything says so here.
+	Failed int
 }
 
 // Search returns up to limit deliveries matching f, whose Q it evaluates on
@@ -430,8 +436,16 @@ func (s *search) look(it Item, c store.Content) bool {
 	s.looked++
 	at := cursorOf(it)
 	s.after = &at
+	if c.Body == nil {
+		s.res.Failed++
+		return false
+	}
 	in := &filter.Input{Provider: it.Provider, Event: it.Event, Headers: c.Headers, ContentType: c.ContentType, Body: c.Body}
-	if ok, err := s.q.Match(in); c.Body == nil || err != nil || !ok {
+	ok, err := s.q.Match(in)
+	if err != nil {
+		s.res.Failed++
+	}
+	if err != nil || !ok {
 		return false
 	}
 	it.State = Summary(it.States)

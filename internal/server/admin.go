@@ -237,6 +237,9 @@ type listResponse struct {
 	NextCursor *string           `json:"next_cursor"`
 	// Partial is a search's (q) only: whether it stopped at its time budget.
 	Partial *bool `json:"partial,omitempty"`
+	// Failed is a search's only: the deliveries it looked at that its
+	// expression failed on (none of them a match).
+	Failed *int `json:"failed,omitempty"`
 }
 
 func (s *server) handleListDeliveries(w http.ResponseWriter, r *http.Request) {
@@ -267,6 +270,7 @@ func (s *server) handleListDeliveries(w http.ResponseWriter, r *http.Request) {
 	var items []deliveries.Item
 	var next *deliveries.Cursor
 	var partial *bool
+	var failed *int
 	if f.Q != "" {
 		found, err := s.search(r.Context(), f, limit, after)
 		if r.Context().Err() != nil {
@@ -276,7 +280,7 @@ func (s *server) handleListDeliveries(w http.ResponseWriter, r *http.Request) {
 			writeError(w, r, s.Logger, err)
 			return
 		}
-		items, next, partial = found.Items, found.Next, &found.Partial
+		items, next, partial, failed = found.Items, found.Next, &found.Partial, &found.Failed
 	} else {
 		items, next, err = deliveries.List(r.Context(), s.Admin.Pool, f, limit, after)
 		if err != nil {
@@ -287,7 +291,7 @@ func (s *server) handleListDeliveries(w http.ResponseWriter, r *http.Request) {
 	if items == nil {
 		items = []deliveries.Item{}
 	}
-	res := listResponse{Deliveries: items, Partial: partial}
+	res := listResponse{Deliveries: items, Partial: partial, Failed: failed}
 	if next != nil {
 		c := next.Encode()
 		res.NextCursor = &c

@@ -19,6 +19,7 @@ import (
 type searched struct {
 	listed
 	Partial *bool `json:"partial"`
+	Failed  *int  `json:"failed"`
 }
 
 // A search (q) is a CEL expression over provider, event, headers and payload,
@@ -64,6 +65,15 @@ func TestAdminSearchDeliveries(t *testing.T) {
 			t.Errorf("q=%s: partial %v, next %v: a search that looked at every delivery", q, s.Partial, s.NextCursor)
 		}
 	}
+	// A delivery the expression fails on is no match, and counted: the
+	// pull request and customer.created have no data.object.customer.
+	if s := search(`payload.data.object.customer == "cus_123"`, ""); s.Failed == nil || *s.Failed != 2 {
+		t.Errorf("failed = %v, want 2 (g-1 and evt_d lack the field)", s.Failed)
+	}
+	if s := search(`provider == "stripe"`, ""); s.Failed == nil || *s.Failed != 0 {
+		t.Errorf("failed = %v for an expression that fails on nothing", s.Failed)
+	}
+
 	// The list's other filters narrow a search.
 	if got := strings.Join(search(`payload.data.object.customer == "cus_123"`, "&provider=github").ids(), ","); got != "" {
 		t.Errorf("q and provider=github: %q", got)
@@ -104,7 +114,7 @@ func TestAdminSearchDeliveries(t *testing.T) {
 	console.signIn(adminToken)
 	res, html := console.do("GET", "/admin/ui/deliveries?q="+url.QueryEscape(`payload.data.object.customer == "cus_123"`)+window, nil)
 	if res.StatusCode != 200 || !strings.Contains(html, "evt_c") || !strings.Contains(html, "evt_a") || strings.Contains(html, "evt_b") ||
-		!strings.Contains(html, `id="search"`) || strings.Contains(html, `id="bulk-replay"`) {
+		!strings.Contains(html, `id="search"`) || strings.Contains(html, `id="bulk-replay"`) || !strings.Contains(html, `id="search-failed"`) {
 		t.Errorf("the console's search: %d\n%s", res.StatusCode, html)
 	}
 	res, html = console.do("GET", "/admin/ui/deliveries?q="+url.QueryEscape(`payload.data.object.customer ==`)+window, nil)
