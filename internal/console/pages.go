@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -261,13 +262,12 @@ func filterQuery(q url.Values) url.Values {
 func (c *Console) handleDeliveries(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	d := deliveriesData{Query: q, Providers: c.Providers.Names(), States: deliveries.States, Limit: 50, CanSearch: c.Search != nil}
-	fq := filterQuery(q)
-	sq := filterQuery(q) // the filter and the search (q), whose box sends "" when empty
+	fq := filterQuery(q) // with the search (q) when its box, which sends "" when empty, holds one
 	if search := strings.TrimSpace(q.Get("q")); search != "" && c.Search != nil {
-		sq.Set("q", q.Get("q"))
+		fq.Set("q", q.Get("q"))
 		d.Searching = true
 	}
-	f, err := deliveries.FilterFromQuery(sq, c.Now(), c.Providers)
+	f, err := deliveries.FilterFromQuery(fq, c.Now(), c.Providers)
 	if err == nil && q.Get("limit") != "" {
 		n, convErr := strconv.Atoi(q.Get("limit"))
 		if convErr != nil || n < 1 {
@@ -322,7 +322,7 @@ func (c *Console) handleDeliveries(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if next != nil {
-		nq := sq
+		nq := maps.Clone(fq)
 		nq.Set("limit", strconv.Itoa(d.Limit))
 		nq.Set("cursor", next.Encode())
 		d.Next = "/admin/ui/deliveries?" + nq.Encode()

@@ -444,8 +444,9 @@ func (s *search) look(it Item, c store.Content) bool {
 	ok, err := s.q.Match(in)
 	if err != nil {
 		s.res.Failed++
+		return false
 	}
-	if err != nil || !ok {
+	if !ok {
 		return false
 	}
 	it.State = Summary(it.States)

@@ -304,17 +304,13 @@ func (s *server) handleListDeliveries(w http.ResponseWriter, r *http.Request) {
 // is free: each holds a core and up to 16 MiB of bodies for its whole
 // budget, and the others wait their turn. The API and the console share it.
 func (s *server) search(ctx context.Context, f deliveries.Filter, limit int, after *deliveries.Cursor) (deliveries.SearchResult, error) {
-	budget := s.Admin.SearchBudget
-	if budget <= 0 {
-		budget = 5 * time.Second
-	}
 	select {
 	case s.searches <- struct{}{}:
 		defer func() { <-s.searches }()
 	case <-ctx.Done():
 		return deliveries.SearchResult{}, ctx.Err()
 	}
-	return deliveries.Search(ctx, s.Admin.Pool, f, limit, after, budget)
+	return deliveries.Search(ctx, s.Admin.Pool, f, limit, after, s.Admin.SearchBudget)
 }
 
 func (s *server) handleShowDelivery(w http.ResponseWriter, r *http.Request) {

@@ -134,6 +134,9 @@ func New(cfg Config) http.Handler {
 	if cfg.Admin.Guesses == nil {
 		cfg.Admin.Guesses = &guess.Guard{Logger: cfg.Logger}
 	}
+	if cfg.Admin.SearchBudget <= 0 {
+		cfg.Admin.SearchBudget = 5 * time.Second
+	}
 	serveMetrics := cfg.Metrics != nil && !cfg.MetricsElsewhere
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.Discard()
