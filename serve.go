@@ -196,7 +196,7 @@ func (g *Gateway) parts(ctx context.Context, pool *pgxpool.Pool) (parts, error) 
 	if err != nil {
 		return parts{}, err
 	}
-	pt := parts{pool: pool, table: table, m: metrics.New(pool), store: &receipts.Store{Retention: env.Retention},
+	pt := parts{pool: pool, table: table, m: metrics.New(pool), store: &receipts.Store{Retention: env.Retention, Keys: env.Keys},
 		guard: routes.NewGuard(pool, table, inserter, logger)}
 	if err := pt.guard.Refresh(ctx); err != nil {
 		return parts{}, err
@@ -271,6 +271,7 @@ func (g *Gateway) handler(pt parts, p *process) http.Handler {
 	return server.New(server.Config{
 		Logger:                  g.opts.logger,
 		Providers:               env.Providers,
+		Keys:                    env.Keys,
 		Ingester:                pt.ingester,
 		Ready:                   database.Readiness(pt.pool),
 		MaxBodyBytes:            env.MaxBodyBytes,

@@ -63,6 +63,11 @@ func TestCLIAgainstRunningGateway(t *testing.T) {
 	t.Setenv("GITHUB_WEBHOOK_SECRET", secret)
 	t.Setenv("STRIPE_WEBHOOK_SECRET", "whsec_cli")
 	t.Setenv("GATEWAY_ROUTES", "audit=*:*>builtin:log subs=stripe:customer.subscription>builtin:stripe-subscriptions")
+	keys := filepath.Join(t.TempDir(), "hookgate.yaml")
+	if err := os.WriteFile(keys, []byte("search_keys:\n  stripe: {customer: data.object.customer}\n  github: {repo: repository.full_name}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GATEWAY_CONFIG_FILE", keys)
 
 	serveInBackground(t, addr)
 
@@ -114,6 +119,25 @@ func TestCLIAgainstRunningGateway(t *testing.T) {
 	if out, code, err := cliRunErr(t, "deliveries", "list", "--where", "payload.action =="); code != cli.ExitUsage ||
 		!strings.Contains(err, "400 bad_request") || !strings.Contains(err, "line 1, column") {
 		t.Fatalf("list --where with a mistake: exit %d, %s %s", code, out, err)
+	}
+	// A search key's value (the configuration's search_keys).
+	if out, code := cliRun(t, "deliveries", "list", "--key", "customer=cus_demo"); code != 0 || !strings.Contains(out, sent.DeliveryID) ||
+		strings.Contains(out, "pull_request.opened") {
+		t.Fatalf("list --key: exit %d, %s", code, out)
+	}
+	if out, code := cliRun(t, "deliveries", "list", "--key", "repo=hookgate/demo", "--key", "customer=cus_demo"); code != 0 || strings.Contains(out, sent.DeliveryID) ||
+		strings.Contains(out, "pull_request.opened") {
+		t.Fatalf("list with two keys no delivery has both of: exit %d, %s", code, out)
+	}
+	if out, code, err := cliRunErr(t, "deliveries", "list", "--key", "customer"); code != cli.ExitUsage || !strings.Contains(err, "name=value") {
+		t.Fatalf("list --key without a value: exit %d, %s %s", code, out, err)
+	}
+	if out, code, err := cliRunErr(t, "deliveries", "list", "--key", "customr=cus_demo"); code != cli.ExitUsage || !strings.Contains(err, "the keys are customer, repo") {
+		t.Fatalf("list --key of no configured key: exit %d, %s %s", code, out, err)
+	}
+	// Nothing retrying: a retry by key attempts nothing, and says so.
+	if out, code := cliRun(t, "retry", "--key", "customer=cus_demo"); code != 0 || !strings.Contains(out, "0 deliveries with a retrying dispatch") {
+		t.Fatalf("retry --key: exit %d, %s", code, out)
 	}
 	if out, code := cliRun(t, "deliveries", "show", "stripe", sent.DeliveryID); code != 0 || !strings.Contains(out, "stripe:sub_demo") ||
 		!strings.Contains(out, "subs") {

@@ -466,7 +466,7 @@ func runCeiling(ctx context.Context, env Env, o options, gen *generator) (float6
 	if err != nil {
 		return 0, err
 	}
-	in := ingest.NewIngester(pool, &receipts.Store{Retention: env.Config.Retention},
+	in := ingest.NewIngester(pool, &receipts.Store{Retention: env.Config.Retention, Keys: env.Config.Keys},
 		dispatch.NewEnqueuer(client, routes, dispatch.EnqueuerConfig{MaxAttempts: env.Config.MaxAttempts}), ingest.Config{})
 	provs := map[string]providers.Provider{}
 	for _, p := range env.Providers.Providers() {

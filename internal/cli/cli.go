@@ -95,12 +95,13 @@ func (env Env) httpClient() *http.Client {
 var Commands = []string{"deliveries", "replay", "retry", "routes", "audit", "recover", "send"}
 
 // Usage describes the operator commands.
-const Usage = `  deliveries list [--provider P] [--event E] [--state S] [--since T] [--until T] [--where EXPR] [--limit N] [--cursor C] [--json]
+const Usage = `  deliveries list [--provider P] [--event E] [--state S] [--since T] [--until T] [--where EXPR] [--key NAME=VALUE]... [--limit N] [--cursor C] [--json]
   deliveries show PROVIDER ID [--json]
   deliveries body PROVIDER ID
   replay PROVIDER ID [--route R]... [--force [--yes]] [--reason TEXT] [--json]
-  replay [--provider P] [--event E] [--state S] [--since T] [--until T] [--force [--yes]] [--reason TEXT] [--json]
+  replay [--provider P] [--event E] [--state S] [--since T] [--until T] [--where EXPR] [--key NAME=VALUE]... [--force [--yes]] [--reason TEXT] [--json]
   retry PROVIDER ID [--route R]... [--reason TEXT] [--json]
+  retry [--provider P] [--event E] [--since T] [--until T] [--where EXPR] [--key NAME=VALUE]... [--reason TEXT] [--json]
   routes list [--json]
   routes pause NAME [--reason TEXT] [--json]
   routes resume NAME [--reason TEXT] [--json]
@@ -117,6 +118,8 @@ const Usage = `  deliveries list [--provider P] [--event E] [--state S] [--since
   T is an RFC 3339 time or a duration ago (24h). C is the next_cursor a listing printed (the next page).
   replay --force without --route re-dispatches every matching route: it asks first on a terminal,
   and elsewhere replays nothing (exit 2) unless --yes.
+  --where is a search (a CEL expression over provider, event, headers and payload); --key a search key's
+  value (the configuration file's search_keys).
   retry and routes retry attempt retrying dispatches now, within their routes' limits and circuits.
   Exit codes: 0 done, 1 the gateway refused or failed (a 404 included), 2 usage, 3 the gateway could not be reached.
 `

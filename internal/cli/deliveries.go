@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -15,40 +16,76 @@ import (
 )
 
 // filterFlags are the flags that select deliveries, as the API's query
-// parameters name them.
+// parameters name them: the list's filters, a search (--where, the API's
+// q) and search keys (--key name=value, the API's key=name:value).
 type filterFlags struct {
-	provider, event, state, since, until *string
+	provider, event, state, since, until, where *string
+	keys                                        *multiFlag
 }
 
 func addFilterFlags(fs *flag.FlagSet) filterFlags {
-	return filterFlags{
+	f := filterFlags{
 		provider: fs.String("provider", "", "a provider the gateway knows"),
 		event:    fs.String("event", "", "a route pattern"),
 		state:    fs.String("state", "", "a dispatch state, or stored"),
 		since:    fs.String("since", "", "RFC 3339 time or duration ago"),
 		until:    fs.String("until", "", "RFC 3339 time or duration ago"),
+		where:    fs.String("where", "", "a search: a CEL expression over provider, event, headers and payload (the API's q)"),
+		keys:     &multiFlag{},
 	}
+	fs.Var(f.keys, "key", "a search key's value, name=value, from the configuration's search_keys (repeatable: all must match)")
+	return f
 }
 
 // set reports whether a filter flag is set.
 func (f filterFlags) set() bool {
-	return *f.provider != "" || *f.event != "" || *f.state != "" || *f.since != "" || *f.until != ""
+	return *f.provider != "" || *f.event != "" || *f.state != "" || *f.since != "" || *f.until != "" || *f.where != "" || len(*f.keys) > 0
 }
 
 // query is the filter as the API's query parameters.
 func (f filterFlags) query() url.Values {
 	q := url.Values{}
-	for name, v := range map[string]string{"provider": *f.provider, "event": *f.event, "state": *f.state, "since": *f.since, "until": *f.until} {
+	for name, v := range map[string]string{"provider": *f.provider, "event": *f.event, "state": *f.state, "since": *f.since, "until": *f.until, "q": *f.where} {
 		if v != "" {
 			q.Set(name, v)
 		}
 	}
+	for _, k := range f.apiKeys() {
+		q.Add("key", k)
+	}
 	return q
 }
 
-// check asks the gateway whether the filter's provider is one it knows, for
-// a usage error that lists them.
+// body is the filter as a bulk request's body holds it.
+func (f filterFlags) body() map[string]any {
+	b := map[string]any{}
+	for name, v := range f.query() {
+		b[name] = v[0]
+	}
+	if keys := f.apiKeys(); len(keys) > 0 {
+		b["key"] = keys
+	}
+	return b
+}
+
+// apiKeys are the --key flags as the API spells them: name:value.
+func (f filterFlags) apiKeys() []string {
+	var keys []string
+	for _, k := range *f.keys {
+		name, value, _ := strings.Cut(k, "=")
+		keys = append(keys, name+":"+value)
+	}
+	return keys
+}
+
+// check refuses a --key that is no name=value, and asks the gateway whether
+// the filter's provider is one it knows, for a usage error that lists them.
 func (f filterFlags) check(ctx context.Context, c *client) error {
+	for _, k := range *f.keys {
+		if name, _, ok := strings.Cut(k, "="); !ok || name == "" {
+			return usageErr("--key %s: a key is name=value, such as --key customer=cus_123", printable(k))
+		}
+	}
 	if *f.provider == "" {
 		return nil
 	}
@@ -61,7 +98,6 @@ func list(ctx context.Context, env Env, args []string) error {
 	ff := addFilterFlags(fs)
 	limit := fs.Int("limit", 50, "at most this many, newest first (max 500)")
 	cursor := fs.String("cursor", "", "the next_cursor of the previous page")
-	where := fs.String("where", "", "a search: a CEL expression over provider, event, headers and payload (the API's q)")
 	asJSON := fs.Bool("json", false, "print the API's JSON")
 	if rest, err := parse(fs, args); err != nil {
 		return err
@@ -80,9 +116,6 @@ func list(ctx context.Context, env Env, args []string) error {
 	}
 	q := ff.query()
 	q.Set("limit", strconv.Itoa(*limit))
-	if *where != "" {
-		q.Set("q", *where)
-	}
 	if *cursor != "" {
 		q.Set("cursor", *cursor)
 	}

@@ -60,10 +60,8 @@ func replayCmd(ctx context.Context, env Env, args []string) error {
 			return err
 		}
 	}
-	req := map[string]any{"force": *force, "reason": *reason}
-	for name, v := range ff.query() {
-		req[name] = v[0]
-	}
+	req := ff.body()
+	req["force"], req["reason"] = *force, *reason
 	var raw json.RawMessage
 	if err := c.do(ctx, http.MethodPost, "/admin/replays", nil, req, &raw); err != nil {
 		return err
@@ -77,6 +75,11 @@ func replayCmd(ctx context.Context, env Env, args []string) error {
 	}
 	if bulk.Deliveries == 0 {
 		fmt.Fprintf(env.Stdout, "replay %s: no delivery matches the filter: nothing to replay\n", bulk.ReplayID)
+		return nil
+	}
+	if *ff.where != "" {
+		fmt.Fprintf(env.Stdout, "replay %s: --where is evaluated on %d deliveries the other filters select; the gateway replays those it holds for in the background (GET /admin/replays/%s, or the console, shows its progress)\n",
+			bulk.ReplayID, bulk.Deliveries, bulk.ReplayID)
 		return nil
 	}
 	fmt.Fprintf(env.Stdout, "replay %s: %d deliveries matched; the gateway replays them in the background (GET /admin/replays/%s, or the console, shows its progress)\n",
@@ -158,10 +161,13 @@ func confirm(env Env, what string) error {
 // to follow "each delivery".
 func describeFilter(ff filterFlags) string {
 	var parts []string
-	for _, p := range [][2]string{{"provider", *ff.provider}, {"event", *ff.event}, {"state", *ff.state}, {"since", *ff.since}, {"until", *ff.until}} {
+	for _, p := range [][2]string{{"provider", *ff.provider}, {"event", *ff.event}, {"state", *ff.state}, {"since", *ff.since}, {"until", *ff.until}, {"where", *ff.where}} {
 		if p[1] != "" {
 			parts = append(parts, p[0]+" "+printable(p[1]))
 		}
+	}
+	for _, k := range *ff.keys {
+		parts = append(parts, "key "+printable(k))
 	}
 	if len(parts) == 0 {
 		return "stored (no filter is set)"

@@ -14,11 +14,13 @@ import (
 )
 
 // retryCmd attempts now one delivery's retrying dispatches (retry PROVIDER
-// ID [--route R]...), through the gateway.
+// ID [--route R]...), or those of every delivery a filter selects (retry
+// --key customer=cus_123 ...), through the gateway.
 func retryCmd(ctx context.Context, env Env, args []string) error {
 	const usage = "retry PROVIDER ID [--route R]... [--reason TEXT]"
 	fs := flag.NewFlagSet("retry", flag.ContinueOnError)
 	conn := addConnFlags(fs)
+	ff := addFilterFlags(fs)
 	var routes multiFlag
 	fs.Var(&routes, "route", "retry only this route's dispatches (repeatable)")
 	reason := fs.String("reason", "", "why, for the audit log")
@@ -29,6 +31,16 @@ func retryCmd(ctx context.Context, env Env, args []string) error {
 	}
 	if !providers.Printable(*reason) {
 		return usageErr("--reason must be printable text")
+	}
+	switch {
+	case len(rest) > 0 && ff.set():
+		return usageErr("retry PROVIDER ID takes no filter flags")
+	case len(rest) == 0 && len(routes) > 0:
+		return usageErr("--route is for retry PROVIDER ID (routes retry NAME retries a route)")
+	case len(rest) == 0 && !ff.set():
+		return usageErr("usage: %s, or retry with filter flags (--key, --where, --provider ...) for every delivery they select", usage)
+	case len(rest) == 0:
+		return bulkRetry(ctx, env, conn, ff, *reason, *asJSON)
 	}
 	c, provider, id, err := oneDelivery(ctx, env, conn, rest, usage)
 	if err != nil {
@@ -100,4 +112,47 @@ func countOf(n int, one, many string) string {
 		return "1 " + one
 	}
 	return fmt.Sprintf("%d %s", n, many)
+}
+
+// bulkRetry attempts now the retrying dispatches of every delivery the
+// filter selects (POST /admin/retries), following a search's cursor until
+// it has looked at every delivery.
+func bulkRetry(ctx context.Context, env Env, conn connFlags, ff filterFlags, reason string, asJSON bool) error {
+	c, err := conn.client(env)
+	if err != nil {
+		return err
+	}
+	if err := ff.check(ctx, c); err != nil {
+		return err
+	}
+	req := ff.body()
+	req["reason"] = reason
+	var total retry.BulkResult
+	for {
+		var raw json.RawMessage
+		if err := c.do(ctx, http.MethodPost, "/admin/retries", nil, req, &raw); err != nil {
+			return err
+		}
+		var res struct {
+			retry.BulkResult
+			NextCursor *string `json:"next_cursor"`
+		}
+		if asJSON {
+			fmt.Fprintln(env.Stdout, string(raw))
+		}
+		if err := json.Unmarshal(raw, &res); err != nil {
+			return fmt.Errorf("the gateway's answer: %w", err)
+		}
+		total.Deliveries += res.Deliveries
+		total.Retried += res.Retried
+		if res.NextCursor == nil {
+			break
+		}
+		req["cursor"] = *res.NextCursor
+	}
+	if !asJSON {
+		fmt.Fprintf(env.Stdout, "retry: %s matched %s; %s attempted now\n", describeFilter(ff),
+			countOf(total.Deliveries, "delivery with a retrying dispatch", "deliveries with a retrying dispatch"), countOf(total.Retried, "dispatch", "dispatches"))
+	}
+	return nil
 }

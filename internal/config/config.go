@@ -33,6 +33,7 @@ import (
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/proxies"
 	"github.com/hookgate/hookgate/internal/schema"
+	"github.com/hookgate/hookgate/internal/searchkeys"
 	"github.com/hookgate/hookgate/internal/verify"
 )
 
@@ -98,6 +99,11 @@ type Config struct {
 	// Sources are the senders besides GitHub and Stripe (the configuration
 	// file's sources), which routes may name.
 	Sources []Source `env:"-"`
+	// SearchKeys are the values indexed at ingest for GET
+	// /admin/deliveries?key=name:value (the configuration file's
+	// search_keys): per provider, each key's name and the dot-separated
+	// JSON path of its value in the payload. None: no key is indexed.
+	SearchKeys searchkeys.Paths `env:"-"`
 	// ForwardSecrets sign what the forwarder sends: each forward carries one
 	// signature per secret, so a target holding any one of them verifies it
 	// (rotation: add the new secret after the old, then remove the old). A
@@ -170,6 +176,9 @@ type Config struct {
 	// routesFile is the configuration file's path when FromEnv read Routes
 	// there, for Resolve's errors (ErrBadFile).
 	routesFile string
+	// keysFile is the configuration file's path when FromEnv read
+	// SearchKeys from it.
+	keysFile string
 	// unread is what FromEnv could not read, which Resolve reports first;
 	// unreadSources are the names of the configuration file's sources it
 	// could not read, which a route may name without a second error.
@@ -367,6 +376,8 @@ type Resolved struct {
 	// Providers are the senders configured: GitHub and Stripe from their
 	// secrets, then the sources.
 	Providers *providers.Registry
+	// Keys are the search keys indexed at ingest, checked.
+	Keys *searchkeys.Set
 }
 
 // CheckBuiltins reports a route whose builtin:<name> target names no
@@ -405,6 +416,11 @@ func (c Config) Resolve() (Resolved, error) {
 	d := c.RouteDefaults()
 	d.Sources = sourceNames
 	configured := c.configured(sourceNames)
+	keys, err := searchkeys.New(c.SearchKeys, func(p string) bool { return slices.Contains(configured, p) })
+	if err != nil {
+		errs = append(errs, c.keysError(fmt.Errorf("search_keys: %w", err)))
+	}
+	r.Keys = keys
 	seen := map[string]bool{}
 	for i, route := range c.Routes {
 		where, keyWhere := c.routeWhere(i, route)
@@ -452,6 +468,15 @@ func (c Config) routeWhere(i int, route Route) (string, func(key string) string)
 		return fmt.Sprintf("route %q", route.Name), noLine
 	}
 	return fmt.Sprintf("route %d (%q)", i+1, route.Name), noLine
+}
+
+// keysError is err, of the search keys, as an error of the configuration
+// file (ErrBadFile, naming the file) when they came from there.
+func (c Config) keysError(err error) error {
+	if c.keysFile == "" {
+		return err
+	}
+	return fmt.Errorf("%w %s: %w", ErrBadFile, c.keysFile, err)
 }
 
 // routeError is err, of a route, as an error of the configuration file

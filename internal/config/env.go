@@ -38,6 +38,9 @@ func FromEnv(lookup Lookup) (Config, error) {
 		errs = append(errs, err)
 	}
 	c.Routes, c.Sources, c.unreadSources = read.routes, read.sources, read.unreadSources
+	if read.searchKeys != nil {
+		c.SearchKeys, c.keysFile = read.searchKeys, path
+	}
 	if len(read.routes) > 0 {
 		c.routesFrom, c.routesFile = read.from, read.file
 	}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/searchkeys"
 )
 
 // ErrBadFile means the configuration file could not be read or holds a value
@@ -26,7 +28,7 @@ var ErrBadFile = errors.New("configuration file")
 
 // The keys each level of the file may hold; anything else is refused.
 var (
-	fileKeys   = []string{"routes", "sources"}
+	fileKeys   = []string{"routes", "sources", "search_keys"}
 	sourceKeys = []string{"name", "kind", "secret_env", "tolerance", "order", "signature_header", "algorithm", "encoding", "prefix",
 		"timestamp_header", "id_header", "id_field", "event_header", "event_field"}
 	orderKeys   = []string{"entity", "time"}
@@ -67,6 +69,9 @@ type read struct {
 	// still name without a second error.
 	sources       []Source
 	unreadSources []string
+	// searchKeys are the file's search keys, as written (Resolve checks
+	// their providers).
+	searchKeys searchkeys.Paths
 }
 
 // routesAndSources returns the routes and the configuration file's sources:
@@ -85,7 +90,7 @@ func routesAndSources(spec, path string, lookup Lookup, builtins []string) (read
 		return read{}, fmt.Errorf("GATEWAY_CONFIG_FILE: the file it names cannot be read: %w", err)
 	}
 	f, err := readFile(path, lookup, builtins)
-	r := read{sources: f.sources, unreadSources: f.unreadSources}
+	r := read{sources: f.sources, unreadSources: f.unreadSources, searchKeys: f.searchKeys}
 	if !f.routesListed {
 		rs, serr := parseSpec(spec)
 		r.routes, r.from = rs, routesVariable
@@ -108,6 +113,9 @@ type file struct {
 	// checked; unreadSources the names of those that could not.
 	sources       []Source
 	unreadSources []string
+	// searchKeys are the file's search keys whose names and paths are
+	// right.
+	searchKeys searchkeys.Paths
 }
 
 // readFile reads the YAML configuration file at path. A target_env names the
@@ -149,6 +157,7 @@ func readFile(path string, lookup Lookup, builtins []string) (file, error) {
 	}
 	var errs []error
 	names := f.readSources(value(top, "sources"), lookup, func(err error) { errs = append(errs, bad("%w", err)) })
+	f.searchKeys = readSearchKeys(value(top, "search_keys"), func(err error) { errs = append(errs, bad("%w", err)) })
 	list := value(top, "routes")
 	if list == nil {
 		return f, errors.Join(errs...)
@@ -218,6 +227,48 @@ func (f *file) readSources(list *yaml.Node, lookup Lookup, report func(error)) [
 		f.sources = append(f.sources, src)
 	}
 	return names
+}
+
+// readSearchKeys reads the file's search_keys (n, when the file has them):
+// a mapping of providers, each a mapping of key names to dot-separated JSON
+// paths. Each mistake is passed to report with its line; the keys that are
+// right are returned. Whether a provider is configured is Resolve's to say.
+func readSearchKeys(n *yaml.Node, report func(error)) searchkeys.Paths {
+	if n == nil {
+		return nil
+	}
+	const shape = "search_keys maps providers to their keys' JSON paths, such as stripe: {customer: data.object.customer}"
+	if n.Kind != yaml.MappingNode {
+		report(fmt.Errorf("line %d: %s", n.Line, shape))
+		return nil
+	}
+	paths := searchkeys.Paths{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		p, keys := n.Content[i], n.Content[i+1]
+		if _, seen := paths[p.Value]; seen {
+			report(fmt.Errorf("line %d: search_keys: provider %q given twice", p.Line, p.Value))
+			continue
+		}
+		if keys.Kind != yaml.MappingNode {
+			report(fmt.Errorf("line %d: search_keys: %s", keys.Line, shape))
+			continue
+		}
+		paths[p.Value] = map[string]string{}
+		for j := 0; j+1 < len(keys.Content); j += 2 {
+			name, path := keys.Content[j], keys.Content[j+1]
+			switch {
+			case searchkeys.CheckName(name.Value) != nil:
+				report(fmt.Errorf("line %d: search_keys: %s: %w", name.Line, p.Value, searchkeys.CheckName(name.Value)))
+			case paths[p.Value][name.Value] != "":
+				report(fmt.Errorf("line %d: search_keys: %s.%s given twice", name.Line, p.Value, name.Value))
+			case path.Kind != yaml.ScalarNode || searchkeys.CheckPath(path.Value) != nil:
+				report(fmt.Errorf("line %d: search_keys: %s.%s: %w", path.Line, p.Value, name.Value, cmp.Or(searchkeys.CheckPath(path.Value), searchkeys.ErrBad)))
+			default:
+				paths[p.Value][name.Value] = path.Value
+			}
+		}
+	}
+	return paths
 }
 
 // itemName names the i-th item of a list for messages: by its name and line

@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -353,5 +354,44 @@ func TestReadFileErrorsNeverShowASecret(t *testing.T) {
 				t.Errorf("the error shows a secret: %v", err)
 			}
 		})
+	}
+}
+
+// search_keys names, per provider, the JSON paths whose values are indexed
+// at ingest; a provider must be configured (a source of the file too), a
+// name and a path right, each mistake named with its line.
+func TestReadFileSearchKeys(t *testing.T) {
+	t.Setenv("CLERK_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	path := writeFile(t, `sources:
+  - {name: clerk, kind: standard-webhooks, secret_env: CLERK_SECRET}
+search_keys:
+  stripe: {customer: data.object.customer, invoice: data.object.invoice}
+  github: {repo: repository.full_name}
+  clerk: {user: data.id}
+`)
+	cfg, err := load(t, "", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(cfg.Keys.Names(), ","); got != "customer,invoice,repo,user" {
+		t.Errorf("names = %s", got)
+	}
+	keys := cfg.Keys.Of("stripe", "application/json", []byte(`{"data":{"object":{"customer":"cus_1","invoice":7}}}`))
+	if fmt.Sprint(keys) != "[customer:cus_1 invoice:7]" {
+		t.Errorf("stripe's keys = %v", keys)
+	}
+	for _, tt := range []struct{ text, want string }{
+		{"search_keys:\n  gitlab: {a: b}\n", `search_keys: search key: provider "gitlab" is not configured`},
+		{"search_keys:\n  stripe: {Customer: data.object.customer}\n", `line 2: search_keys: stripe: search key: "Customer"`},
+		{"search_keys:\n  stripe: {customer: data..customer}\n", `line 2: search_keys: stripe.customer: search key: "data..customer"`},
+		{"search_keys:\n  stripe: {customer: [a, b]}\n", `line 2: search_keys: stripe.customer`},
+		{"search_keys:\n  stripe: data.object.customer\n", `line 2: search_keys: search_keys maps providers`},
+		{"search_keys: [stripe]\n", `line 1: search_keys maps providers`},
+		{"search_keys:\n  stripe: {customer: a}\n  stripe: {invoice: b}\n", `provider "stripe" given twice`},
+	} {
+		_, err := load(t, "", writeFile(t, tt.text))
+		if !errors.Is(err, config.ErrBadFile) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q:\n got %v\nwant ... %s", tt.text, err, tt.want)
+		}
 	}
 }

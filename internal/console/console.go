@@ -33,6 +33,7 @@ import (
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/guess"
 	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/searchkeys"
 	"github.com/hookgate/hookgate/internal/throttle"
 )
 
@@ -58,6 +59,9 @@ type Config struct {
 	// Providers are the gateway's providers: the filters' and charts'
 	// choices. Nil: the built-in ones.
 	Providers *providers.Registry
+	// Keys are the search keys indexed at ingest, which the deliveries
+	// page's key filter takes. Nil: none.
+	Keys *searchkeys.Set
 	// Logger logs server-side failures.
 	Logger *slog.Logger
 	// Now is the clock; defaults to time.Now.

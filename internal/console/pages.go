@@ -267,7 +267,7 @@ func (c *Console) handleDeliveries(w http.ResponseWriter, r *http.Request) {
 		fq.Set("q", q.Get("q"))
 		d.Searching = true
 	}
-	f, err := deliveries.FilterFromQuery(fq, c.Now(), c.Providers)
+	f, err := deliveries.FilterFromQuery(fq, c.Now(), c.Providers, c.Keys)
 	if err == nil && q.Get("limit") != "" {
 		n, convErr := strconv.Atoi(q.Get("limit"))
 		if convErr != nil || n < 1 {
@@ -593,7 +593,7 @@ func describeReplay(filter []byte) string {
 
 func (c *Console) handleBulkConfirm(w http.ResponseWriter, r *http.Request) {
 	fq := filterQuery(r.URL.Query())
-	f, err := deliveries.FilterFromQuery(fq, c.Now(), c.Providers)
+	f, err := deliveries.FilterFromQuery(fq, c.Now(), c.Providers, c.Keys)
 	if err != nil {
 		c.failWith(w, r, err)
 		return
@@ -627,7 +627,7 @@ func (c *Console) handleBulkConfirm(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) handleBulkReplay(w http.ResponseWriter, r *http.Request) {
-	f, err := deliveries.FilterFromQuery(filterQuery(r.PostForm), c.Now(), c.Providers)
+	f, err := deliveries.FilterFromQuery(filterQuery(r.PostForm), c.Now(), c.Providers, c.Keys)
 	if err != nil {
 		c.failWith(w, r, err)
 		return

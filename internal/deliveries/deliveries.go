@@ -21,6 +21,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/filter"
 	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/searchkeys"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -68,8 +69,13 @@ type Filter struct {
 	Until *time.Time `json:"until,omitempty"`
 	// Q, a CEL expression over provider, event, headers and payload (as a
 	// route's filter), selects the deliveries it is true for: Search
-	// evaluates it over the window [Since, Until), at most MaxSearchWindow.
+	// evaluates it over the window [Since, Until), at most MaxSearchWindow,
+	// or over the deliveries Keys select, however long ago.
 	Q string `json:"q,omitempty"`
+	// Keys select deliveries whose search keys have all these values, each
+	// "name:value" (package searchkeys), from the keys' index across the
+	// whole retention.
+	Keys []string `json:"keys,omitempty"`
 }
 
 // DefaultSearchWindow is the window a search (Filter.Q) evaluates when the
@@ -81,8 +87,9 @@ const (
 
 var eventPatternRE = regexp.MustCompile(`^[A-Za-z0-9_.*-]{1,255}$`)
 
-// Validate checks the filter's values; its provider must be one of known's.
-func (f Filter) Validate(known *providers.Registry) error {
+// Validate checks the filter's values; its provider must be one of known's,
+// its keys names keys indexes.
+func (f Filter) Validate(known *providers.Registry, keys *searchkeys.Set) error {
 	if f.Provider != "" && !known.Known(f.Provider) {
 		return fmt.Errorf("%w: provider must be one of %s", ErrBadFilter, strings.Join(known.Names(), ", "))
 	}
@@ -95,11 +102,18 @@ func (f Filter) Validate(known *providers.Registry) error {
 	if f.Since != nil && f.Until != nil && !f.Since.Before(*f.Until) {
 		return fmt.Errorf("%w: since must be before until", ErrBadFilter)
 	}
+	for _, k := range f.Keys {
+		if _, err := keys.Parse(k); err != nil {
+			return fmt.Errorf("%w: key: %w", ErrBadFilter, err)
+		}
+	}
 	if f.Q != "" {
 		if _, err := compileQ(f.Q); err != nil {
 			return err
 		}
-		return f.checkWindow()
+		if len(f.Keys) == 0 {
+			return f.checkWindow()
+		}
 	}
 	return nil
 }
@@ -186,9 +200,15 @@ func UnescapeKey(provider, deliveryID string, escaped bool) (string, string, err
 }
 
 // FilterFromQuery reads the list filters from URL query values; a provider
-// must be one of known's.
-func FilterFromQuery(q url.Values, now time.Time, known *providers.Registry) (Filter, error) {
+// must be one of known's, a key (key=name:value, repeatable) one keys
+// indexes.
+func FilterFromQuery(q url.Values, now time.Time, known *providers.Registry, keys *searchkeys.Set) (Filter, error) {
 	f := Filter{Provider: q.Get("provider"), Event: q.Get("event"), State: q.Get("state"), Q: q.Get("q")}
+	for _, k := range q["key"] {
+		if !slices.Contains(f.Keys, k) {
+			f.Keys = append(f.Keys, k)
+		}
+	}
 	switch qs := q["q"]; {
 	case len(qs) > 1:
 		return Filter{}, fmt.Errorf("%w: q is given %d times: one expression, joined with && or ||, says it", ErrBadFilter, len(qs))
@@ -204,8 +224,9 @@ func FilterFromQuery(q url.Values, now time.Time, known *providers.Registry) (Fi
 			*dst = &t
 		}
 	}
-	if f.Q != "" {
-		// A search's window: until now, since a day before until.
+	if f.Q != "" && len(f.Keys) == 0 {
+		// A search's window: until now, since a day before until. One
+		// narrowed by keys evaluates what they select, however old.
 		if f.Until == nil {
 			f.Until = &now
 		}
@@ -214,7 +235,7 @@ func FilterFromQuery(q url.Values, now time.Time, known *providers.Registry) (Fi
 			f.Since = &since
 		}
 	}
-	return f, f.Validate(known)
+	return f, f.Validate(known, keys)
 }
 
 // likePattern turns a route pattern into a LIKE pattern.
@@ -226,6 +247,10 @@ func likePattern(p string) string {
 // query is the filter as the store reads it.
 func (f Filter) query() store.DeliveryFilter {
 	q := store.DeliveryFilter{Provider: f.Provider, State: f.State, Since: f.Since, Until: f.Until}
+	for _, k := range f.Keys {
+		name, value, _ := strings.Cut(k, ":")
+		q.Keys = append(q.Keys, store.KeyValue{Name: name, Value: value})
+	}
 	if f.Event != "" {
 		q.EventLike = likePattern(f.Event)
 	}
@@ -340,6 +365,8 @@ type SearchResult struct {
 	// limits. A search that finds nothing because its expression fails on
 	// everything says so here.
 	Failed int
+	// Looked counts the deliveries the expression was evaluated on.
+	Looked int
 }
 
 // Search returns up to limit deliveries matching f, whose Q it evaluates on
@@ -363,7 +390,7 @@ func Search(ctx context.Context, db DB, f Filter, limit int, after *Cursor, budg
 		// A search's own cursor: its window, checked again (a cursor is
 		// not trusted).
 		f.Since, f.Until = after.Since, after.Until
-		if err := f.checkWindow(); err != nil {
+		if err := f.checkWindow(); err != nil && len(f.Keys) == 0 {
 			return SearchResult{}, err
 		}
 	}
@@ -420,6 +447,7 @@ func (s *search) result() SearchResult {
 		next.Since, next.Until = s.since, s.until
 		s.res.Next = &next
 	}
+	s.res.Looked = s.looked
 	return s.res
 }
 

@@ -41,7 +41,7 @@ func TestSummary(t *testing.T) {
 func TestFilterFromQuery(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	f, err := deliveries.FilterFromQuery(url.Values{"since": {"24h"}, "until": {"2026-11-30T11:00:00Z"}, "state": {"stored"}, "event": {"invoice.*"}}, now, nil)
+	f, err := deliveries.FilterFromQuery(url.Values{"since": {"24h"}, "until": {"2026-11-30T11:00:00Z"}, "state": {"stored"}, "event": {"invoice.*"}}, now, nil, nil)
 	if err != nil || !f.Since.Equal(now.Add(-24*time.Hour)) || !f.Until.Equal(now.Add(-time.Hour)) || f.State != "stored" {
 		t.Fatalf("filter = %+v, %v", f, err)
 	}
@@ -49,7 +49,7 @@ func TestFilterFromQuery(t *testing.T) {
 		{"provider": {"gitlab"}}, {"state": {"done"}}, {"since": {"last week"}}, {"event": {"a b"}},
 		{"since": {"2026-11-30T11:00:00Z"}, "until": {"2026-11-30T10:00:00Z"}}, {"since": {"-5h"}},
 	} {
-		if _, err := deliveries.FilterFromQuery(q, now, nil); !errors.Is(err, deliveries.ErrBadFilter) {
+		if _, err := deliveries.FilterFromQuery(q, now, nil, nil); !errors.Is(err, deliveries.ErrBadFilter) {
 			t.Errorf("%v: err = %v", q, err)
 		}
 	}
@@ -64,11 +64,11 @@ func TestFilterFromQuery(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"github", "stripe", "gitlab"} {
-		if f, err := deliveries.FilterFromQuery(url.Values{"provider": {p}}, now, known); err != nil || f.Provider != p {
+		if f, err := deliveries.FilterFromQuery(url.Values{"provider": {p}}, now, known, nil); err != nil || f.Provider != p {
 			t.Errorf("provider %s: %+v, %v", p, f, err)
 		}
 	}
-	if _, err := deliveries.FilterFromQuery(url.Values{"provider": {"clerk"}}, now, known); err == nil ||
+	if _, err := deliveries.FilterFromQuery(url.Values{"provider": {"clerk"}}, now, known, nil); err == nil ||
 		!strings.Contains(err.Error(), "provider must be one of github, stripe, gitlab") {
 		t.Errorf("an unknown provider: %v", err)
 	}

@@ -155,6 +155,8 @@ func (in *Ingester) Accept(ctx context.Context, d providers.Delivery) (Result, e
 	// joins a transaction, so that a costly filter never holds its
 	// batch-mates' commit.
 	d.Routes = in.enqueuer.Prematch(d)
+	// So are its search keys, read from the payload likewise.
+	d.Keys = in.receipts.KeysOf(d)
 	o, err := in.batcher.Submit(ctx, d)
 	if err != nil {
 		// The queue was full or slow, or the sender is gone: a delivery whose

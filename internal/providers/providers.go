@@ -74,11 +74,23 @@ type Delivery struct {
 	// before its transaction (where route filters read its payload); nil
 	// leaves the decision to the transaction.
 	Routes []string
+	// Keys, when not nil, are the delivery's search keys, read before its
+	// transaction (package searchkeys); nil leaves them to the transaction.
+	Keys []SearchKey
 	// Challenge, when set, is a verified request that is no delivery but
 	// asks to be answered with this value (Slack's url_verification): the
 	// gateway answers it and stores nothing.
 	Challenge string
 }
+
+// SearchKey is one search key's value in a delivery (package searchkeys).
+type SearchKey struct {
+	Name  string
+	Value string
+}
+
+// String is the key as a filter spells it: name:value.
+func (k SearchKey) String() string { return k.Name + ":" + k.Value }
 
 // Provider is a webhook source's adapter. A request is checked in two steps,
 // so that whatever the headers alone can refuse is refused before the body is

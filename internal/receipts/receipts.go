@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/searchkeys"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -51,6 +52,16 @@ const (
 type Store struct {
 	// Retention is how long a new receipt is kept (its expires_at).
 	Retention time.Duration
+	// Keys are the search keys indexed with each new receipt; nil: none.
+	Keys *searchkeys.Set
+}
+
+// KeysOf returns d's search keys: those read before (d.Keys), else read now.
+func (s *Store) KeysOf(d providers.Delivery) []providers.SearchKey {
+	if d.Keys != nil {
+		return d.Keys
+	}
+	return s.Keys.Of(d.Provider, d.ContentType, d.Body)
 }
 
 // InsertTx stores the delivery's receipt in tx unless its key is taken. A
@@ -92,7 +103,7 @@ func (s *Store) InsertManyTx(ctx context.Context, tx pgx.Tx, ds []providers.Deli
 	// The maps are made here, and filled by the steps, so that a small
 	// batch's stay on the stack.
 	first := make(map[key]int, len(ds)) // each key's first delivery in ds
-	rs, err := newRows(ds, sums, first)
+	rs, err := s.newRows(ds, sums, first)
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +149,7 @@ func (s *Store) InsertManyTx(ctx context.Context, tx pgx.Tx, ds []providers.Deli
 // delivery in ds, and puts that delivery's index in first. Rows come in key
 // order, so that concurrent batches holding the same keys wait for one
 // another in one order and never deadlock.
-func newRows(ds []providers.Delivery, sums [][]byte, first map[key]int) ([]store.NewReceipt, error) {
+func (s *Store) newRows(ds []providers.Delivery, sums [][]byte, first map[key]int) ([]store.NewReceipt, error) {
 	rs := make([]store.NewReceipt, 0, len(ds))
 	for _, i := range keyOrder(ds) {
 		d := &ds[i]
@@ -161,6 +172,9 @@ func newRows(ds []providers.Delivery, sums [][]byte, first map[key]int) ([]store
 		}
 		if !d.EventTime.IsZero() {
 			r.EventTime = &d.EventTime
+		}
+		for _, k := range s.KeysOf(*d) {
+			r.Keys = append(r.Keys, store.KeyValue{Name: k.Name, Value: k.Value})
 		}
 		rs = append(rs, r)
 	}

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -199,7 +200,9 @@ const replayBatchSize = 200
 
 // BulkTx logs a bulk replay of every delivery matching f and enqueues its
 // first batch, in tx; the work runs in the background. It returns the replay's
-// id and how many deliveries matched. The set is fixed at the time of the
+// id and how many deliveries matched: with a search (f.Q), how many the
+// expression is to be evaluated on, those f's other fields select, since its
+// batches evaluate it as they go. The set is fixed at the time of the
 // request, by the database's clock (the one receipts are stamped with):
 // deliveries received later are not replayed.
 func BulkTx(ctx context.Context, tx pgx.Tx, e *dispatch.Enqueuer, actor string, f deliveries.Filter, force bool, reason string) (string, int, error) {
@@ -273,7 +276,7 @@ func (w *BatchWorker) Work(ctx context.Context, job *river.Job[BatchArgs]) error
 			return river.JobCancel(fmt.Errorf("replay cursor: %w", err))
 		}
 	}
-	items, next, err := deliveries.List(ctx, tx, f, replayBatchSize, after)
+	items, next, handled, err := batchOf(ctx, tx, f, after)
 	if err != nil {
 		return err
 	}
@@ -292,7 +295,7 @@ func (w *BatchWorker) Work(ctx context.Context, job *river.Job[BatchArgs]) error
 	if next == nil {
 		state = "done"
 	}
-	if err := store.AdvanceReplayTx(ctx, tx, job.Args.ReplayID, next, dispatched, len(items), state); err != nil {
+	if err := store.AdvanceReplayTx(ctx, tx, job.Args.ReplayID, next, dispatched, handled, state); err != nil {
 		return err
 	}
 	if next != nil {
@@ -301,6 +304,24 @@ func (w *BatchWorker) Work(ctx context.Context, job *river.Job[BatchArgs]) error
 		}
 	}
 	return w.complete(ctx, tx, job)
+}
+
+// searchBatchBudget bounds the time a bulk replay's batch spends evaluating
+// its search (Filter.Q): the batch then replays what it found, and the next
+// one continues where it stopped.
+const searchBatchBudget = 5 * time.Second
+
+// batchOf returns the deliveries of a bulk replay's next batch after the
+// cursor, the cursor of the batch after it (nil at the end), and how many
+// deliveries the batch handled: those it replays, or with a search those
+// it evaluated the expression on.
+func batchOf(ctx context.Context, tx pgx.Tx, f deliveries.Filter, after *deliveries.Cursor) ([]deliveries.Item, *deliveries.Cursor, int, error) {
+	if f.Q == "" {
+		items, next, err := deliveries.List(ctx, tx, f, replayBatchSize, after)
+		return items, next, len(items), err
+	}
+	found, err := deliveries.Search(ctx, tx, f, replayBatchSize, after, searchBatchBudget)
+	return found.Items, found.Next, found.Looked, err
 }
 
 func (w *BatchWorker) complete(ctx context.Context, tx pgx.Tx, job *river.Job[BatchArgs]) error {

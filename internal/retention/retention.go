@@ -89,6 +89,9 @@ func DeleteExpired(ctx context.Context, pool *pgxpool.Pool, p Policy) (int, erro
 			for i, e := range events {
 				providers[i], ids[i] = e.Provider, e.DeliveryID
 			}
+			if err := store.DeleteSearchKeysOfGoneTx(ctx, tx, providers, ids); err != nil {
+				return err
+			}
 			return store.DeleteDispatchesOfGoneTx(ctx, tx, providers, ids)
 		})
 		if err != nil {

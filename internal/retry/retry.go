@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -217,4 +218,77 @@ func retryNowTx(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], wa
 		}
 	}
 	return nil
+}
+
+// BulkResult is what a bulk retry did.
+type BulkResult struct {
+	// Deliveries counts the deliveries matched: those with a retrying
+	// dispatch that the filter selects.
+	Deliveries int `json:"deliveries"`
+	// Retried counts the dispatches made due now.
+	Retried int `json:"retried"`
+	// Partial says a search (Filter.Q) stopped at its time budget: Next
+	// continues it.
+	Partial bool               `json:"-"`
+	Next    *deliveries.Cursor `json:"-"`
+}
+
+// bulkPage is how many deliveries a bulk retry reads at a time.
+const bulkPage = 200
+
+// BulkTx attempts now, in tx, the retrying dispatches of every delivery f
+// selects (f.State must be retrying or empty: a retry attempts retrying
+// dispatches), after the cursor when one is given; a paused route's and a
+// route's no longer configured are left to their own schedule. A search
+// (f.Q) is evaluated within budget: past it, what was found is retried and
+// the result is Partial, with the cursor that continues. One audit entry
+// records it. client may be an insert-only River client.
+func BulkTx(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], table fanout.Table,
+	f deliveries.Filter, after *deliveries.Cursor, budget time.Duration, op Operator,
+) (BulkResult, error) {
+	var res BulkResult
+	if f.State != "" && f.State != "retrying" {
+		return res, fmt.Errorf("%w: a retry attempts retrying dispatches: state is retrying, or left out", deliveries.ErrBadFilter)
+	}
+	f.State = "retrying"
+	if err := audit.Record(ctx, tx, audit.NewEntry{Actor: op.Actor, Action: audit.Retry, Provider: f.Provider, Reason: op.Reason}); err != nil {
+		return res, err
+	}
+	deadline := time.Now().Add(budget)
+	for {
+		var items []deliveries.Item
+		var next *deliveries.Cursor
+		if f.Q == "" {
+			var err error
+			if items, next, err = deliveries.List(ctx, tx, f, bulkPage, after); err != nil {
+				return res, err
+			}
+		} else {
+			found, err := deliveries.Search(ctx, tx, f, bulkPage, after, time.Until(deadline))
+			if err != nil {
+				return res, err
+			}
+			items, next, res.Partial = found.Items, found.Next, found.Partial
+		}
+		for _, it := range items {
+			waiting, err := store.WaitingRetriesOfEventTx(ctx, tx, it.Provider, it.DeliveryID)
+			if err != nil {
+				return res, err
+			}
+			due, _, err := choose(ctx, tx, client, table, waiting, nil)
+			if err != nil {
+				return res, err
+			}
+			if err := retryNowTx(ctx, tx, client, due); err != nil {
+				return res, err
+			}
+			res.Deliveries++
+			res.Retried += len(due)
+		}
+		if next == nil || res.Partial {
+			res.Next = next
+			return res, nil
+		}
+		after = next
+	}
 }

@@ -88,6 +88,7 @@ func (s *server) adminRoutes(r chi.Router) {
 		r.Post("/deliveries/{provider}/{id}/replay", s.handleReplayOne)
 		r.Post("/deliveries/{provider}/{id}/retry", s.handleRetryDelivery)
 		r.Post("/replays", s.handleBulkReplay)
+		r.Post("/retries", s.handleBulkRetry)
 		r.Get("/replays", s.handleListReplays)
 		r.Get("/replays/{replay_id}", s.handleShowReplay)
 		r.Get("/rejections", s.handleRejections)
@@ -244,7 +245,7 @@ type listResponse struct {
 
 func (s *server) handleListDeliveries(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f, err := deliveries.FilterFromQuery(q, s.Now(), s.Providers)
+	f, err := deliveries.FilterFromQuery(q, s.Now(), s.Providers, s.Keys)
 	if err != nil {
 		writeError(w, r, s.Logger, err)
 		return
@@ -384,15 +385,50 @@ func (s *server) handleReplayOne(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// bulkFilter is the filter of a bulk replay's or retry's body: the list's
+// filters, a search (q) and search keys.
+type bulkFilter struct {
+	Provider string  `json:"provider"`
+	Event    string  `json:"event"`
+	State    string  `json:"state"`
+	Since    string  `json:"since"`
+	Until    string  `json:"until"`
+	Q        *string `json:"q"`
+	Key      keyList `json:"key"`
+}
+
+// filter reads the body's filter as the list reads its query.
+func (b bulkFilter) filter(s *server) (deliveries.Filter, error) {
+	q := url.Values{"provider": {b.Provider}, "event": {b.Event}, "state": {b.State}, "since": {b.Since}, "until": {b.Until}, "key": b.Key}
+	if b.Q != nil {
+		q["q"] = []string{*b.Q}
+	}
+	return deliveries.FilterFromQuery(q, s.Now(), s.Providers, s.Keys)
+}
+
+// keyList is a body's key: "name:value", or an array of them.
+type keyList []string
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (k *keyList) UnmarshalJSON(b []byte) error {
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*k = keyList{one}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return fmt.Errorf("%w: key is \"name:value\", or an array of them", errBadRequest)
+	}
+	*k = many
+	return nil
+}
+
 // bulkReplayRequest is the body of a replay by filter.
 type bulkReplayRequest struct {
-	Provider string `json:"provider"`
-	Event    string `json:"event"`
-	State    string `json:"state"`
-	Since    string `json:"since"`
-	Until    string `json:"until"`
-	Force    bool   `json:"force"`
-	Reason   string `json:"reason"`
+	bulkFilter
+	Force  bool   `json:"force"`
+	Reason string `json:"reason"`
 }
 
 // validate refuses a reason the replay log could not store or show; the
@@ -418,8 +454,7 @@ type bulkReplayResponse struct {
 func (s *server) handleBulkReplay(w http.ResponseWriter, r *http.Request) {
 	var req bulkReplayRequest
 	s.idempotent(w, r, "bulk_replay", &req, func(ctx context.Context, tx pgx.Tx) (any, error) {
-		q := url.Values{"provider": {req.Provider}, "event": {req.Event}, "state": {req.State}, "since": {req.Since}, "until": {req.Until}}
-		f, err := deliveries.FilterFromQuery(q, s.Now(), s.Providers)
+		f, err := req.filter(s)
 		if err != nil {
 			return nil, err
 		}

@@ -143,6 +143,7 @@ func setupAdminAttempts(t *testing.T, pool *pgxpool.Pool, token string, attempts
 	for _, o := range opts {
 		o(&cfg)
 	}
+	store.Keys = cfg.Keys // the ingester's receipts index the server's search keys
 	b.handler = server.New(cfg)
 	return b
 }

@@ -1,10 +1,14 @@
 package server
 
 import (
+	"context"
 	"net/http"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/retry"
 )
 
@@ -73,4 +77,66 @@ func (s *server) handleRetryDelivery(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// bulkRetryRequest is the body of a retry by filter: a bulk replay's filter,
+// and the cursor of a search that stopped at its budget.
+type bulkRetryRequest struct {
+	bulkFilter
+	Reason string `json:"reason"`
+	Cursor string `json:"cursor"`
+}
+
+func (req *bulkRetryRequest) validate() error { return validReason(req.Reason) }
+
+// bulkRetryResponse is the answer to a retry by filter.
+type bulkRetryResponse struct {
+	retry.BulkResult
+	// Partial and NextCursor are a search's: it stopped at its budget, and
+	// the cursor continues it.
+	Partial    *bool   `json:"partial,omitempty"`
+	NextCursor *string `json:"next_cursor,omitempty"`
+}
+
+// handleBulkRetry attempts now the retrying dispatches of every delivery
+// the body's filter selects: 202 with how many deliveries and dispatches.
+func (s *server) handleBulkRetry(w http.ResponseWriter, r *http.Request) {
+	var req bulkRetryRequest
+	s.idempotent(w, r, "bulk_retry", &req, func(ctx context.Context, tx pgx.Tx) (any, error) {
+		f, err := req.filter(s)
+		if err != nil {
+			return nil, err
+		}
+		var after *deliveries.Cursor
+		if req.Cursor != "" {
+			c, err := deliveries.DecodeCursor(req.Cursor)
+			if err != nil {
+				return nil, err
+			}
+			after = &c
+		}
+		if f.Q != "" {
+			// A search: one at a time per core, as the list's.
+			select {
+			case s.searches <- struct{}{}:
+				defer func() { <-s.searches }()
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		res, err := retry.BulkTx(ctx, tx, s.Admin.Enqueuer.Client(), s.Admin.Routes, f, after, s.Admin.SearchBudget,
+			retry.Operator{Actor: Actor(s.Admin.Token), Reason: req.Reason})
+		if err != nil {
+			return nil, err
+		}
+		out := bulkRetryResponse{BulkResult: res}
+		if f.Q != "" {
+			out.Partial = &res.Partial
+		}
+		if res.Partial && res.Next != nil {
+			c := res.Next.Encode()
+			out.NextCursor = &c
+		}
+		return out, nil
+	})
 }

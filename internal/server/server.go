@@ -27,6 +27,7 @@ import (
 	"github.com/hookgate/hookgate/internal/proxies"
 	"github.com/hookgate/hookgate/internal/ratelog"
 	"github.com/hookgate/hookgate/internal/rejections"
+	"github.com/hookgate/hookgate/internal/searchkeys"
 	"github.com/hookgate/hookgate/internal/throttle"
 )
 
@@ -39,6 +40,9 @@ type Config struct {
 	// /webhooks/<name>, others answer 404; their names are the metrics'
 	// provider labels and the operator filters' choices.
 	Providers *providers.Registry
+	// Keys are the search keys indexed at ingest, which the deliveries
+	// list's key filter takes. Nil: none.
+	Keys *searchkeys.Set
 	// Ingester records verified deliveries.
 	Ingester *ingest.Ingester
 	// Ready reports whether the database answers and its schema is current;
@@ -164,7 +168,7 @@ func New(cfg Config) http.Handler {
 		if cfg.Admin.Enqueuer != nil && !cfg.Admin.NoConsole {
 			s.console = console.New(console.Config{
 				Token: cfg.Admin.Token, Actor: Actor(cfg.Admin.Token), Pool: cfg.Admin.Pool, Enqueuer: cfg.Admin.Enqueuer,
-				Routes: cfg.Admin.Routes, Providers: cfg.Providers, Logger: cfg.Logger, Now: cfg.Now, Classify: classify,
+				Routes: cfg.Admin.Routes, Providers: cfg.Providers, Keys: cfg.Keys, Logger: cfg.Logger, Now: cfg.Now, Classify: classify,
 				Sessions: sessions, Guesses: cfg.Admin.Guesses, PublicURL: cfg.Admin.PublicURL, Search: s.search,
 			})
 		}

@@ -26,6 +26,22 @@ type DeliveryFilter struct {
 	State string
 	// Since (inclusive) and Until (exclusive) bound the first receipt's time.
 	Since, Until *time.Time
+	// Keys match deliveries whose search keys have all these values
+	// (hookgate_search_keys): the list then reads the first one's index.
+	Keys []KeyValue
+}
+
+// from returns the rows the filter reads, receipts r joined to what drives
+// the list: the index of its first search key (k0) when it has keys, the
+// receipts themselves otherwise; and that driver's alias, whose
+// (received_at, provider, delivery_id) orders the list.
+func (f DeliveryFilter) from() (from, at string) {
+	if len(f.Keys) == 0 {
+		return "hookgate_receipts r", "r"
+	}
+	// A key row's received_at is its event's first receipt's: it was
+	// written in that receipt's transaction.
+	return "hookgate_search_keys k0 JOIN hookgate_receipts r ON r.provider = k0.provider AND r.delivery_id = k0.delivery_id", "k0"
 }
 
 // where returns the filter's conditions on receipts r (the event's first
@@ -35,10 +51,19 @@ func (f DeliveryFilter) where(args []any) (string, []any) {
 		args = append(args, v)
 		return "$" + strconv.Itoa(len(args))
 	}
+	_, at := f.from()
 	conds := []string{
 		// r is the event's first receipt.
 		`NOT EXISTS (SELECT 1 FROM hookgate_receipts e WHERE e.provider = r.provider AND e.delivery_id = r.delivery_id
 			AND (e.received_at, e.scope) < (r.received_at, r.scope))`,
+	}
+	for i, k := range f.Keys {
+		if i == 0 {
+			conds = append(conds, "k0.name = "+arg(k.Name)+" AND k0.value = "+arg(k.Value))
+			continue
+		}
+		conds = append(conds, fmt.Sprintf(`EXISTS (SELECT 1 FROM hookgate_search_keys k WHERE k.provider = k0.provider
+			AND k.delivery_id = k0.delivery_id AND k.name = %s AND k.value = %s)`, arg(k.Name), arg(k.Value)))
 	}
 	if f.Provider != "" {
 		conds = append(conds, "r.provider = "+arg(f.Provider))
@@ -48,10 +73,10 @@ func (f DeliveryFilter) where(args []any) (string, []any) {
 		conds = append(conds, fmt.Sprintf(`(r.event LIKE %s ESCAPE '\' OR r.event LIKE %s || '.%%' ESCAPE '\')`, p, p))
 	}
 	if f.Since != nil {
-		conds = append(conds, "r.received_at >= "+arg(*f.Since))
+		conds = append(conds, at+".received_at >= "+arg(*f.Since))
 	}
 	if f.Until != nil {
-		conds = append(conds, "r.received_at < "+arg(*f.Until))
+		conds = append(conds, at+".received_at < "+arg(*f.Until))
 	}
 	switch f.State {
 	case "":
@@ -89,19 +114,20 @@ type Item struct {
 // after the cursor when one is given.
 func ListDeliveries(ctx context.Context, db Querier, f DeliveryFilter, limit int, after *DeliveryCursor) ([]Item, error) {
 	where, args := f.where(nil)
+	from, at := f.from()
 	if after != nil {
 		args = append(args, after.ReceivedAt, after.Provider, after.DeliveryID)
 		n := len(args)
-		where += fmt.Sprintf(" AND (r.received_at, r.provider, r.delivery_id) < ($%d, $%d, $%d)", n-2, n-1, n)
+		where += fmt.Sprintf(" AND (%[1]s.received_at, %[1]s.provider, %[1]s.delivery_id) < ($%d, $%d, $%d)", at, n-2, n-1, n)
 	}
 	args = append(args, limit)
 	rows, err := db.Query(ctx, `
-		SELECT r.provider, r.delivery_id, r.event, r.entity, r.received_at,
+		SELECT r.provider, r.delivery_id, r.event, r.entity, `+at+`.received_at,
 			(SELECT count(*) FROM hookgate_receipts c WHERE c.provider = r.provider AND c.delivery_id = r.delivery_id),
 			ARRAY(SELECT l.state FROM hookgate_latest_states(r.provider, r.delivery_id) l(state))
-		FROM hookgate_receipts r
+		FROM `+from+`
 		WHERE `+where+`
-		ORDER BY r.received_at DESC, r.provider DESC, r.delivery_id DESC
+		ORDER BY `+at+`.received_at DESC, `+at+`.provider DESC, `+at+`.delivery_id DESC
 		LIMIT $`+strconv.Itoa(len(args)), args...)
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries: %w", err)
@@ -125,7 +151,8 @@ func ListDeliveries(ctx context.Context, db Querier, f DeliveryFilter, limit int
 // arguments (for a benchmark's EXPLAIN).
 func CountDeliveriesSQL(f DeliveryFilter) (string, []any) {
 	where, args := f.where(nil)
-	return "SELECT count(*) FROM hookgate_receipts r WHERE " + where, args
+	from, _ := f.from()
+	return "SELECT count(*) FROM " + from + " WHERE " + where, args
 }
 
 // CountDeliveries returns how many deliveries match f.

@@ -159,3 +159,17 @@ func DeleteDispatchesOfGoneTx(ctx context.Context, tx pgx.Tx, providers, ids []s
 	}
 	return nil
 }
+
+// DeleteSearchKeysOfGoneTx deletes, in tx, the search keys of the events
+// (providers[i], ids[i]) that have no receipt left.
+func DeleteSearchKeysOfGoneTx(ctx context.Context, tx pgx.Tx, providers, ids []string) error {
+	_, err := tx.Exec(ctx, `
+		DELETE FROM hookgate_search_keys k USING unnest($1::text[], $2::text[]) AS g(provider, delivery_id)
+		WHERE k.provider = g.provider AND k.delivery_id = g.delivery_id
+		AND NOT EXISTS (SELECT 1 FROM hookgate_receipts r WHERE r.provider = g.provider AND r.delivery_id = g.delivery_id)`,
+		providers, ids)
+	if err != nil {
+		return fmt.Errorf("delete search keys: %w", err)
+	}
+	return nil
+}

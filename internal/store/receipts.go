@@ -41,25 +41,23 @@ type NewReceipt struct {
 	EventTime          *time.Time // NULL when the delivery tells none
 	Headers            string     // a JSON object
 	Body, BodySHA256   []byte
+	// Keys are the receipt's search keys, inserted with it.
+	Keys []KeyValue
 }
+
+// KeyValue is one search key's value (package searchkeys).
+type KeyValue struct{ Name, Value string }
 
 // InsertReceiptsTx inserts rs in one statement, each unless its key is
 // taken, and marks in inserted the keys it inserted. A key is also taken
 // while an expired receipt of its event has its id kept
 // (hookgate_expired_ids), whatever the scope. Each receipt expires retention
-// after now. rs should come in key order, so that concurrent batches holding
+// after now. The search keys of a receipt inserted are inserted in the same
+// statement, unless its event has them already (a receipt of another
+// scope). rs should come in key order, so that concurrent batches holding
 // the same keys wait for one another in one order and never deadlock.
 func InsertReceiptsTx(ctx context.Context, tx pgx.Tx, rs []NewReceipt, retention time.Duration, inserted map[ReceiptKey]bool) error {
-	rows, err := tx.Query(ctx, `
-		INSERT INTO hookgate_receipts
-			(provider, scope, delivery_id, event, entity, event_time, content_type, headers, body, body_sha256, received_at, expires_at)
-		SELECT provider, scope, delivery_id, event, entity, event_time, content_type, headers::jsonb, body, body_sha256,
-			now(), now() + make_interval(secs => $11)
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::text[], $8::text[], $9::bytea[], $10::bytea[])
-			AS t(provider, scope, delivery_id, event, entity, event_time, content_type, headers, body, body_sha256)
-		WHERE NOT EXISTS (SELECT 1 FROM hookgate_expired_ids e WHERE e.provider = t.provider AND e.delivery_id = t.delivery_id)
-		ON CONFLICT (provider, scope, delivery_id) DO NOTHING
-		RETURNING provider, scope, delivery_id`,
+	args := []any{
 		column(rs, func(r *NewReceipt) string { return r.Provider }),
 		column(rs, func(r *NewReceipt) string { return r.Scope }),
 		column(rs, func(r *NewReceipt) string { return r.DeliveryID }),
@@ -70,7 +68,14 @@ func InsertReceiptsTx(ctx context.Context, tx pgx.Tx, rs []NewReceipt, retention
 		column(rs, func(r *NewReceipt) string { return r.Headers }),
 		column(rs, func(r *NewReceipt) []byte { return r.Body }),
 		column(rs, func(r *NewReceipt) []byte { return r.BodySHA256 }),
-		retention.Seconds())
+		retention.Seconds(),
+	}
+	sql := insertReceiptsSQL
+	if keys := searchKeysOf(rs); len(keys[0]) > 0 {
+		sql = insertReceiptsWithKeysSQL
+		args = append(args, keys[0], keys[1], keys[2], keys[3], keys[4])
+	}
+	rows, err := tx.Query(ctx, sql, args...)
 	if err != nil {
 		return fmt.Errorf("insert receipts: %w", err)
 	}
@@ -86,6 +91,49 @@ func InsertReceiptsTx(ctx context.Context, tx pgx.Tx, rs []NewReceipt, retention
 		return fmt.Errorf("insert receipts: %w", err)
 	}
 	return nil
+}
+
+// insertReceipts is the receipts' insert, RETURNING the keys inserted.
+const insertReceipts = `
+		INSERT INTO hookgate_receipts
+			(provider, scope, delivery_id, event, entity, event_time, content_type, headers, body, body_sha256, received_at, expires_at)
+		SELECT provider, scope, delivery_id, event, entity, event_time, content_type, headers::jsonb, body, body_sha256,
+			now(), now() + make_interval(secs => $11)
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::text[], $8::text[], $9::bytea[], $10::bytea[])
+			AS t(provider, scope, delivery_id, event, entity, event_time, content_type, headers, body, body_sha256)
+		WHERE NOT EXISTS (SELECT 1 FROM hookgate_expired_ids e WHERE e.provider = t.provider AND e.delivery_id = t.delivery_id)
+		ON CONFLICT (provider, scope, delivery_id) DO NOTHING
+		RETURNING provider, scope, delivery_id`
+
+// insertReceiptsSQL inserts receipts without search keys.
+const insertReceiptsSQL = insertReceipts
+
+// insertReceiptsWithKeysSQL inserts receipts and the search keys of those
+// inserted ($12-$16: each key's provider, scope, delivery id, name and
+// value), in (provider, delivery id, name) order.
+const insertReceiptsWithKeysSQL = `
+		WITH ins AS (` + insertReceipts + `, received_at),
+		keys AS (
+			INSERT INTO hookgate_search_keys (provider, delivery_id, name, value, received_at)
+			SELECT k.provider, k.delivery_id, k.name, k.value, ins.received_at
+			FROM unnest($12::text[], $13::text[], $14::text[], $15::text[], $16::text[]) AS k(provider, scope, delivery_id, name, value)
+			JOIN ins ON ins.provider = k.provider AND ins.scope = k.scope AND ins.delivery_id = k.delivery_id
+			ORDER BY k.provider, k.delivery_id, k.name
+			ON CONFLICT (provider, delivery_id, name) DO NOTHING)
+		SELECT provider, scope, delivery_id FROM ins`
+
+// searchKeysOf returns the search keys of rs as five columns: provider,
+// scope, delivery id, name, value.
+func searchKeysOf(rs []NewReceipt) [5][]string {
+	var cols [5][]string
+	for _, r := range rs {
+		for _, k := range r.Keys {
+			for i, v := range []string{r.Provider, r.Scope, r.DeliveryID, k.Name, k.Value} {
+				cols[i] = append(cols[i], v)
+			}
+		}
+	}
+	return cols
 }
 
 // TakenSumsTx puts in stored the body hash of each receipt of keys, all of
