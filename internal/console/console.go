@@ -33,6 +33,7 @@ import (
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/guess"
 	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/retry"
 	"github.com/hookgate/hookgate/internal/searchkeys"
 	"github.com/hookgate/hookgate/internal/throttle"
 )
@@ -79,6 +80,10 @@ type Config struct {
 	// Search runs a search of the deliveries (a filter with Q), within the
 	// gateway's budget; nil: the deliveries page offers none.
 	Search func(ctx context.Context, f deliveries.Filter, limit int, after *deliveries.Cursor) (deliveries.SearchResult, error)
+	// Retry attempts now, in a transaction of its own, the retrying
+	// dispatches of every delivery a filter selects (retry.BulkTx, a search
+	// within the gateway's budget); nil: the deliveries page offers none.
+	Retry func(ctx context.Context, f deliveries.Filter, after *deliveries.Cursor, op retry.Operator) (retry.BulkResult, error)
 	// PublicURL is GATEWAY_PUBLIC_URL, an http(s) origin: the origin a
 	// request from the console's own pages comes from, and, when https, its
 	// cookies are Secure. Empty: the request's own host, and Secure over TLS.
@@ -166,6 +171,8 @@ func (c *Console) Register(r chi.Router) {
 			r.Post("/ui/deliveries/{provider}/{id}/retry", c.handleRetry)
 			r.Get("/ui/replay", c.handleBulkConfirm)
 			r.Post("/ui/replay", c.handleBulkReplay)
+			r.Get("/ui/retry", c.handleBulkRetryConfirm)
+			r.Post("/ui/retry", c.handleBulkRetry)
 			r.Get("/ui/replays/{replay_id}", c.handleReplayProgress)
 			r.Get("/ui/routes", c.handleRoutes)
 			r.Post("/ui/routes/{name}/{action}", c.handleRouteAction)

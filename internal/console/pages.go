@@ -237,8 +237,12 @@ type deliveriesData struct {
 	States     []string
 	Items      []deliveryRow
 	Next       string // the next page's URL, or ""
-	ReplayLink string // the bulk replay of this filter; "" for a search
+	ReplayLink string // the bulk replay of this filter
+	RetryLink  string // the bulk retry of this filter; "" when the console has none
 	Limit      int
+	// KeyNames are the search keys the gateway indexes; Keys the page's
+	// key filters (name:value).
+	KeyNames, Keys []string
 	// Searching says the page is a search (q); Partial that it stopped at
 	// its time budget, and Next continues it.
 	Searching, Partial bool
@@ -248,7 +252,9 @@ type deliveriesData struct {
 	CanSearch bool
 }
 
-// filterQuery keeps the filter's own parameters of q.
+// filterQuery keeps the filter's own parameters of q: the list's filters,
+// its search keys, and its search (q) when the search box holds one (it
+// sends "" when empty).
 func filterQuery(q url.Values) url.Values {
 	out := url.Values{}
 	for _, k := range []string{"provider", "event", "state", "since", "until"} {
@@ -256,17 +262,26 @@ func filterQuery(q url.Values) url.Values {
 			out.Set(k, v)
 		}
 	}
+	for _, k := range q["key"] {
+		if k = strings.TrimSpace(k); k != "" {
+			out.Add("key", k)
+		}
+	}
+	if strings.TrimSpace(q.Get("q")) != "" {
+		out.Set("q", q.Get("q"))
+	}
 	return out
 }
 
 func (c *Console) handleDeliveries(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	d := deliveriesData{Query: q, Providers: c.Providers.Names(), States: deliveries.States, Limit: 50, CanSearch: c.Search != nil}
-	fq := filterQuery(q) // with the search (q) when its box, which sends "" when empty, holds one
-	if search := strings.TrimSpace(q.Get("q")); search != "" && c.Search != nil {
-		fq.Set("q", q.Get("q"))
-		d.Searching = true
+	d := deliveriesData{Query: q, Providers: c.Providers.Names(), States: deliveries.States, Limit: 50, CanSearch: c.Search != nil,
+		KeyNames: c.Keys.Names()}
+	fq := filterQuery(q)
+	if c.Search == nil {
+		fq.Del("q")
 	}
+	d.Searching, d.Keys = fq.Get("q") != "", fq["key"]
 	f, err := deliveries.FilterFromQuery(fq, c.Now(), c.Providers, c.Keys)
 	if err == nil && q.Get("limit") != "" {
 		n, convErr := strconv.Atoi(q.Get("limit"))
@@ -327,8 +342,9 @@ func (c *Console) handleDeliveries(w http.ResponseWriter, r *http.Request) {
 		nq.Set("cursor", next.Encode())
 		d.Next = "/admin/ui/deliveries?" + nq.Encode()
 	}
-	if !d.Searching {
-		d.ReplayLink = "/admin/ui/replay?" + fq.Encode()
+	d.ReplayLink = "/admin/ui/replay?" + fq.Encode()
+	if c.Retry != nil {
+		d.RetryLink = "/admin/ui/retry?" + fq.Encode()
 	}
 	c.render(w, r, http.StatusOK, "deliveries", page{Title: "Deliveries", Nav: "deliveries", Data: d})
 }
@@ -545,6 +561,9 @@ type bulkData struct {
 	Matched int
 	Force   bool
 	Reason  string
+	// Searching says the filter is a search (q): Matched counts the
+	// deliveries it is evaluated on.
+	Searching bool
 }
 
 // describe says what a filter selects, its times as people read them.
@@ -554,6 +573,12 @@ func describe(f deliveries.Filter) string {
 		if p[1] != "" {
 			parts = append(parts, p[0]+" "+p[1])
 		}
+	}
+	for _, k := range f.Keys {
+		parts = append(parts, "key "+k)
+	}
+	if f.Q != "" {
+		parts = append(parts, "search "+f.Q)
 	}
 	if f.Since != nil {
 		parts = append(parts, "since "+f.Since.UTC().Format(timeLayout))
@@ -623,7 +648,84 @@ func (c *Console) handleBulkConfirm(w http.ResponseWriter, r *http.Request) {
 		fixed.Set("since", f.Since.UTC().Format(time.RFC3339Nano))
 	}
 	c.render(w, r, http.StatusOK, "bulk", page{Title: "Bulk replay", Nav: "deliveries",
-		Data: bulkData{Query: fixed, Filter: describe(f), Matched: n}})
+		Data: bulkData{Query: fixed, Filter: describe(f), Matched: n, Searching: f.Q != ""}})
+}
+
+// bulkRetryData is the bulk retry's page: its confirmation (Matched), then
+// what it did (Done).
+type bulkRetryData struct {
+	Query  url.Values
+	Filter string // the filter, as a person reads it
+	// Matched counts the deliveries with a retrying dispatch that the filter
+	// selects (with a search, those it is evaluated on).
+	Matched   int
+	Searching bool
+	// Done says the retry was made: Result is what it did, and Cursor
+	// continues a search that stopped at its budget.
+	Done   bool
+	Result retry.BulkResult
+	Cursor string
+	Reason string
+}
+
+// retryFilter reads a bulk retry's filter: a retry attempts retrying
+// dispatches, so its state is retrying.
+func (c *Console) retryFilter(q url.Values) (deliveries.Filter, error) {
+	if s := q.Get("state"); s != "" && s != "retrying" {
+		return deliveries.Filter{}, fmt.Errorf("%w: a retry attempts retrying dispatches: state is retrying, or left out", deliveries.ErrBadFilter)
+	}
+	f, err := deliveries.FilterFromQuery(q, c.Now(), c.Providers, c.Keys)
+	f.State = "retrying"
+	return f, err
+}
+
+func (c *Console) handleBulkRetryConfirm(w http.ResponseWriter, r *http.Request) {
+	fq := filterQuery(r.URL.Query())
+	f, err := c.retryFilter(fq)
+	if err != nil {
+		c.failWith(w, r, err)
+		return
+	}
+	n, err := deliveries.Count(r.Context(), c.Pool, f)
+	if err != nil {
+		c.serverError(w, r, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "bulkretry", page{Title: "Retry now", Nav: "deliveries",
+		Data: bulkRetryData{Query: fq, Filter: describe(f), Matched: n, Searching: f.Q != ""}})
+}
+
+func (c *Console) handleBulkRetry(w http.ResponseWriter, r *http.Request) {
+	fq := filterQuery(r.PostForm)
+	f, err := c.retryFilter(fq)
+	if err != nil {
+		c.failWith(w, r, err)
+		return
+	}
+	reason := r.PostForm.Get("reason")
+	if !providers.Printable(reason) {
+		c.failWith(w, r, fmt.Errorf("%w: reason must be printable text", deliveries.ErrBadFilter))
+		return
+	}
+	var after *deliveries.Cursor
+	if v := r.PostForm.Get("cursor"); v != "" {
+		cur, err := deliveries.DecodeCursor(v)
+		if err != nil {
+			c.failWith(w, r, err)
+			return
+		}
+		after = &cur
+	}
+	res, err := c.Retry(r.Context(), f, after, retry.Operator{Actor: c.Actor, Reason: reason})
+	if err != nil {
+		c.failWith(w, r, err)
+		return
+	}
+	d := bulkRetryData{Query: fq, Filter: describe(f), Searching: f.Q != "", Done: true, Result: res, Reason: reason}
+	if res.Partial && res.Next != nil {
+		d.Cursor = res.Next.Encode()
+	}
+	c.render(w, r, http.StatusOK, "bulkretry", page{Title: "Retry now", Nav: "deliveries", Data: d})
 }
 
 func (c *Console) handleBulkReplay(w http.ResponseWriter, r *http.Request) {

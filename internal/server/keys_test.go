@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"html"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -131,6 +133,25 @@ func TestAdminSearchKeys(t *testing.T) {
 		t.Errorf("after retention: %q", got)
 	}
 
+	// The console's deliveries page takes keys too, and replays what they
+	// select, counted first.
+	console := newBrowser(t, b.handler)
+	console.signIn(adminToken)
+	res, html := console.do("GET", "/admin/ui/deliveries?key=customer:cus_123", nil)
+	link := regexp.MustCompile(`id="bulk-replay" href="([^"]+)"`).FindStringSubmatch(html)
+	if res.StatusCode != 200 || !strings.Contains(html, "evt_c") || strings.Contains(html, "evt_b") || !strings.Contains(html, `id="key"`) ||
+		!strings.Contains(html, `value="customer:cus_123"`) || link == nil {
+		t.Fatalf("the console's key filter: %d\n%s", res.StatusCode, html)
+	}
+	res, html = console.do("GET", strings.ReplaceAll(link[1], "&amp;", "&"), nil)
+	if res.StatusCode != 200 || !strings.Contains(html, `<strong id="matched">1</strong>`) || !strings.Contains(html, "key customer:cus_123") {
+		t.Fatalf("the replay of a key, confirmed first (evt_c is left): %d\n%s", res.StatusCode, html)
+	}
+	res, html = console.do("GET", "/admin/ui/replay?q="+url.QueryEscape(`payload.data.object.invoice == "in_3"`)+"&since=1h", nil)
+	if res.StatusCode != 200 || !strings.Contains(html, "The search is evaluated on") || !strings.Contains(html, "Replay what the search finds") {
+		t.Fatalf("the replay of a search, confirmed first: %d\n%s", res.StatusCode, html)
+	}
+
 	// Without search keys configured, a key names what to configure.
 	plain := setupAdmin(t, adminToken)
 	status, _, body := plain.admin(t, adminReq{path: "/admin/deliveries?key=customer:cus_1"})
@@ -236,10 +257,25 @@ func TestBulkRetry(t *testing.T) {
 	if got := b.auditActions(t); len(got) == 0 || got[0] != "retry api is back" {
 		t.Fatalf("audit = %q", got)
 	}
-	window := fmt.Sprintf(`"since":%q,"until":%q`, time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
-	b.adminJSON(t, adminReq{method: "POST", path: "/admin/retries", body: `{"q":"payload.ref.endsWith(\"/b\")",` + window + `}`}, 202, &res)
-	if res.Deliveries != 1 || res.Retried != 1 || res.Partial == nil || *res.Partial {
-		t.Fatalf("retry by q = %+v", res)
+	// The console retries a search's, counted first.
+	console := newBrowser(t, b.handler)
+	console.signIn(adminToken)
+	// The server's clock is fixed in these tests, the database's not: the
+	// window is the database's.
+	search := "q=" + url.QueryEscape(`payload.ref.endsWith("/b")`) + "&since=" + url.QueryEscape(time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)) +
+		"&until=" + url.QueryEscape(time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+	page, html := console.do("GET", "/admin/ui/retry?"+search, nil)
+	if page.StatusCode != 200 || !strings.Contains(html, `<strong id="matched">1</strong>`) {
+		t.Fatalf("the console's retry, confirmed first: %d\n%s", page.StatusCode, html)
+	}
+	form := url.Values{"csrf": {csrfOf(t, html)}, "reason": {"web is back"}}
+	for _, m := range regexp.MustCompile(`<input type="hidden" name="(q|since|until)" value="([^"]*)">`).FindAllStringSubmatch(html, -1) {
+		form.Set(m[1], htmlText(m[2]))
+	}
+	page, html = console.do("POST", "/admin/ui/retry", form)
+	if page.StatusCode != 200 || !strings.Contains(html, `id="retried"`) || !strings.Contains(html, "<strong>1 delivery</strong>") ||
+		!strings.Contains(html, "<strong>1 dispatch</strong>") {
+		t.Fatalf("the console's retry: %d\n%s", page.StatusCode, html)
 	}
 	dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{DeliveryID: "g-2", Route: "fwd", Generation: 1}, "succeeded")
 	// Nothing left retrying: nothing retried.
@@ -252,3 +288,6 @@ func TestBulkRetry(t *testing.T) {
 		t.Fatalf("a retry of discarded deliveries: %d %s", status, body)
 	}
 }
+
+// htmlText is an attribute's value as the browser reads it.
+func htmlText(s string) string { return html.UnescapeString(s) }

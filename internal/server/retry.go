@@ -115,17 +115,7 @@ func (s *server) handleBulkRetry(w http.ResponseWriter, r *http.Request) {
 			}
 			after = &c
 		}
-		if f.Q != "" {
-			// A search: one at a time per core, as the list's.
-			select {
-			case s.searches <- struct{}{}:
-				defer func() { <-s.searches }()
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}
-		res, err := retry.BulkTx(ctx, tx, s.Admin.Enqueuer.Client(), s.Admin.Routes, f, after, s.Admin.SearchBudget,
-			retry.Operator{Actor: Actor(s.Admin.Token), Reason: req.Reason})
+		res, err := s.retryManyTx(ctx, tx, f, after, retry.Operator{Actor: Actor(s.Admin.Token), Reason: req.Reason})
 		if err != nil {
 			return nil, err
 		}
@@ -139,4 +129,30 @@ func (s *server) handleBulkRetry(w http.ResponseWriter, r *http.Request) {
 		}
 		return out, nil
 	})
+}
+
+// retryManyTx is retry.BulkTx with the gateway's search budget, a search
+// (f.Q) waiting its turn as the list's do: one at a time per core.
+func (s *server) retryManyTx(ctx context.Context, tx pgx.Tx, f deliveries.Filter, after *deliveries.Cursor, op retry.Operator) (retry.BulkResult, error) {
+	if f.Q != "" {
+		select {
+		case s.searches <- struct{}{}:
+			defer func() { <-s.searches }()
+		case <-ctx.Done():
+			return retry.BulkResult{}, ctx.Err()
+		}
+	}
+	return retry.BulkTx(ctx, tx, s.Admin.Enqueuer.Client(), s.Admin.Routes, f, after, s.Admin.SearchBudget, op)
+}
+
+// retryMany is retryManyTx in a transaction of its own: the console's bulk
+// retry.
+func (s *server) retryMany(ctx context.Context, f deliveries.Filter, after *deliveries.Cursor, op retry.Operator) (retry.BulkResult, error) {
+	var res retry.BulkResult
+	err := pgx.BeginFunc(ctx, s.Admin.Pool, func(tx pgx.Tx) error {
+		var err error
+		res, err = s.retryManyTx(ctx, tx, f, after, op)
+		return err
+	})
+	return res, err
 }

@@ -169,7 +169,7 @@ func New(cfg Config) http.Handler {
 			s.console = console.New(console.Config{
 				Token: cfg.Admin.Token, Actor: Actor(cfg.Admin.Token), Pool: cfg.Admin.Pool, Enqueuer: cfg.Admin.Enqueuer,
 				Routes: cfg.Admin.Routes, Providers: cfg.Providers, Keys: cfg.Keys, Logger: cfg.Logger, Now: cfg.Now, Classify: classify,
-				Sessions: sessions, Guesses: cfg.Admin.Guesses, PublicURL: cfg.Admin.PublicURL, Search: s.search,
+				Sessions: sessions, Guesses: cfg.Admin.Guesses, PublicURL: cfg.Admin.PublicURL, Search: s.search, Retry: s.retryMany,
 			})
 		}
 	}
