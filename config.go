@@ -6,6 +6,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/searchkeys"
 )
 
 // Config is the gateway's configuration, a plain struct a service fills in
@@ -40,6 +41,11 @@ type Circuit = config.Circuit
 // time's Tolerance, the Order paths of its entity and time, an hmac kind's
 // HMAC scheme (docs/sources.md).
 type Source = config.Source
+
+// SearchKeys are the values indexed at ingest (Config.SearchKeys): per
+// provider, each key's name and the dot-separated JSON path of its value in
+// the payload, found by GET /admin/deliveries?key=name:value.
+type SearchKeys = searchkeys.Paths
 
 // OrderPaths name a source's entity and event time in its payload
 // (Source.Order).
