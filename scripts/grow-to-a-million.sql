@@ -1,7 +1,7 @@
 -- grow-to-a-million.sql copies the deliveries a gateway has stored, each
 -- copy under new delivery ids and entities, to measure the hot paths on a
 -- large database (docs/performance.md, "As the tables grow"): receipts,
--- watermarks, and dispatches with their completed River jobs (finalized
+-- their search keys, watermarks, and dispatches with their completed River jobs (finalized
 -- when the originals were, so within River's hour of completed jobs if the
 -- originals are). Run it against a stopped load, on a database whose
 -- deliveries have all been forwarded (it refuses otherwise):
@@ -34,6 +34,10 @@ INSERT INTO hookgate_receipts (provider, scope, delivery_id, event, entity, even
   SELECT provider, scope, delivery_id || '-' || n, event, entity || '-' || n, event_time, content_type, headers, body, body_sha256,
     received_at - make_interval(secs => n * 20), expires_at
   FROM hookgate_receipts, copies;
+-- Each copy's search keys take its original's values, at its received_at.
+INSERT INTO hookgate_search_keys (provider, delivery_id, name, value, received_at)
+  SELECT provider, delivery_id || '-' || n, name, value, received_at - make_interval(secs => n * 20)
+  FROM hookgate_search_keys, copies;
 INSERT INTO hookgate_watermarks (route, entity, event_time, provider, delivery_id, updated_at)
   SELECT route, entity || '-' || n, event_time, provider, delivery_id || '-' || n, updated_at
   FROM hookgate_watermarks, copies;

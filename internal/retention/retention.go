@@ -89,10 +89,7 @@ func DeleteExpired(ctx context.Context, pool *pgxpool.Pool, p Policy) (int, erro
 			for i, e := range events {
 				providers[i], ids[i] = e.Provider, e.DeliveryID
 			}
-			if err := store.DeleteSearchKeysOfGoneTx(ctx, tx, providers, ids); err != nil {
-				return err
-			}
-			return store.DeleteDispatchesOfGoneTx(ctx, tx, providers, ids)
+			return store.DeleteRowsOfGoneTx(ctx, tx, providers, ids)
 		})
 		if err != nil {
 			return total, fmt.Errorf("delete expired receipts: %w", err)

@@ -145,31 +145,20 @@ func InsertDispatchesTx(ctx context.Context, tx pgx.Tx, keys []DispatchKey, jobI
 	return inserted, ids, nil
 }
 
-// DeleteDispatchesOfGoneTx deletes, in tx, the dispatches of the events
-// (providers[i], ids[i]) that have no receipt left: an event's dispatches go
-// with its last receipt.
-func DeleteDispatchesOfGoneTx(ctx context.Context, tx pgx.Tx, providers, ids []string) error {
+// DeleteRowsOfGoneTx deletes, in tx, the dispatches and search keys of the
+// events (providers[i], ids[i]) that have no receipt left: an event's rows
+// go with its last receipt. One statement.
+func DeleteRowsOfGoneTx(ctx context.Context, tx pgx.Tx, providers, ids []string) error {
 	_, err := tx.Exec(ctx, `
-		DELETE FROM hookgate_dispatches d USING unnest($1::text[], $2::text[]) AS g(provider, delivery_id)
-		WHERE d.provider = g.provider AND d.delivery_id = g.delivery_id
-		AND NOT EXISTS (SELECT 1 FROM hookgate_receipts r WHERE r.provider = g.provider AND r.delivery_id = g.delivery_id)`,
+		WITH gone AS (
+			SELECT g.provider, g.delivery_id FROM unnest($1::text[], $2::text[]) AS g(provider, delivery_id)
+			WHERE NOT EXISTS (SELECT 1 FROM hookgate_receipts r WHERE r.provider = g.provider AND r.delivery_id = g.delivery_id)),
+		keys AS (
+			DELETE FROM hookgate_search_keys k USING gone g WHERE k.provider = g.provider AND k.delivery_id = g.delivery_id)
+		DELETE FROM hookgate_dispatches d USING gone g WHERE d.provider = g.provider AND d.delivery_id = g.delivery_id`,
 		providers, ids)
 	if err != nil {
-		return fmt.Errorf("delete dispatches: %w", err)
-	}
-	return nil
-}
-
-// DeleteSearchKeysOfGoneTx deletes, in tx, the search keys of the events
-// (providers[i], ids[i]) that have no receipt left.
-func DeleteSearchKeysOfGoneTx(ctx context.Context, tx pgx.Tx, providers, ids []string) error {
-	_, err := tx.Exec(ctx, `
-		DELETE FROM hookgate_search_keys k USING unnest($1::text[], $2::text[]) AS g(provider, delivery_id)
-		WHERE k.provider = g.provider AND k.delivery_id = g.delivery_id
-		AND NOT EXISTS (SELECT 1 FROM hookgate_receipts r WHERE r.provider = g.provider AND r.delivery_id = g.delivery_id)`,
-		providers, ids)
-	if err != nil {
-		return fmt.Errorf("delete search keys: %w", err)
+		return fmt.Errorf("delete the rows of expired deliveries: %w", err)
 	}
 	return nil
 }
