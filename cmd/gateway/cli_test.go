@@ -135,8 +135,11 @@ func TestCLIAgainstRunningGateway(t *testing.T) {
 	if out, code, err := cliRunErr(t, "deliveries", "list", "--key", "customr=cus_demo"); code != cli.ExitUsage || !strings.Contains(err, "the keys are customer, repo") {
 		t.Fatalf("list --key of no configured key: exit %d, %s %s", code, out, err)
 	}
+	if out, code, err := cliRunErr(t, "deliveries", "list", "--key", "customer=cus_demo", "--where", " "); code != cli.ExitUsage || !strings.Contains(err, "--where is empty") {
+		t.Fatalf("list --where empty: exit %d, %s %s", code, out, err)
+	}
 	// Nothing retrying: a retry by key attempts nothing, and says so.
-	if out, code := cliRun(t, "retry", "--key", "customer=cus_demo"); code != 0 || !strings.Contains(out, "0 deliveries with a retrying dispatch") {
+	if out, code := cliRun(t, "retry", "--key", "customer=cus_demo"); code != 0 || !strings.Contains(out, "retry (key customer=cus_demo): 0 deliveries with a retrying dispatch matched; 0 dispatches attempted now") {
 		t.Fatalf("retry --key: exit %d, %s", code, out)
 	}
 	if out, code := cliRun(t, "deliveries", "show", "stripe", sent.DeliveryID); code != 0 || !strings.Contains(out, "stripe:sub_demo") ||

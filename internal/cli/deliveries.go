@@ -19,12 +19,21 @@ import (
 // parameters name them: the list's filters, a search (--where, the API's
 // q) and search keys (--key name=value, the API's key=name:value).
 type filterFlags struct {
+	fs                                          *flag.FlagSet
 	provider, event, state, since, until, where *string
 	keys                                        *multiFlag
 }
 
+// whereGiven reports whether --where was given, even empty.
+func (f filterFlags) whereGiven() bool {
+	given := false
+	f.fs.Visit(func(fl *flag.Flag) { given = given || fl.Name == "where" })
+	return given
+}
+
 func addFilterFlags(fs *flag.FlagSet) filterFlags {
 	f := filterFlags{
+		fs:       fs,
 		provider: fs.String("provider", "", "a provider the gateway knows"),
 		event:    fs.String("event", "", "a route pattern"),
 		state:    fs.String("state", "", "a dispatch state, or stored"),
@@ -39,7 +48,7 @@ func addFilterFlags(fs *flag.FlagSet) filterFlags {
 
 // set reports whether a filter flag is set.
 func (f filterFlags) set() bool {
-	return *f.provider != "" || *f.event != "" || *f.state != "" || *f.since != "" || *f.until != "" || *f.where != "" || len(*f.keys) > 0
+	return *f.provider != "" || *f.event != "" || *f.state != "" || *f.since != "" || *f.until != "" || f.whereGiven() || len(*f.keys) > 0
 }
 
 // query is the filter as the API's query parameters.
@@ -78,9 +87,13 @@ func (f filterFlags) apiKeys() []string {
 	return keys
 }
 
-// check refuses a --key that is no name=value, and asks the gateway whether
-// the filter's provider is one it knows, for a usage error that lists them.
+// check refuses a --key that is no name=value and a --where given empty,
+// and asks the gateway whether the filter's provider is one it knows, for a
+// usage error that lists them.
 func (f filterFlags) check(ctx context.Context, c *client) error {
+	if f.whereGiven() && strings.TrimSpace(*f.where) == "" {
+		return usageErr("--where is empty: give an expression, or leave --where out for every delivery")
+	}
 	for _, k := range *f.keys {
 		if name, _, ok := strings.Cut(k, "="); !ok || name == "" {
 			return usageErr("--key %s: a key is name=value, such as --key customer=cus_123", printable(k))

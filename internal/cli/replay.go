@@ -105,7 +105,7 @@ func replayOne(ctx context.Context, env Env, conn connFlags, rest []string, req 
 	}
 	if everyRoute {
 		if err := confirm(env, fmt.Sprintf("replay --force re-dispatches every route of the gateway that matches %s %s, "+
-			"those whose dispatch succeeded too, as a new generation each", provider, printable(id))); err != nil {
+			"those whose dispatch succeeded too, as a new generation each", provider, printable(id)), ", or --route R to choose routes"); err != nil {
 			return err
 		}
 	}
@@ -143,10 +143,11 @@ func replayOne(ctx context.Context, env Env, conn connFlags, rest []string, req 
 
 // confirm says what is about to happen and asks a person at a terminal to
 // confirm it. Off a terminal no one can answer: it refuses (exit 2), naming
-// --yes, and nothing is sent. An answer other than y or yes refuses too.
-func confirm(env Env, what string) error {
+// --yes (and, for a replay of one delivery, --route), and nothing is sent.
+// An answer other than y or yes refuses too.
+func confirm(env Env, what string, alternatives ...string) error {
 	if !env.Terminal || env.Stdin == nil {
-		return usageErr("%s; nothing replayed: pass --yes to replay without being asked, or --route R to choose routes", what)
+		return usageErr("%s; nothing replayed: pass --yes to replay without being asked%s", what, strings.Join(alternatives, ""))
 	}
 	fmt.Fprintf(env.Stderr, "%s.\nReplay? [y/N] ", what)
 	line, _ := bufio.NewReader(env.Stdin).ReadString('\n')
@@ -160,6 +161,15 @@ func confirm(env Env, what string) error {
 // describeFilter says which deliveries the filter flags select, as typed,
 // to follow "each delivery".
 func describeFilter(ff filterFlags) string {
+	parts := filterParts(ff)
+	if len(parts) == 0 {
+		return "stored (no filter is set)"
+	}
+	return "the filter selects (" + strings.Join(parts, ", ") + ")"
+}
+
+// filterParts are the filter's flags as a person reads them.
+func filterParts(ff filterFlags) []string {
 	var parts []string
 	for _, p := range [][2]string{{"provider", *ff.provider}, {"event", *ff.event}, {"state", *ff.state}, {"since", *ff.since}, {"until", *ff.until}, {"where", *ff.where}} {
 		if p[1] != "" {
@@ -169,8 +179,5 @@ func describeFilter(ff filterFlags) string {
 	for _, k := range *ff.keys {
 		parts = append(parts, "key "+printable(k))
 	}
-	if len(parts) == 0 {
-		return "stored (no filter is set)"
-	}
-	return "the filter selects (" + strings.Join(parts, ", ") + ")"
+	return parts
 }

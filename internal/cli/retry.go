@@ -151,7 +151,7 @@ func bulkRetry(ctx context.Context, env Env, conn connFlags, ff filterFlags, rea
 		req["cursor"] = *res.NextCursor
 	}
 	if !asJSON {
-		fmt.Fprintf(env.Stdout, "retry: %s matched %s; %s attempted now\n", describeFilter(ff),
+		fmt.Fprintf(env.Stdout, "retry (%s): %s matched; %s attempted now\n", strings.Join(filterParts(ff), ", "),
 			countOf(total.Deliveries, "delivery with a retrying dispatch", "deliveries with a retrying dispatch"), countOf(total.Retried, "dispatch", "dispatches"))
 	}
 	return nil

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -177,8 +178,9 @@ type Config struct {
 	// there, for Resolve's errors (ErrBadFile).
 	routesFile string
 	// keysFile is the configuration file's path when FromEnv read
-	// SearchKeys from it.
+	// SearchKeys from it, and keyLines each provider's line there.
 	keysFile string
+	keyLines map[string]int
 	// unread is what FromEnv could not read, which Resolve reports first;
 	// unreadSources are the names of the configuration file's sources it
 	// could not read, which a route may name without a second error.
@@ -416,7 +418,7 @@ func (c Config) Resolve() (Resolved, error) {
 	d := c.RouteDefaults()
 	d.Sources = sourceNames
 	configured := c.configured(sourceNames)
-	keys, err := searchkeys.New(c.SearchKeys, func(p string) bool { return slices.Contains(configured, p) })
+	keys, err := searchkeys.New(c.keyPaths(configured, func(err error) { errs = append(errs, c.keysError(err)) }))
 	if err != nil {
 		errs = append(errs, c.keysError(fmt.Errorf("search_keys: %w", err)))
 	}
@@ -468,6 +470,27 @@ func (c Config) routeWhere(i int, route Route) (string, func(key string) string)
 		return fmt.Sprintf("route %q", route.Name), noLine
 	}
 	return fmt.Sprintf("route %d (%q)", i+1, route.Name), noLine
+}
+
+// keyPaths returns the search keys of the providers configured, and reports
+// each other provider with its line (one a source that could not be read
+// names is reported with that source alone).
+func (c Config) keyPaths(configured []string, report func(error)) searchkeys.Paths {
+	paths := searchkeys.Paths{}
+	for _, p := range slices.Sorted(maps.Keys(c.SearchKeys)) {
+		switch {
+		case slices.Contains(configured, p):
+			paths[p] = c.SearchKeys[p]
+		case slices.Contains(c.unreadSources, p):
+		default:
+			where := ""
+			if l := c.keyLines[p]; l > 0 {
+				where = fmt.Sprintf("line %d: ", l)
+			}
+			report(fmt.Errorf("%ssearch_keys: provider %s is not configured (%s); the configured ones: %s", where, p, unsetReason(p), configuredList(configured)))
+		}
+	}
+	return paths
 }
 
 // keysError is err, of the search keys, as an error of the configuration
@@ -715,13 +738,18 @@ func unconfigured(r fanout.Route, configured, unread []string) []*KeyError {
 			continue
 		}
 		seen = append(seen, m.Provider)
-		unset := "no source has that name"
-		if k, ok := providers.Kinds[m.Provider]; ok && k.Env != "" {
-			unset = k.Env + " is unset"
-		}
-		errs = append(errs, &KeyError{Key: "match", Problem: fmt.Sprintf("provider %s is not configured (%s); the configured ones: %s", m.Provider, unset, configuredList(configured))})
+		errs = append(errs, &KeyError{Key: "match", Problem: fmt.Sprintf("provider %s is not configured (%s); the configured ones: %s", m.Provider, unsetReason(m.Provider), configuredList(configured))})
 	}
 	return errs
+}
+
+// unsetReason says why a provider that is not configured is not: its
+// secret's variable is unset, or no source has its name.
+func unsetReason(provider string) string {
+	if k, ok := providers.Kinds[provider]; ok && k.Env != "" {
+		return k.Env + " is unset"
+	}
+	return "no source has that name"
 }
 
 // configuredList writes the providers configured for a message.

@@ -39,7 +39,7 @@ func FromEnv(lookup Lookup) (Config, error) {
 	}
 	c.Routes, c.Sources, c.unreadSources = read.routes, read.sources, read.unreadSources
 	if read.searchKeys != nil {
-		c.SearchKeys, c.keysFile = read.searchKeys, path
+		c.SearchKeys, c.keysFile, c.keyLines = read.searchKeys, path, read.keyLines
 	}
 	if len(read.routes) > 0 {
 		c.routesFrom, c.routesFile = read.from, read.file

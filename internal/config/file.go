@@ -70,8 +70,9 @@ type read struct {
 	sources       []Source
 	unreadSources []string
 	// searchKeys are the file's search keys, as written (Resolve checks
-	// their providers).
+	// their providers), and keyLines each provider's line.
 	searchKeys searchkeys.Paths
+	keyLines   map[string]int
 }
 
 // routesAndSources returns the routes and the configuration file's sources:
@@ -90,7 +91,7 @@ func routesAndSources(spec, path string, lookup Lookup, builtins []string) (read
 		return read{}, fmt.Errorf("GATEWAY_CONFIG_FILE: the file it names cannot be read: %w", err)
 	}
 	f, err := readFile(path, lookup, builtins)
-	r := read{sources: f.sources, unreadSources: f.unreadSources, searchKeys: f.searchKeys}
+	r := read{sources: f.sources, unreadSources: f.unreadSources, searchKeys: f.searchKeys, keyLines: f.keyLines}
 	if !f.routesListed {
 		rs, serr := parseSpec(spec)
 		r.routes, r.from = rs, routesVariable
@@ -114,8 +115,9 @@ type file struct {
 	sources       []Source
 	unreadSources []string
 	// searchKeys are the file's search keys whose names and paths are
-	// right.
+	// right, and keyLines each provider's line.
 	searchKeys searchkeys.Paths
+	keyLines   map[string]int
 }
 
 // readFile reads the YAML configuration file at path. A target_env names the
@@ -157,7 +159,7 @@ func readFile(path string, lookup Lookup, builtins []string) (file, error) {
 	}
 	var errs []error
 	names := f.readSources(value(top, "sources"), lookup, func(err error) { errs = append(errs, bad("%w", err)) })
-	f.searchKeys = readSearchKeys(value(top, "search_keys"), func(err error) { errs = append(errs, bad("%w", err)) })
+	f.searchKeys, f.keyLines = readSearchKeys(value(top, "search_keys"), func(err error) { errs = append(errs, bad("%w", err)) })
 	list := value(top, "routes")
 	if list == nil {
 		return f, errors.Join(errs...)
@@ -232,17 +234,18 @@ func (f *file) readSources(list *yaml.Node, lookup Lookup, report func(error)) [
 // readSearchKeys reads the file's search_keys (n, when the file has them):
 // a mapping of providers, each a mapping of key names to dot-separated JSON
 // paths. Each mistake is passed to report with its line; the keys that are
-// right are returned. Whether a provider is configured is Resolve's to say.
-func readSearchKeys(n *yaml.Node, report func(error)) searchkeys.Paths {
+// right are returned, with each provider's line. Whether a provider is
+// configured is Resolve's to say.
+func readSearchKeys(n *yaml.Node, report func(error)) (searchkeys.Paths, map[string]int) {
 	if n == nil {
-		return nil
+		return nil, nil
 	}
 	const shape = "search_keys maps providers to their keys' JSON paths, such as stripe: {customer: data.object.customer}"
 	if n.Kind != yaml.MappingNode {
 		report(fmt.Errorf("line %d: %s", n.Line, shape))
-		return nil
+		return nil, nil
 	}
-	paths := searchkeys.Paths{}
+	paths, lines := searchkeys.Paths{}, map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		p, keys := n.Content[i], n.Content[i+1]
 		if _, seen := paths[p.Value]; seen {
@@ -253,7 +256,7 @@ func readSearchKeys(n *yaml.Node, report func(error)) searchkeys.Paths {
 			report(fmt.Errorf("line %d: search_keys: %s", keys.Line, shape))
 			continue
 		}
-		paths[p.Value] = map[string]string{}
+		paths[p.Value], lines[p.Value] = map[string]string{}, p.Line
 		for j := 0; j+1 < len(keys.Content); j += 2 {
 			name, path := keys.Content[j], keys.Content[j+1]
 			switch {
@@ -268,7 +271,7 @@ func readSearchKeys(n *yaml.Node, report func(error)) searchkeys.Paths {
 			}
 		}
 	}
-	return paths
+	return paths, lines
 }
 
 // itemName names the i-th item of a list for messages: by its name and line

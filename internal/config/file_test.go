@@ -380,8 +380,13 @@ search_keys:
 	if fmt.Sprint(keys) != "[customer:cus_1 invoice:7]" {
 		t.Errorf("stripe's keys = %v", keys)
 	}
+	// A source that could not be read is reported once, with the source.
+	_, err = load(t, "", writeFile(t, "sources:\n  - {name: clerk, kind: nope, secret_env: CLERK_SECRET}\nsearch_keys:\n  clerk: {user: data.id}\n"))
+	if err == nil || !strings.Contains(err.Error(), `source "clerk"`) || strings.Contains(err.Error(), "search_keys") {
+		t.Errorf("search keys of a source that could not be read: %v", err)
+	}
 	for _, tt := range []struct{ text, want string }{
-		{"search_keys:\n  gitlab: {a: b}\n", `search_keys: search key: provider "gitlab" is not configured`},
+		{"search_keys:\n  gitlab: {a: b}\n", `line 2: search_keys: provider gitlab is not configured (no source has that name); the configured ones: github, stripe`},
 		{"search_keys:\n  stripe: {Customer: data.object.customer}\n", `line 2: search_keys: stripe: search key: "Customer"`},
 		{"search_keys:\n  stripe: {customer: data..customer}\n", `line 2: search_keys: stripe.customer: search key: "data..customer"`},
 		{"search_keys:\n  stripe: {customer: [a, b]}\n", `line 2: search_keys: stripe.customer`},

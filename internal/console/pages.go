@@ -564,6 +564,8 @@ type bulkData struct {
 	// Searching says the filter is a search (q): Matched counts the
 	// deliveries it is evaluated on.
 	Searching bool
+	// Back is the deliveries page of the filter.
+	Back string
 }
 
 // describe says what a filter selects, its times as people read them.
@@ -648,7 +650,7 @@ func (c *Console) handleBulkConfirm(w http.ResponseWriter, r *http.Request) {
 		fixed.Set("since", f.Since.UTC().Format(time.RFC3339Nano))
 	}
 	c.render(w, r, http.StatusOK, "bulk", page{Title: "Bulk replay", Nav: "deliveries",
-		Data: bulkData{Query: fixed, Filter: describe(f), Matched: n, Searching: f.Q != ""}})
+		Data: bulkData{Query: fixed, Filter: describe(f), Matched: n, Searching: f.Q != "", Back: deliveriesOf(fq)}})
 }
 
 // bulkRetryData is the bulk retry's page: its confirmation (Matched), then
@@ -666,6 +668,16 @@ type bulkRetryData struct {
 	Result retry.BulkResult
 	Cursor string
 	Reason string
+	// Back is the deliveries page of the filter.
+	Back string
+}
+
+// deliveriesOf is the deliveries page of a filter.
+func deliveriesOf(fq url.Values) string {
+	if len(fq) == 0 {
+		return "/admin/ui/deliveries"
+	}
+	return "/admin/ui/deliveries?" + fq.Encode()
 }
 
 // retryFilter reads a bulk retry's filter: a retry attempts retrying
@@ -692,7 +704,7 @@ func (c *Console) handleBulkRetryConfirm(w http.ResponseWriter, r *http.Request)
 		return
 	}
 	c.render(w, r, http.StatusOK, "bulkretry", page{Title: "Retry now", Nav: "deliveries",
-		Data: bulkRetryData{Query: fq, Filter: describe(f), Matched: n, Searching: f.Q != ""}})
+		Data: bulkRetryData{Query: fq, Filter: describe(f), Matched: n, Searching: f.Q != "", Back: deliveriesOf(fq)}})
 }
 
 func (c *Console) handleBulkRetry(w http.ResponseWriter, r *http.Request) {
@@ -721,7 +733,7 @@ func (c *Console) handleBulkRetry(w http.ResponseWriter, r *http.Request) {
 		c.failWith(w, r, err)
 		return
 	}
-	d := bulkRetryData{Query: fq, Filter: describe(f), Searching: f.Q != "", Done: true, Result: res, Reason: reason}
+	d := bulkRetryData{Query: fq, Filter: describe(f), Searching: f.Q != "", Done: true, Result: res, Reason: reason, Back: deliveriesOf(fq)}
 	if res.Partial && res.Next != nil {
 		d.Cursor = res.Next.Encode()
 	}

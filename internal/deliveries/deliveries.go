@@ -102,6 +102,9 @@ func (f Filter) Validate(known *providers.Registry, keys *searchkeys.Set) error 
 	if f.Since != nil && f.Until != nil && !f.Since.Before(*f.Until) {
 		return fmt.Errorf("%w: since must be before until", ErrBadFilter)
 	}
+	if len(f.Keys) > searchkeys.MaxPerFilter {
+		return fmt.Errorf("%w: key is given %d times: at most %d keys, all of which must match", ErrBadFilter, len(f.Keys), searchkeys.MaxPerFilter)
+	}
 	for _, k := range f.Keys {
 		if _, err := keys.Parse(k); err != nil {
 			return fmt.Errorf("%w: key: %w", ErrBadFilter, err)

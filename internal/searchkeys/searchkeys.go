@@ -35,6 +35,10 @@ var ErrBad = errors.New("search key")
 // MaxValueLen bounds a key's value: an id, a name, a number.
 const MaxValueLen = providers.MaxIDLen
 
+// MaxPerFilter bounds the keys one filter gives: each is one more lookup of
+// the index per delivery found.
+const MaxPerFilter = 8
+
 // Paths are the configuration's search keys: provider, then key name, then
 // the dot-separated JSON path of its value in the payload.
 type Paths map[string]map[string]string
@@ -80,16 +84,12 @@ type named struct {
 	path []string
 }
 
-// New checks paths and returns its Set: each provider one that known
-// accepts, each name and path right.
-func New(paths Paths, known func(provider string) bool) (*Set, error) {
+// New checks paths and returns its Set, each name and path right; that its
+// providers are configured is the caller's to check.
+func New(paths Paths) (*Set, error) {
 	s := &Set{byProvider: map[string][]named{}}
 	var errs []error
 	for _, p := range slices.Sorted(maps.Keys(paths)) {
-		if !known(p) {
-			errs = append(errs, fmt.Errorf("%w: provider %q is not configured", ErrBad, p))
-			continue
-		}
 		for _, name := range slices.Sorted(maps.Keys(paths[p])) {
 			path := paths[p][name]
 			if err := CheckName(name); err != nil {
@@ -174,16 +174,28 @@ func CheckValue(v string) error {
 func (s *Set) Parse(filter string) (Key, error) {
 	name, value, ok := strings.Cut(filter, ":")
 	if !ok {
-		return Key{}, fmt.Errorf("%w: %q: a key is name:value, such as customer:cus_123", ErrBad, filter)
+		keys := "no search key is configured (search_keys: in the configuration file)"
+		if len(s.Names()) > 0 {
+			keys = "the keys are " + strings.Join(s.Names(), ", ")
+		}
+		return Key{}, fmt.Errorf("%w: %q: a key is name:value, such as customer:cus_123; %s", ErrBad, shorten(filter), keys)
 	}
 	if !slices.Contains(s.Names(), name) {
 		if len(s.Names()) == 0 {
-			return Key{}, fmt.Errorf("%w: %q: no search key is configured (search_keys: in the configuration file)", ErrBad, name)
+			return Key{}, fmt.Errorf("%w: %q: no search key is configured (search_keys: in the configuration file)", ErrBad, shorten(name))
 		}
-		return Key{}, fmt.Errorf("%w: %q is not a configured search key: the keys are %s", ErrBad, name, strings.Join(s.Names(), ", "))
+		return Key{}, fmt.Errorf("%w: %q is not a configured search key: the keys are %s", ErrBad, shorten(name), strings.Join(s.Names(), ", "))
 	}
 	if err := CheckValue(value); err != nil {
 		return Key{}, fmt.Errorf("%s: %w", name, err)
 	}
 	return Key{Name: name, Value: value}, nil
+}
+
+// shorten is text a message quotes, cut to 64 bytes.
+func shorten(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
 }

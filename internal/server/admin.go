@@ -284,6 +284,9 @@ func (s *server) handleListDeliveries(w http.ResponseWriter, r *http.Request) {
 		items, next, partial, failed = found.Items, found.Next, &found.Partial, &found.Failed
 	} else {
 		items, next, err = deliveries.List(r.Context(), s.Admin.Pool, f, limit, after)
+		if r.Context().Err() != nil {
+			return // the client has gone
+		}
 		if err != nil {
 			writeError(w, r, s.Logger, err)
 			return
@@ -417,8 +420,10 @@ func (k *keyList) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	var many []string
-	if err := json.Unmarshal(b, &many); err != nil {
-		return fmt.Errorf("%w: key is \"name:value\", or an array of them", errBadRequest)
+	if err := json.Unmarshal(b, &many); err != nil || len(many) == 0 {
+		// An empty list selects no key: refused, so that a list built from
+		// an empty result never acts on every delivery.
+		return errors.New(`key is "name:value", or a non-empty array of them`)
 	}
 	*k = many
 	return nil
@@ -534,7 +539,9 @@ func readAdminBody(w http.ResponseWriter, r *http.Request, req adminRequest) ([]
 		if err := dec.Decode(req); err != nil {
 			var typeErr *json.UnmarshalTypeError
 			if errors.As(err, &typeErr) && typeErr.Field != "" {
-				return nil, fmt.Errorf("%w: the body's field %q must be a JSON %s", errBadRequest, typeErr.Field, jsonKind(typeErr.Type.Kind()))
+				// A field of the embedded filter is named by its JSON name alone.
+				field := strings.TrimPrefix(typeErr.Field, "bulkFilter.")
+				return nil, fmt.Errorf("%w: the body's field %q must be a JSON %s", errBadRequest, field, jsonKind(typeErr.Type.Kind()))
 			}
 			return nil, fmt.Errorf("%w: the body must be a JSON object of the documented fields: %v", errBadRequest, err)
 		}
