@@ -110,9 +110,56 @@ type Item struct {
 	States []string `json:"-"`
 }
 
+// planned returns a statement's arguments so that a filter with keys is
+// planned for its own values each time: a prepared statement's generic plan,
+// which PostgreSQL takes after five executions, knows no key's selectivity
+// and may read the commonest key's index whole (0.2 s instead of 2 ms on a
+// million deliveries).
+func (f DeliveryFilter) planned(args []any) []any {
+	if len(f.Keys) == 0 {
+		return args
+	}
+	return append([]any{pgx.QueryExecModeExec}, args...)
+}
+
+// keyProbe bounds how many deliveries of each key rarestFirst counts.
+const keyProbe = 1000
+
+// rarestFirst returns f with its keys in the order of how many deliveries
+// hold each (counted up to keyProbe), the rarest first: the list reads the
+// first one's index and looks the others up for each delivery it finds, so
+// "customer:cus_123 and invoice:in_9" reads the invoice's one row, not the
+// customer's thousands. One statement; nothing when f has one key or none.
+func rarestFirst(ctx context.Context, db Querier, f DeliveryFilter) (DeliveryFilter, error) {
+	if len(f.Keys) < 2 {
+		return f, nil
+	}
+	rows, err := db.Query(ctx, `
+		SELECT k.i::int FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(name, value, i)
+		ORDER BY (SELECT count(*) FROM (SELECT 1 FROM hookgate_search_keys s WHERE s.name = k.name AND s.value = k.value LIMIT $3) x), k.i`,
+		column(f.Keys, func(k *KeyValue) string { return k.Name }), column(f.Keys, func(k *KeyValue) string { return k.Value }), keyProbe)
+	if err != nil {
+		return f, fmt.Errorf("order search keys: %w", err)
+	}
+	order, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return f, fmt.Errorf("order search keys: %w", err)
+	}
+	keys := make([]KeyValue, 0, len(order))
+	for _, i := range order {
+		keys = append(keys, f.Keys[i-1])
+	}
+	f.Keys = keys
+	return f, nil
+}
+
 // ListDeliveries returns up to limit deliveries matching f, newest first,
 // after the cursor when one is given.
 func ListDeliveries(ctx context.Context, db Querier, f DeliveryFilter, limit int, after *DeliveryCursor) ([]Item, error) {
+	f, err := rarestFirst(ctx, db, f)
+	if err != nil {
+		return nil, err
+	}
 	where, args := f.where(nil)
 	from, at := f.from()
 	if after != nil {
@@ -128,7 +175,7 @@ func ListDeliveries(ctx context.Context, db Querier, f DeliveryFilter, limit int
 		FROM `+from+`
 		WHERE `+where+`
 		ORDER BY `+at+`.received_at DESC, `+at+`.provider DESC, `+at+`.delivery_id DESC
-		LIMIT $`+strconv.Itoa(len(args)), args...)
+		LIMIT $`+strconv.Itoa(len(args)), f.planned(args)...)
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries: %w", err)
 	}
@@ -157,9 +204,13 @@ func CountDeliveriesSQL(f DeliveryFilter) (string, []any) {
 
 // CountDeliveries returns how many deliveries match f.
 func CountDeliveries(ctx context.Context, db Querier, f DeliveryFilter) (int, error) {
+	f, err := rarestFirst(ctx, db, f)
+	if err != nil {
+		return 0, err
+	}
 	sql, args := CountDeliveriesSQL(f)
 	var n int
-	if err := db.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
+	if err := db.QueryRow(ctx, sql, f.planned(args)...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count deliveries: %w", err)
 	}
 	return n, nil
