@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -70,4 +71,30 @@ func genericPlan(ctx context.Context, t *testing.T, conn *pgx.Conn, sql string, 
 		t.Fatal(err)
 	}
 	return strings.Join(lines, "\n")
+}
+
+// Of several search keys, the list reads the rarest one's index and looks
+// the others up: rarestFirst puts it first, whatever order they were given
+// in, and keeps the given order among keys as common as one another.
+func TestRarestKeyFirst(t *testing.T) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `
+		INSERT INTO hookgate_search_keys (provider, delivery_id, name, value, received_at)
+		SELECT 'stripe', 'evt_' || i, 'customer', 'cus_1', now() FROM generate_series(1, 50) i
+		UNION ALL SELECT 'stripe', 'evt_' || i, 'invoice', 'in_' || i, now() FROM generate_series(1, 50) i`); err != nil {
+		t.Fatal(err)
+	}
+	f := DeliveryFilter{Keys: []KeyValue{{"customer", "cus_1"}, {"invoice", "in_7"}, {"customer", "cus_none"}}}
+	got, err := rarestFirst(ctx, conn, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []KeyValue{{"customer", "cus_none"}, {"invoice", "in_7"}, {"customer", "cus_1"}}; !slices.Equal(got.Keys, want) {
+		t.Errorf("rarestFirst = %v, want %v", got.Keys, want)
+	}
 }
