@@ -10,6 +10,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/receipts"
+	"github.com/hookgate/hookgate/internal/searchkeys"
 )
 
 // BenchmarkInsertManyTx times one transaction storing a batch of receipts,
@@ -17,18 +18,21 @@ import (
 // ingester's MaxBatch) of new deliveries, and a full batch half of whose keys
 // are already stored (their hashes are read back and compared); and a full
 // batch of new deliveries beside a million kept ids of expired receipts
-// (hookgate_expired_ids, which each new receipt's key is looked up in).
+// (hookgate_expired_ids, which each new receipt's key is looked up in); and
+// a full batch whose deliveries have two search keys each, indexed with them.
 //
 //	go test -run '^$' -bench InsertManyTx -benchmem ./internal/receipts/
 func BenchmarkInsertManyTx(b *testing.B) {
 	for _, c := range []struct {
 		name                  string
 		size, stored, expired int
+		keys                  bool
 	}{
-		{"new_1", 1, 0, 0},
-		{"new_64", 64, 0, 0},
-		{"half_stored_64", 64, 32, 0},
-		{"new_64_beside_1M_expired_ids", 64, 0, 1_000_000},
+		{"new_1", 1, 0, 0, false},
+		{"new_64", 64, 0, 0, false},
+		{"half_stored_64", 64, 32, 0, false},
+		{"new_64_beside_1M_expired_ids", 64, 0, 1_000_000, false},
+		{"new_64_with_2_search_keys", 64, 0, 0, true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			ctx := context.Background()
@@ -44,7 +48,14 @@ func BenchmarkInsertManyTx(b *testing.B) {
 				}
 			}
 			s := &receipts.Store{Retention: 72 * time.Hour}
-			body := []byte(`{"ref":"refs/heads/main","pad":"` + strings.Repeat("x", 2048) + `"}`)
+			if c.keys {
+				keys, err := searchkeys.New(searchkeys.Paths{"github": {"ref": "ref", "repo": "repository.full_name"}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				s.Keys = keys
+			}
+			body := []byte(`{"ref":"refs/heads/main","repository":{"full_name":"acme/api"},"pad":"` + strings.Repeat("x", 2048) + `"}`)
 			batch := func(n int) []providers.Delivery {
 				ds := make([]providers.Delivery, c.size)
 				for i := range ds {
@@ -57,6 +68,8 @@ func BenchmarkInsertManyTx(b *testing.B) {
 						Entity: "github:repo:1", EventTime: time.Now(), ContentType: "application/json",
 						Headers: map[string]string{"X-GitHub-Event": "push", "X-GitHub-Hook-ID": "7"}, Body: body,
 					}
+					// Read before the transaction, as the ingester does.
+					ds[i].Keys = s.KeysOf(ds[i])
 				}
 				return ds
 			}
