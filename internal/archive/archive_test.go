@@ -216,4 +216,3 @@ func startS3(t *testing.T) string {
 	t.Fatalf("versitygw did not listen on %s: %s", addr, out.String())
 	return ""
 }
-
