@@ -16,6 +16,7 @@ import (
 	"github.com/riverqueue/river"
 	"riverqueue.com/riverui"
 
+	"github.com/hookgate/hookgate/internal/archive"
 	"github.com/hookgate/hookgate/internal/database"
 	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/fanout"
@@ -127,6 +128,8 @@ type parts struct {
 	ingester *ingest.Ingester
 	rec      *recovery.Recoverer
 	yield    *yield.Gate
+	// archive is GATEWAY_ARCHIVE_URL's store; nil without one.
+	archive archive.Store
 }
 
 // build makes every part of the gateway on pool: the route table synced to
@@ -198,6 +201,11 @@ func (g *Gateway) parts(ctx context.Context, pool *pgxpool.Pool) (parts, error) 
 	}
 	pt := parts{pool: pool, table: table, m: metrics.New(pool), store: &receipts.Store{Retention: env.Retention, Keys: env.Keys},
 		guard: routes.NewGuard(pool, table, inserter, logger)}
+	if env.ArchiveURL != "" {
+		if pt.archive, err = archive.Open(env.ArchiveURL, env.ArchiveEndpoint); err != nil {
+			return parts{}, err
+		}
+	}
 	if err := pt.guard.Refresh(ctx); err != nil {
 		return parts{}, err
 	}
@@ -241,7 +249,8 @@ func (g *Gateway) riverClient(pt parts) (*river.Client[pgx.Tx], error) {
 			if err := river.AddWorkerSafely(w, &replay.BatchWorker{Pool: pool, Enqueuer: pt.enqueuer}); err != nil {
 				return fmt.Errorf("register replay worker: %w", err)
 			}
-			if err := river.AddWorkerSafely(w, &retention.Worker{Pool: pool, Policy: retention.Policy{Retention: env.Retention, IDRetention: env.IDRetention}, Logger: logger}); err != nil {
+			if err := river.AddWorkerSafely(w, &retention.Worker{Pool: pool, Policy: retention.Policy{Retention: env.Retention, IDRetention: env.IDRetention,
+				Archive: pt.archive}, Logger: logger, Counted: pt.m.ArchivedDay}); err != nil {
 				return fmt.Errorf("register retention worker: %w", err)
 			}
 			if err := river.AddWorkerSafely(w, &recovery.Worker{Recoverer: pt.rec}); err != nil {
@@ -284,7 +293,8 @@ func (g *Gateway) handler(pt parts, p *process) http.Handler {
 		Rejections:              p.recorder,
 		TrustedProxies:          trusted,
 		Admin: server.AdminConfig{Token: env.AdminToken.Value(), Pool: pt.pool, Enqueuer: pt.enqueuer, RiverUI: riverUI, Routes: pt.table,
-			NoConsole: env.Console == "off", PublicURL: env.PublicURL, Recoverer: pt.rec, SearchBudget: env.SearchBudget},
+			NoConsole: env.Console == "off", PublicURL: env.PublicURL, Recoverer: pt.rec, SearchBudget: env.SearchBudget,
+			Archive: pt.archive, Retention: env.Retention},
 	})
 }
 

@@ -156,6 +156,13 @@ type Config struct {
 	// past it the search answers what it found, partial, with a cursor that
 	// continues. Defaults to 5s.
 	SearchBudget time.Duration `env:"GATEWAY_SEARCH_BUDGET" default:"5s" zero:"must be positive"`
+	// ArchiveURL is where retention writes each day of deliveries before it
+	// deletes them: file:///path, or s3://bucket/prefix (credentials from
+	// the standard AWS_* variables). Empty: no archive; retention deletes.
+	ArchiveURL string `env:"GATEWAY_ARCHIVE_URL"`
+	// ArchiveEndpoint is an S3-compatible store's address for an s3://
+	// ArchiveURL (host:port, or an http(s) URL). Empty: AWS.
+	ArchiveEndpoint string `env:"GATEWAY_ARCHIVE_ENDPOINT"`
 	// RecoveryLookback is how far back a recovery run looks at most, 1h to
 	// 720h. Defaults to 72h.
 	RecoveryLookback time.Duration `env:"GATEWAY_RECOVERY_LOOKBACK" default:"72h" zero:"must be 1h to 720h"`
@@ -603,6 +610,12 @@ func (c Config) validate() []error {
 	}
 	if c.SearchBudget <= 0 {
 		bad("GATEWAY_SEARCH_BUDGET", "must be positive, got %s", c.SearchBudget)
+	}
+	if c.ArchiveURL != "" && !strings.HasPrefix(c.ArchiveURL, "file:///") && !strings.HasPrefix(c.ArchiveURL, "s3://") {
+		bad("GATEWAY_ARCHIVE_URL", "must be file:///path or s3://bucket/prefix")
+	}
+	if c.ArchiveEndpoint != "" && c.ArchiveURL == "" {
+		bad("GATEWAY_ARCHIVE_ENDPOINT", "is set without GATEWAY_ARCHIVE_URL, which names the bucket")
 	}
 	if c.ForwardTimeout <= 0 {
 		bad("GATEWAY_FORWARD_TIMEOUT", "must be positive, got %s", c.ForwardTimeout)

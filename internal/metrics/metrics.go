@@ -27,6 +27,7 @@ import (
 
 // Metrics records hookgate's metrics into its own registry.
 type Metrics struct {
+	archive    *prometheus.CounterVec
 	registry   *prometheus.Registry
 	ingest     *prometheus.CounterVec
 	secondary  *prometheus.CounterVec
@@ -84,7 +85,11 @@ func New(pool *pgxpool.Pool) *Metrics {
 		Name: "hookgate_filter_failures_total",
 		Help: "Deliveries on which a route's filter could not be evaluated (a field missing, the cost limit, a payload that is not JSON), by route: the route did not take them.",
 	}, []string{"route"})
-	m.registry.MustRegister(m.ingest, m.secondary, m.ack, m.dispatches, m.toSuccess, m.attempts, m.recovery, m.runs, m.filters,
+	m.archive = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hookgate_archive_days_total",
+		Help: "Days of one provider's deliveries the archive was asked to take, by provider and result: ok (written and read back against its manifest), failed (kept, tried again at retention's next run). Alert when failed grows.",
+	}, []string{"provider", "result"})
+	m.registry.MustRegister(m.ingest, m.secondary, m.ack, m.dispatches, m.toSuccess, m.attempts, m.recovery, m.runs, m.filters, m.archive,
 		buildInfo(version.Get()), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if pool != nil {
 		c := &queueCollector{pool: pool,
@@ -262,6 +267,16 @@ func (m *Metrics) Recovery(provider, outcome string, n int) {
 		return
 	}
 	m.recovery.WithLabelValues(provider, outcome).Add(float64(n))
+}
+
+// ArchivedDay counts a day of one provider's deliveries the archive was
+// asked to take, ok or failed.
+func (m *Metrics) ArchivedDay(provider string, ok bool) {
+	result := "failed"
+	if ok {
+		result = "ok"
+	}
+	m.archive.WithLabelValues(provider, result).Inc()
 }
 
 // FilterFailed counts one delivery on which a route's filter failed.

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/hookgate/hookgate/internal/archive"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -41,8 +42,36 @@ type Worker struct {
 	Pool *pgxpool.Pool
 	// Policy is how long what is kept.
 	Policy
-	// Logger reports what was deleted.
+	// Logger reports what was deleted, and archived.
 	Logger *slog.Logger
+	// Counted, when set, counts each day the archive was asked to take.
+	Counted func(provider string, ok bool)
+}
+
+// ArchiveDue archives each (day, provider) that retention may drop
+// (store.DaysToArchive: every receipt expired, no dispatch in progress),
+// oldest first. A day that fails is logged, counted, and kept: retention
+// deletes none of it, and the next run tries it again. Only the database
+// failing ends it early.
+func ArchiveDue(ctx context.Context, pool *pgxpool.Pool, s archive.Store, logger *slog.Logger, counted func(provider string, ok bool)) error {
+	days, err := store.DaysToArchive(ctx, pool)
+	if err != nil {
+		return err
+	}
+	for _, d := range days {
+		m, err := archive.Day(ctx, pool, s, d.Provider, d.Day)
+		if counted != nil {
+			counted(d.Provider, err == nil)
+		}
+		if err != nil {
+			logger.ErrorContext(ctx, "archive failed: the day is kept, and tried again at retention's next run",
+				"day", d.Day.Format(time.DateOnly), "provider", d.Provider, "store", s.String(), "error", err)
+			continue
+		}
+		logger.InfoContext(ctx, "archived a day of deliveries", "day", d.Day.Format(time.DateOnly), "provider", d.Provider,
+			"deliveries", m.Count, "store", s.String())
+	}
+	return nil
 }
 
 // Policy is how long retention keeps what.
@@ -53,6 +82,10 @@ type Policy struct {
 	// IDRetention is GATEWAY_ID_RETENTION: how long after its receipt a
 	// delivery's id is kept. 0: ten times Retention.
 	IDRetention time.Duration
+	// Archive, when set (GATEWAY_ARCHIVE_URL), takes each day of a
+	// provider's deliveries before any of them is deleted: a day is deleted
+	// only once it is archived (Worker archives the days due first).
+	Archive archive.Store
 }
 
 func (p Policy) idRetention() time.Duration {
@@ -64,6 +97,11 @@ func (p Policy) idRetention() time.Duration {
 
 // Work implements river.Worker.
 func (w *Worker) Work(ctx context.Context, _ *river.Job[Args]) error {
+	if w.Archive != nil {
+		if err := ArchiveDue(ctx, w.Pool, w.Archive, w.Logger, w.Counted); err != nil {
+			return err
+		}
+	}
 	n, err := DeleteExpired(ctx, w.Pool, w.Policy)
 	if n > 0 {
 		w.Logger.InfoContext(ctx, "retention deleted expired receipts", "receipts", n)
@@ -77,7 +115,7 @@ func DeleteExpired(ctx context.Context, pool *pgxpool.Pool, p Policy) (int, erro
 	for {
 		var n int
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			events, err := store.ExpireReceiptsTx(ctx, tx, retentionBatch, p.idRetention())
+			events, err := store.ExpireReceiptsTx(ctx, tx, retentionBatch, p.idRetention(), p.Archive != nil)
 			if err != nil {
 				return err
 			}

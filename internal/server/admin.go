@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hookgate/hookgate/internal/archive"
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/fanout"
@@ -62,6 +63,11 @@ type AdminConfig struct {
 	// SearchBudget bounds one search of the deliveries by q
 	// (GATEWAY_SEARCH_BUDGET). Defaults to 5 s.
 	SearchBudget time.Duration
+	// Archive is GATEWAY_ARCHIVE_URL's store, for /admin/archive; nil
+	// without one (its POSTs answer 409 not_configured).
+	Archive archive.Store
+	// Retention is how long a restored day is kept again.
+	Retention time.Duration
 }
 
 // Actor is how the replay log names whoever holds a token: a short digest,
@@ -89,6 +95,9 @@ func (s *server) adminRoutes(r chi.Router) {
 		r.Post("/deliveries/{provider}/{id}/retry", s.handleRetryDelivery)
 		r.Post("/replays", s.handleBulkReplay)
 		r.Post("/retries", s.handleBulkRetry)
+		r.Get("/archive", s.handleArchive)
+		r.Post("/archive/{day}", s.handleArchiveDay)
+		r.Post("/archive/{day}/restore", s.handleRestoreDay)
 		r.Get("/replays", s.handleListReplays)
 		r.Get("/replays/{replay_id}", s.handleShowReplay)
 		r.Get("/rejections", s.handleRejections)

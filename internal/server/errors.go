@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/hookgate/hookgate/internal/archive"
 	"github.com/hookgate/hookgate/internal/audit"
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/errtext"
@@ -75,6 +76,10 @@ var errorCodes = []struct {
 	{idempotency.ErrKeyReused, http.StatusUnprocessableEntity, "idempotency_key_reused"},
 	{idempotency.ErrInFlight, http.StatusConflict, "idempotency_key_in_flight"},
 	{recovery.ErrNotConfigured, http.StatusConflict, "not_configured"},
+	{errArchiveNotConfigured, http.StatusConflict, "not_configured"},
+	{archive.ErrAlreadyPresent, http.StatusConflict, "already_present"},
+	{archive.ErrNoObject, http.StatusNotFound, "not_found"},
+	{archive.ErrCorrupt, http.StatusBadGateway, "archive_corrupt"},
 }
 
 // retryAfterSeconds is sent with every 503.

@@ -23,7 +23,10 @@ type ExpiredEvent struct {
 // so that the delivery sent again is still recognised. It returns the
 // events of the receipts deleted, one per receipt; in tx, with the deletion
 // of the dispatches of the events left without a receipt.
-func ExpireReceiptsTx(ctx context.Context, tx pgx.Tx, limit int, idRetention time.Duration) ([]ExpiredEvent, error) {
+//
+// With onlyArchived, a receipt is deleted only once its (day, provider) is
+// in the archive (hookgate_archive).
+func ExpireReceiptsTx(ctx context.Context, tx pgx.Tx, limit int, idRetention time.Duration, onlyArchived bool) ([]ExpiredEvent, error) {
 	// The receipt and the keeping of its id are one statement: at every
 	// moment one of the two holds the key.
 	rows, err := tx.Query(ctx, `
@@ -32,6 +35,8 @@ func ExpireReceiptsTx(ctx context.Context, tx pgx.Tx, limit int, idRetention tim
 				SELECT provider, scope, delivery_id FROM hookgate_receipts r
 				WHERE expires_at < now() AND NOT EXISTS (
 					SELECT 1 FROM hookgate_live_dispatches d WHERE d.provider = r.provider AND d.delivery_id = r.delivery_id)
+				AND (NOT $3 OR EXISTS (SELECT 1 FROM hookgate_archive a
+					WHERE a.day = (r.received_at AT TIME ZONE 'UTC')::date AND a.provider = r.provider))
 				ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)
 			RETURNING provider, scope, delivery_id, event, body_sha256, received_at),
 		kept AS (
@@ -40,7 +45,7 @@ func ExpireReceiptsTx(ctx context.Context, tx pgx.Tx, limit int, idRetention tim
 			WHERE received_at + make_interval(secs => $2) > now()
 			ON CONFLICT (provider, delivery_id, scope) DO UPDATE SET event = excluded.event, body_sha256 = excluded.body_sha256,
 				received_at = excluded.received_at, expired_at = now(), expires_at = excluded.expires_at)
-		SELECT provider, delivery_id FROM gone`, limit, idRetention.Seconds())
+		SELECT provider, delivery_id FROM gone`, limit, idRetention.Seconds(), onlyArchived)
 	if err != nil {
 		return nil, fmt.Errorf("expire receipts: %w", err)
 	}
@@ -82,4 +87,36 @@ func DeleteExpiredIDs(ctx context.Context, db Querier, limit int) (int64, error)
 		return 0, fmt.Errorf("delete expired ids: %w", err)
 	}
 	return tag.RowsAffected(), nil
+}
+
+// DayOf is a UTC day of one provider's deliveries.
+type DayOf struct {
+	Day      time.Time
+	Provider string
+}
+
+// DaysToArchive returns the (day, provider)s the archive lacks whose every
+// receipt has expired and none of whose events has a dispatch in progress:
+// the days retention may archive, then delete. Oldest first.
+func DaysToArchive(ctx context.Context, db Querier) ([]DayOf, error) {
+	rows, err := db.Query(ctx, `
+		WITH due AS (
+			SELECT DISTINCT (received_at AT TIME ZONE 'UTC')::date AS day, provider FROM hookgate_receipts WHERE expires_at < now())
+		SELECT due.day::timestamp AT TIME ZONE 'UTC', due.provider FROM due
+		WHERE NOT EXISTS (SELECT 1 FROM hookgate_archive a WHERE a.day = due.day AND a.provider = due.provider)
+		AND NOT EXISTS (
+			SELECT 1 FROM hookgate_receipts r
+			WHERE r.provider = due.provider AND r.received_at >= due.day::timestamp AT TIME ZONE 'UTC'
+				AND r.received_at < (due.day + 1)::timestamp AT TIME ZONE 'UTC'
+				AND (r.expires_at >= now() OR EXISTS (
+					SELECT 1 FROM hookgate_live_dispatches d WHERE d.provider = r.provider AND d.delivery_id = r.delivery_id)))
+		ORDER BY 1, 2`)
+	if err != nil {
+		return nil, fmt.Errorf("read the days to archive: %w", err)
+	}
+	days, err := pgx.CollectRows(rows, pgx.RowToStructByPos[DayOf])
+	if err != nil {
+		return nil, fmt.Errorf("read the days to archive: %w", err)
+	}
+	return days, nil
 }

@@ -148,7 +148,7 @@ func TestRetentionStatementsRun(t *testing.T) {
 	pool := dbtest.NewPool(t)
 	ctx := context.Background()
 	inTx(t, pool, func(tx pgx.Tx) error {
-		events, err := store.ExpireReceiptsTx(ctx, tx, 10, time.Hour)
+		events, err := store.ExpireReceiptsTx(ctx, tx, 10, time.Hour, false)
 		if len(events) != 0 {
 			t.Errorf("expired %v in an empty database", events)
 		}
