@@ -68,6 +68,7 @@ func TestCLIAgainstRunningGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("GATEWAY_CONFIG_FILE", keys)
+	t.Setenv("GATEWAY_ARCHIVE_URL", "file://"+t.TempDir())
 
 	serveInBackground(t, addr)
 
@@ -137,6 +138,19 @@ func TestCLIAgainstRunningGateway(t *testing.T) {
 	}
 	if out, code, err := cliRunErr(t, "deliveries", "list", "--key", "customer=cus_demo", "--where", " "); code != cli.ExitUsage || !strings.Contains(err, "--where is empty") {
 		t.Fatalf("list --where empty: exit %d, %s %s", code, out, err)
+	}
+	// The archive: listed, a day archived now, a day never archived.
+	if out, code := cliRun(t, "archive", "list"); code != 0 || !strings.Contains(out, "archive: file://") || !strings.Contains(out, "DAY") {
+		t.Fatalf("archive list: exit %d, %s", code, out)
+	}
+	if out, code := cliRun(t, "archive", "run", "2026-01-01"); code != 0 || !strings.Contains(out, "2026-01-01: no delivery was received that day: nothing archived") {
+		t.Fatalf("archive run: exit %d, %s", code, out)
+	}
+	if out, code, err := cliRunErr(t, "archive", "restore", "2026-01-02"); code != cli.ExitFailed || !strings.Contains(err, "404 not_found") {
+		t.Fatalf("archive restore of a day never archived: exit %d, %s %s", code, out, err)
+	}
+	if out, code, err := cliRunErr(t, "archive", "run", "yesterday"); code != cli.ExitUsage || !strings.Contains(err, "yyyy-mm-dd") {
+		t.Fatalf("archive run with no day: exit %d, %s %s", code, out, err)
 	}
 	// Nothing retrying: a retry by key attempts nothing, and says so.
 	if out, code := cliRun(t, "retry", "--key", "customer=cus_demo"); code != 0 || !strings.Contains(out, "retry (key customer=cus_demo): 0 deliveries with a retrying dispatch matched; 0 dispatches attempted now") {

@@ -92,7 +92,7 @@ func (env Env) httpClient() *http.Client {
 }
 
 // Commands are the operator commands Run takes; send among them.
-var Commands = []string{"deliveries", "replay", "retry", "routes", "audit", "recover", "send"}
+var Commands = []string{"deliveries", "replay", "retry", "routes", "audit", "recover", "archive", "send"}
 
 // Usage describes the operator commands.
 const Usage = `  deliveries list [--provider P] [--event E] [--state S] [--since T] [--until T] [--where EXPR] [--key NAME=VALUE]... [--limit N] [--cursor C] [--json]
@@ -108,6 +108,9 @@ const Usage = `  deliveries list [--provider P] [--event E] [--state S] [--since
   routes retry NAME [--reason TEXT] [--json]
   audit [--limit N] [--cursor C] [--json]
   recover github|stripe [--since T] [--dry-run] [--json]
+  archive list [--json]
+  archive run DAY [--json]
+  archive restore DAY [--provider P] [--json]
   send PROVIDER --event E [--file F] [--url URL] [--insecure] [--json]
 
   The operator commands talk to a running gateway's operator API: HOOKGATE_URL
@@ -155,6 +158,8 @@ func Run(ctx context.Context, env Env, args []string) error {
 		return auditCmd(ctx, env, args[1:])
 	case "recover":
 		return recoverCmd(ctx, env, args[1:])
+	case "archive":
+		return archiveCmd(ctx, env, args[1:])
 	}
 	return usageErr("unknown command %q", args[0])
 }

@@ -155,6 +155,10 @@ func (m *Metrics) Declare(k Known) {
 		}
 		m.ack.WithLabelValues(p)
 		m.secondary.WithLabelValues(p)
+		// Whether or not an archive is configured: one configured later
+		// starts from zero too.
+		m.archive.WithLabelValues(p, "ok")
+		m.archive.WithLabelValues(p, "failed")
 	}
 	for _, r := range k.Routes {
 		for _, state := range declaredStates {
