@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"text/tabwriter"
 	"time"
+
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // archiveCmd lists the archive (archive list), archives a day now (archive
@@ -57,14 +59,8 @@ func archiveCmd(ctx context.Context, env Env, args []string) error {
 	}
 	if args[0] == "list" {
 		var list struct {
-			Store *string `json:"store"`
-			Days  []struct {
-				Day        time.Time `json:"day"`
-				Provider   string    `json:"provider"`
-				Count      int       `json:"count"`
-				Object     string    `json:"object"`
-				ArchivedAt time.Time `json:"archived_at"`
-			} `json:"days"`
+			Store *string             `json:"store"`
+			Days  []store.ArchivedDay `json:"days"`
 		}
 		if printed, err := answer(env, raw, *asJSON, &list); printed || err != nil {
 			return err

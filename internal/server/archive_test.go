@@ -14,6 +14,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/retention"
 	"github.com/hookgate/hookgate/internal/server"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // With an archive, retention archives a day before it deletes any of it,
@@ -42,12 +43,8 @@ func TestArchiveAndRestoreADay(t *testing.T) {
 		t.Fatal(err)
 	}
 	var list struct {
-		Store *string `json:"store"`
-		Days  []struct {
-			Day      time.Time `json:"day"`
-			Provider string    `json:"provider"`
-			Count    int       `json:"count"`
-		} `json:"days"`
+		Store *string             `json:"store"`
+		Days  []store.ArchivedDay `json:"days"`
 	}
 	b.adminJSON(t, adminReq{path: "/admin/archive"}, 200, &list)
 	if list.Store == nil || !strings.HasPrefix(*list.Store, "file://") || len(list.Days) != 0 {
