@@ -12,7 +12,7 @@ import (
 // that starts at day, sorted.
 func DayProviders(ctx context.Context, db Querier, day time.Time) ([]string, error) {
 	rows, err := db.Query(ctx, `SELECT DISTINCT provider FROM hookgate_receipts
-		WHERE received_at >= $1 AND received_at < $1 + interval '1 day' ORDER BY 1`, day)
+		WHERE received_at >= $1 AND received_at < $2 ORDER BY 1`, day, nextDay(day))
 	if err != nil {
 		return nil, fmt.Errorf("read the day's providers: %w", err)
 	}
@@ -41,10 +41,10 @@ func DayReceipts(ctx context.Context, db Querier, provider string, day time.Time
 	rows, err := db.Query(ctx, `
 		SELECT provider, scope, delivery_id, event, entity, event_time, content_type, headers, body, body_sha256, received_at, expires_at
 		FROM hookgate_receipts
-		WHERE provider = $1 AND received_at >= $2 AND received_at < $2 + interval '1 day'
+		WHERE provider = $1 AND received_at >= $2 AND received_at < $7
 			AND ($3::timestamptz IS NULL OR (received_at, scope, delivery_id) > ($3, $4, $5))
 		ORDER BY received_at, scope, delivery_id LIMIT $6`,
-		provider, day, nullTime(after != nil, c.ReceivedAt), c.Scope, c.DeliveryID, limit)
+		provider, day, nullTime(after != nil, c.ReceivedAt), c.Scope, c.DeliveryID, limit, nextDay(day))
 	if err != nil {
 		return nil, fmt.Errorf("read the day's receipts: %w", err)
 	}
@@ -54,6 +54,11 @@ func DayReceipts(ctx context.Context, db Querier, provider string, day time.Time
 	}
 	return rs, nil
 }
+
+// nextDay is the UTC midnight after day's: computed here, since the
+// database's "+ interval '1 day'" follows its session's time zone, where a
+// day may last 23 or 25 hours.
+func nextDay(day time.Time) time.Time { return day.UTC().AddDate(0, 0, 1) }
 
 // nullTime is t when set, else NULL.
 func nullTime(set bool, t time.Time) *time.Time {
@@ -99,7 +104,7 @@ func DispatchRowsOf(ctx context.Context, db Querier, providers, ids []string) ([
 func DayPresent(ctx context.Context, db Querier, provider string, day time.Time) (bool, error) {
 	var present bool
 	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM hookgate_receipts
-		WHERE provider = $1 AND received_at >= $2 AND received_at < $2 + interval '1 day')`, provider, day).Scan(&present)
+		WHERE provider = $1 AND received_at >= $2 AND received_at < $3)`, provider, day, nextDay(day)).Scan(&present)
 	if err != nil {
 		return false, fmt.Errorf("read the day: %w", err)
 	}
