@@ -33,8 +33,11 @@ func TestArchiveAndRestoreADay(t *testing.T) {
 	b.start(t)
 	b.invoiceOf(t, "evt_a", "cus_123", "in_1")
 	b.invoiceOf(t, "evt_b", "cus_999", "in_2")
+	// A day with a dispatch in progress waits: every route's done first.
 	for _, id := range []string{"evt_a", "evt_b"} {
-		dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{Provider: "stripe", DeliveryID: id, Route: "fwd", Generation: 1}, "succeeded")
+		for _, route := range []string{"fwd", "audit"} {
+			dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{Provider: "stripe", DeliveryID: id, Route: route, Generation: 1}, "succeeded")
+		}
 	}
 	// Received on 2026-11-02, expired since.
 	if _, err := b.pool.Exec(ctx, `
