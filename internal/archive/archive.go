@@ -38,15 +38,19 @@ var (
 	ErrBadDay = errors.New("bad day")
 	// ErrAlreadyPresent means a restore found the day's deliveries stored.
 	ErrAlreadyPresent = errors.New("already present")
-	// ErrCorrupt means an object does not match its manifest.
+	// ErrCorrupt means an object does not match its manifest, or what the
+	// archive recorded of it, or holds what hookgate did not write.
 	ErrCorrupt = errors.New("the archived object does not match its manifest")
+	// ErrStore means the archive store failed: unreachable, refusing the
+	// credentials, or any other error of its own.
+	ErrStore = errors.New("the archive store failed")
 )
 
 // ParseDay reads a UTC day, yyyy-mm-dd.
 func ParseDay(s string) (time.Time, error) {
 	d, err := time.Parse(time.DateOnly, s)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("%w: %q: a day is yyyy-mm-dd", ErrBadDay, s)
+	if err != nil || !providers.StorableTime(d) {
+		return time.Time{}, fmt.Errorf("%w: %.40q: a day is yyyy-mm-dd, in the years 1 to 9999", ErrBadDay, s)
 	}
 	return d, nil
 }
@@ -93,13 +97,31 @@ const page = 500
 // recorded with a count of 0 and written all the same, so that a day's
 // absence from the archive never passes for an empty day.
 func Day(ctx context.Context, db *pgxpool.Pool, s Store, provider string, day time.Time) (Manifest, error) {
+	// The day is recorded as of when its reading began: a dispatch that
+	// changes after that is newer than the archive, and retention archives
+	// the day again before it drops it.
+	began, err := store.DatabaseNow(ctx, db)
+	if err != nil {
+		return Manifest{}, err
+	}
 	tmp, err := os.CreateTemp("", "hookgate-archive-*")
 	if err != nil {
 		return Manifest{}, fmt.Errorf("archive: %w", err)
 	}
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
-	m, err := write(ctx, db, tmp, provider, day)
+	// A day archived before keeps what retention has dropped of it since:
+	// its earlier object's lines of deliveries no longer stored are written
+	// again, after what is stored now.
+	var earlier func(each func(line) error) error
+	if rec, err := store.ArchivedDayOf(ctx, db, provider, day); err != nil {
+		return Manifest{}, err
+	} else if rec != nil {
+		earlier = func(each func(line) error) error {
+			return read(ctx, s, objectKey(provider, day), Manifest{Count: rec.Count, SHA256: rec.SHA256}, each)
+		}
+	}
+	m, err := write(ctx, db, tmp, provider, day, earlier)
 	if err != nil {
 		return Manifest{}, err
 	}
@@ -121,12 +143,14 @@ func Day(ctx context.Context, db *pgxpool.Pool, s Store, provider string, day ti
 	if err := s.Put(ctx, manifestKey(provider, day), bytes.NewReader(mj), int64(len(mj))); err != nil {
 		return Manifest{}, err
 	}
-	err = store.RecordArchivedDay(ctx, db, store.ArchivedDay{Day: day, Provider: provider, Count: m.Count, SHA256: m.SHA256, Object: key})
+	err = store.RecordArchivedDay(ctx, db, store.ArchivedDay{Day: day, Provider: provider, Count: m.Count, SHA256: m.SHA256, Object: key, ArchivedAt: began})
 	return m, err
 }
 
-// write writes the day's object to w, compressed, and returns its manifest.
-func write(ctx context.Context, db *pgxpool.Pool, w io.Writer, provider string, day time.Time) (Manifest, error) {
+// write writes the day's object to w, compressed, and returns its manifest:
+// the day's stored receipts, then those of earlier's lines (an earlier
+// object of the day, when there is one) that are no longer stored.
+func write(ctx context.Context, db *pgxpool.Pool, w io.Writer, provider string, day time.Time, earlier func(each func(line) error) error) (Manifest, error) {
 	sum := sha256.New()
 	zw, err := zstd.NewWriter(io.MultiWriter(w, sum))
 	if err != nil {
@@ -135,7 +159,8 @@ func write(ctx context.Context, db *pgxpool.Pool, w io.Writer, provider string, 
 	enc := json.NewEncoder(zw)
 	var m Manifest
 	var after *store.DayReceiptCursor
-	seen := map[[2]string]bool{} // the events whose dispatches are written
+	seen := map[[2]string]bool{}   // the events whose dispatches are written
+	stored := map[[3]string]bool{} // the receipts written
 	for {
 		rs, err := store.DayReceipts(ctx, db, provider, day, after, page)
 		if err != nil {
@@ -169,10 +194,23 @@ func write(ctx context.Context, db *pgxpool.Pool, w io.Writer, provider string, 
 			if err := enc.Encode(l); err != nil {
 				return Manifest{}, fmt.Errorf("archive: %w", err)
 			}
+			stored[[3]string{r.Provider, r.Scope, r.DeliveryID}] = true
 			m.Count++
 		}
 		last := rs[len(rs)-1]
 		after = &store.DayReceiptCursor{ReceivedAt: last.ReceivedAt, Scope: last.Scope, DeliveryID: last.DeliveryID}
+	}
+	if earlier != nil {
+		err := earlier(func(l line) error {
+			if stored[[3]string{l.Provider, l.Scope, l.DeliveryID}] {
+				return nil
+			}
+			m.Count++
+			return enc.Encode(l)
+		})
+		if err != nil {
+			return Manifest{}, fmt.Errorf("archive: the day's earlier object: %w", err)
+		}
 	}
 	if err := zw.Close(); err != nil {
 		return Manifest{}, fmt.Errorf("archive: %w", err)
@@ -182,17 +220,9 @@ func write(ctx context.Context, db *pgxpool.Pool, w io.Writer, provider string, 
 }
 
 // verify reads the object key back from s and checks it against m: its
-// SHA-256, and its lines' count once decompressed.
+// SHA-256, each line's body against its hash, the lines' count.
 func verify(ctx context.Context, s Store, key string, m Manifest) error {
-	lines := 0
-	err := read(ctx, s, key, m, func(line) error { lines++; return nil })
-	if err != nil {
-		return err
-	}
-	if lines != m.Count {
-		return fmt.Errorf("%w: %s holds %d lines, its manifest says %d", ErrCorrupt, key, lines, m.Count)
-	}
-	return nil
+	return read(ctx, s, key, m, func(line) error { return nil })
 }
 
 // read reads the object key from s, checks its SHA-256 against m, and then
@@ -227,11 +257,16 @@ func read(ctx context.Context, s Store, key string, m Manifest, each func(line) 
 	defer zr.Close()
 	sc := bufio.NewScanner(zr)
 	sc.Buffer(make([]byte, 64<<10), 64<<20) // a line holds a body of up to 25 MiB, in base64
+	lines := 0
 	for sc.Scan() {
 		var l line
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrCorrupt, key, err)
+			return fmt.Errorf("%w: %s, line %d: %w", ErrCorrupt, key, lines+1, err)
 		}
+		if sum := sha256.Sum256(l.Body); hex.EncodeToString(sum[:]) != l.BodySHA256 {
+			return fmt.Errorf("%w: %s, line %d: the body does not hash to its body_sha256", ErrCorrupt, key, lines+1)
+		}
+		lines++
 		if err := each(l); err != nil {
 			return err
 		}
@@ -239,16 +274,51 @@ func read(ctx context.Context, s Store, key string, m Manifest, each func(line) 
 	if err := sc.Err(); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrCorrupt, key, err)
 	}
+	if lines != m.Count {
+		return fmt.Errorf("%w: %s holds %d lines, its manifest says %d", ErrCorrupt, key, lines, m.Count)
+	}
 	return nil
 }
 
-// Restore brings the provider's archived deliveries of day back into db,
-// from s, checked against their manifest: their receipts (kept retention
-// from now), their search keys (read again with keys) and their dispatches,
-// as history (one still in progress when archived comes back cancelled).
-// It returns how many receipts it restored. A day whose deliveries are
-// stored is ErrAlreadyPresent; a day never archived, ErrNoObject.
-func Restore(ctx context.Context, db *pgxpool.Pool, s Store, keys *searchkeys.Set, provider string, day time.Time, retention time.Duration) (int, error) {
+// Restore brings the archived deliveries of day of each of providers back
+// into db, from s, in one transaction: all of them or none. Each object is
+// checked against its manifest, and the manifest against what the archive
+// recorded (hookgate_archive), each line's body against its hash. Their
+// receipts are kept retention from now; their search keys are read again
+// with keys; their dispatches come back as history (one still in progress
+// when archived comes back cancelled). It returns how many receipts it
+// restored of each provider. A day of which any provider's deliveries are
+// stored is ErrAlreadyPresent, checked first; a provider's day never
+// archived, ErrNoObject.
+func Restore(ctx context.Context, db *pgxpool.Pool, s Store, keys *searchkeys.Set, providers []string, day time.Time, retention time.Duration) ([]int, error) {
+	counts := make([]int, len(providers))
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		for _, p := range providers {
+			present, err := store.DayPresent(ctx, tx, p, day)
+			if err != nil {
+				return err
+			}
+			if present {
+				return fmt.Errorf("%w: %s's deliveries of %s are stored", ErrAlreadyPresent, p, day.Format(time.DateOnly))
+			}
+		}
+		for i, p := range providers {
+			n, err := restoreTx(ctx, tx, s, keys, p, day, retention)
+			if err != nil {
+				return err
+			}
+			counts[i] = n
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return counts, nil
+}
+
+// restoreTx restores one provider's day in tx, a page at a time.
+func restoreTx(ctx context.Context, tx pgx.Tx, s Store, keys *searchkeys.Set, provider string, day time.Time, retention time.Duration) (int, error) {
 	mr, err := s.Get(ctx, manifestKey(provider, day))
 	if err != nil {
 		return 0, err
@@ -259,49 +329,46 @@ func Restore(ctx context.Context, db *pgxpool.Pool, s Store, keys *searchkeys.Se
 	if err != nil {
 		return 0, fmt.Errorf("%w: %s: %w", ErrCorrupt, manifestKey(provider, day), err)
 	}
-	// One transaction, written a page at a time: the day comes back whole or
-	// not at all, and never all in memory.
+	recorded, err := store.ArchivedDayOf(ctx, tx, provider, day)
+	if err != nil {
+		return 0, err
+	}
+	if recorded != nil && recorded.SHA256 != m.SHA256 {
+		return 0, fmt.Errorf("%w: %s says SHA-256 %s, and the archive recorded %s when it wrote the day", ErrCorrupt,
+			manifestKey(provider, day), m.SHA256, recorded.SHA256)
+	}
 	var n int
-	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		present, err := store.DayPresent(ctx, tx, provider, day)
+	var rs []store.RestoredReceipt
+	var ds []store.EventDispatch
+	flush := func() error {
+		done, err := store.RestoreTx(ctx, tx, rs, ds, retention)
+		n, rs, ds = n+done, rs[:0], ds[:0]
+		return err
+	}
+	err = read(ctx, s, objectKey(provider, day), m, func(l line) error {
+		r, lds, err := restored(l, provider, day, keys)
 		if err != nil {
-			return err
+			return fmt.Errorf("%w: %s: %w", ErrCorrupt, objectKey(provider, day), err)
 		}
-		if present {
-			return fmt.Errorf("%w: %s's deliveries of %s are stored", ErrAlreadyPresent, provider, day.Format(time.DateOnly))
+		rs, ds = append(rs, r), append(ds, lds...)
+		if len(rs) == page {
+			return flush()
 		}
-		var rs []store.RestoredReceipt
-		var ds []store.EventDispatch
-		flush := func() error {
-			done, err := store.RestoreTx(ctx, tx, rs, ds, retention)
-			n, rs, ds = n+done, rs[:0], ds[:0]
-			return err
-		}
-		err = read(ctx, s, objectKey(provider, day), m, func(l line) error {
-			r, lds, err := restored(l, provider, keys)
-			if err != nil {
-				return fmt.Errorf("%w: %s: %w", ErrCorrupt, objectKey(provider, day), err)
-			}
-			rs, ds = append(rs, r), append(ds, lds...)
-			if len(rs) == page {
-				return flush()
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		return flush()
+		return nil
 	})
-	return n, err
+	if err != nil {
+		return 0, err
+	}
+	return n, flush()
 }
 
 // restored is an archived line as a restore inserts it: its receipt, with
 // its search keys read again, and its dispatches, as history (one still in
 // progress when archived comes back cancelled).
-func restored(l line, provider string, keys *searchkeys.Set) (store.RestoredReceipt, []store.EventDispatch, error) {
+func restored(l line, provider string, day time.Time, keys *searchkeys.Set) (store.RestoredReceipt, []store.EventDispatch, error) {
 	sum, err := hex.DecodeString(l.BodySHA256)
-	if err != nil || len(sum) != sha256.Size || l.Provider != provider || !providers.ValidID(l.DeliveryID) || l.ReceivedAt.IsZero() {
+	if err != nil || len(sum) != sha256.Size || l.Provider != provider || !providers.ValidID(l.DeliveryID) ||
+		l.ReceivedAt.Before(day) || !l.ReceivedAt.Before(day.AddDate(0, 0, 1)) {
 		return store.RestoredReceipt{}, nil, errors.New("a line hookgate did not write")
 	}
 	r := store.RestoredReceipt{Receipt: store.Receipt{Provider: l.Provider, Scope: l.Scope, DeliveryID: l.DeliveryID, Event: l.Event,

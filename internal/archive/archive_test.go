@@ -102,14 +102,14 @@ func testArchive(t *testing.T, s archive.Store, corrupt func(key string)) {
 	if err := pool.QueryRow(ctx, `SELECT count FROM hookgate_archive WHERE day = $1 AND provider = 'github'`, day).Scan(&recorded); err != nil || recorded != 3 {
 		t.Fatalf("hookgate_archive: %d, %v", recorded, err)
 	}
-	if _, err := archive.Restore(ctx, pool, s, keys, "github", day, 72*time.Hour); !errors.Is(err, archive.ErrAlreadyPresent) {
+	if _, err := archive.Restore(ctx, pool, s, keys, []string{"github"}, day, 72*time.Hour); !errors.Is(err, archive.ErrAlreadyPresent) {
 		t.Fatalf("a restore of a day still stored: %v", err)
 	}
 
 	dropDay(t, pool)
-	n, err := archive.Restore(ctx, pool, s, keys, "github", day, 72*time.Hour)
-	if err != nil || n != 3 {
-		t.Fatalf("Restore = %d, %v", n, err)
+	n, err := archive.Restore(ctx, pool, s, keys, []string{"github"}, day, 72*time.Hour)
+	if err != nil || len(n) != 1 || n[0] != 3 {
+		t.Fatalf("Restore = %v, %v", n, err)
 	}
 	if after := stored(t, pool); after != before {
 		t.Fatalf("restored:\n%s\nwant, as before:\n%s", after, before)
@@ -120,13 +120,13 @@ func testArchive(t *testing.T, s archive.Store, corrupt func(key string)) {
 		t.Fatalf("the restored day's search keys: %q, %v", found, err)
 	}
 
-	if _, err := archive.Restore(ctx, pool, s, keys, "github", day.AddDate(0, 0, -1), 72*time.Hour); !errors.Is(err, archive.ErrNoObject) {
+	if _, err := archive.Restore(ctx, pool, s, keys, []string{"github"}, day.AddDate(0, 0, -1), 72*time.Hour); !errors.Is(err, archive.ErrNoObject) {
 		t.Fatalf("a day never archived: %v", err)
 	}
 	corrupt("github/2026-11-02.ndjson.zst")
 	dropDay(t, pool)
-	if n, err := archive.Restore(ctx, pool, s, keys, "github", day, 72*time.Hour); !errors.Is(err, archive.ErrCorrupt) || n != 0 {
-		t.Fatalf("a changed object: %d, %v", n, err)
+	if n, err := archive.Restore(ctx, pool, s, keys, []string{"github"}, day, 72*time.Hour); !errors.Is(err, archive.ErrCorrupt) || n != nil {
+		t.Fatalf("a changed object: %v, %v", n, err)
 	}
 	if got := stored(t, pool); got != "" {
 		t.Fatalf("a failed restore stored:\n%s", got)

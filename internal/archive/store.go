@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -32,30 +33,66 @@ type Store interface {
 	String() string
 }
 
-// Open returns the store rawURL names: file:///path, or s3://bucket/prefix
-// reached at endpoint (host:port, or an http(s) URL; empty: AWS) with the
-// credentials of the standard AWS_* variables.
-func Open(rawURL, endpoint string) (Store, error) {
+// Check checks an archive's URL and endpoint as Open reads them, without
+// reaching the store; its errors name the variable, never a value that may
+// hold a credential.
+func Check(rawURL, endpoint string) error {
+	_, _, err := parse(rawURL, endpoint)
+	return err
+}
+
+// parse reads an archive's URL (and endpoint, for s3).
+func parse(rawURL, endpoint string) (*url.URL, *url.URL, error) {
 	u, err := url.Parse(rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("GATEWAY_ARCHIVE_URL: not a URL (file:///path or s3://bucket/prefix)")
+	if err != nil || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return nil, nil, errors.New("GATEWAY_ARCHIVE_URL: must be file:///absolute/dir or s3://bucket/prefix, with no credentials, query or fragment (credentials come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
 	}
 	switch u.Scheme {
 	case "file":
 		if u.Host != "" || !filepath.IsAbs(u.Path) {
-			return nil, fmt.Errorf("GATEWAY_ARCHIVE_URL: a file URL names an absolute directory, file:///var/lib/hookgate/archive")
+			return nil, nil, errors.New("GATEWAY_ARCHIVE_URL: a file URL names an absolute directory, file:///var/lib/hookgate/archive")
 		}
+		if endpoint != "" {
+			return nil, nil, errors.New("GATEWAY_ARCHIVE_ENDPOINT: is for an s3:// archive, and GATEWAY_ARCHIVE_URL is a file:// one")
+		}
+		return u, nil, nil
+	case "s3":
+		if !bucketRE.MatchString(u.Host) {
+			return nil, nil, errors.New("GATEWAY_ARCHIVE_URL: an s3 URL names a bucket (3 to 63 lower-case letters, digits, dots and dashes) and a prefix, s3://bucket/hookgate")
+		}
+		if endpoint == "" {
+			return u, nil, nil
+		}
+		if !strings.Contains(endpoint, "://") { // host:port, over HTTPS
+			endpoint = "https://" + endpoint
+		}
+		e, err := url.Parse(endpoint)
+		if err != nil || (e.Scheme != "http" && e.Scheme != "https") || e.Host == "" || e.User != nil || e.RawQuery != "" || (e.Path != "" && e.Path != "/") {
+			return nil, nil, errors.New("GATEWAY_ARCHIVE_ENDPOINT: must be host:port or an http(s)://host:port URL, with no credentials, path or query")
+		}
+		return u, e, nil
+	}
+	return nil, nil, errors.New("GATEWAY_ARCHIVE_URL: the scheme is file or s3")
+}
+
+// bucketRE is an S3 bucket's name.
+var bucketRE = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
+
+// Open returns the store rawURL names: file:///path, or s3://bucket/prefix
+// reached at endpoint (host:port, or an http(s) URL; empty: AWS) with the
+// credentials of the standard AWS_* variables.
+func Open(rawURL, endpoint string) (Store, error) {
+	u, e, err := parse(rawURL, endpoint)
+	if err != nil {
+		return nil, err
+	}
+	if u.Scheme == "file" {
 		if err := os.MkdirAll(u.Path, 0o750); err != nil {
 			return nil, fmt.Errorf("GATEWAY_ARCHIVE_URL: %w", err)
 		}
 		return dirStore{root: u.Path}, nil
-	case "s3":
-		if u.Host == "" || u.User != nil {
-			return nil, fmt.Errorf("GATEWAY_ARCHIVE_URL: an s3 URL names a bucket and a prefix, s3://bucket/hookgate, and no credentials (they come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
-		}
-		return openS3(u.Host, strings.Trim(u.Path, "/"), endpoint)
 	}
-	return nil, fmt.Errorf("GATEWAY_ARCHIVE_URL: the scheme is file or s3, got %q", u.Scheme)
+	return openS3(u.Host, strings.Trim(u.Path, "/"), e)
 }
 
 // dirStore keeps objects as files under root.
@@ -68,12 +105,12 @@ func (d dirStore) file(key string) string { return filepath.Join(d.root, filepat
 func (d dirStore) Put(_ context.Context, key string, r io.Reader, _ int64) error {
 	name := d.file(key)
 	if err := os.MkdirAll(filepath.Dir(name), 0o750); err != nil {
-		return fmt.Errorf("archive %s: %w", key, err)
+		return fmt.Errorf("%w: %s: %w", ErrStore, key, err)
 	}
 	// Written beside, synced, then renamed: an object is whole or absent.
 	f, err := os.CreateTemp(filepath.Dir(name), ".put-*")
 	if err != nil {
-		return fmt.Errorf("archive %s: %w", key, err)
+		return fmt.Errorf("%w: %s: %w", ErrStore, key, err)
 	}
 	defer os.Remove(f.Name())
 	_, err = io.Copy(f, r)
@@ -87,7 +124,7 @@ func (d dirStore) Put(_ context.Context, key string, r io.Reader, _ int64) error
 		err = os.Rename(f.Name(), name)
 	}
 	if err != nil {
-		return fmt.Errorf("archive %s: %w", key, err)
+		return fmt.Errorf("%w: %s: %w", ErrStore, key, err)
 	}
 	return nil
 }
@@ -98,7 +135,7 @@ func (d dirStore) Get(_ context.Context, key string) (io.ReadCloser, error) {
 		return nil, fmt.Errorf("%w: %s", ErrNoObject, key)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("archive %s: %w", key, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrStore, key, err)
 	}
 	return f, nil
 }
@@ -119,7 +156,7 @@ func (d dirStore) List(_ context.Context, prefix string) ([]string, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list the archive: %w", err)
+		return nil, fmt.Errorf("%w: list: %w", ErrStore, err)
 	}
 	sort.Strings(keys)
 	return keys, nil
@@ -132,14 +169,11 @@ type s3Store struct {
 	endpoint       string
 }
 
-// openS3 connects to the bucket at endpoint (AWS's when empty).
-func openS3(bucket, prefix, endpoint string) (Store, error) {
+// openS3 connects to the bucket at endpoint (AWS's when nil).
+func openS3(bucket, prefix string, endpoint *url.URL) (Store, error) {
 	secure, host := true, "s3.amazonaws.com"
-	if endpoint != "" {
-		host = endpoint
-		if e, err := url.Parse(endpoint); err == nil && (e.Scheme == "http" || e.Scheme == "https") {
-			host, secure = e.Host, e.Scheme == "https"
-		}
+	if endpoint != nil {
+		host, secure = endpoint.Host, endpoint.Scheme == "https"
 	}
 	client, err := minio.New(host, &minio.Options{
 		Creds:  credentials.NewEnvAWS(),
@@ -158,7 +192,7 @@ func (s *s3Store) key(key string) string { return path.Join(s.prefix, key) }
 
 func (s *s3Store) Put(ctx context.Context, key string, r io.Reader, size int64) error {
 	if _, err := s.client.PutObject(ctx, s.bucket, s.key(key), r, size, minio.PutObjectOptions{ContentType: "application/octet-stream"}); err != nil {
-		return fmt.Errorf("archive %s: %w", key, err)
+		return fmt.Errorf("%w: %s: %w", ErrStore, key, err)
 	}
 	return nil
 }
@@ -168,11 +202,11 @@ func (s *s3Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 		if minio.ToErrorResponse(err).Code == "NoSuchKey" {
 			return nil, fmt.Errorf("%w: %s", ErrNoObject, key)
 		}
-		return nil, fmt.Errorf("archive %s: %w", key, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrStore, key, err)
 	}
 	obj, err := s.client.GetObject(ctx, s.bucket, s.key(key), minio.GetObjectOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("archive %s: %w", key, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrStore, key, err)
 	}
 	return obj, nil
 }
@@ -181,7 +215,7 @@ func (s *s3Store) List(ctx context.Context, prefix string) ([]string, error) {
 	var keys []string
 	for o := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.key(prefix), Recursive: true}) {
 		if o.Err != nil {
-			return nil, fmt.Errorf("list the archive: %w", o.Err)
+			return nil, fmt.Errorf("%w: list: %w", ErrStore, o.Err)
 		}
 		keys = append(keys, strings.TrimPrefix(strings.TrimPrefix(o.Key, s.prefix), "/"))
 	}

@@ -73,7 +73,7 @@ func archiveCmd(ctx context.Context, env Env, args []string) error {
 		tw := tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "DAY\tPROVIDER\tDELIVERIES\tOBJECT\tARCHIVED_AT")
 		for _, d := range list.Days {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", d.Day.UTC().Format(time.DateOnly), d.Provider, d.Count, printable(d.Object), d.ArchivedAt.UTC().Format(time.RFC3339))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", d.Date, d.Provider, d.Count, printable(d.Object), d.ArchivedAt.UTC().Format(time.RFC3339))
 		}
 		return tw.Flush()
 	}

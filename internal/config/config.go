@@ -30,6 +30,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/hookgate/hookgate/internal/archive"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/proxies"
@@ -611,11 +612,14 @@ func (c Config) validate() []error {
 	if c.SearchBudget <= 0 {
 		bad("GATEWAY_SEARCH_BUDGET", "must be positive, got %s", c.SearchBudget)
 	}
-	if c.ArchiveURL != "" && !strings.HasPrefix(c.ArchiveURL, "file:///") && !strings.HasPrefix(c.ArchiveURL, "s3://") {
-		bad("GATEWAY_ARCHIVE_URL", "must be file:///path or s3://bucket/prefix")
-	}
-	if c.ArchiveEndpoint != "" && c.ArchiveURL == "" {
+	switch {
+	case c.ArchiveEndpoint != "" && c.ArchiveURL == "":
 		bad("GATEWAY_ARCHIVE_ENDPOINT", "is set without GATEWAY_ARCHIVE_URL, which names the bucket")
+	case c.ArchiveURL != "":
+		if err := archive.Check(c.ArchiveURL, c.ArchiveEndpoint); err != nil {
+			name, problem, _ := strings.Cut(err.Error(), ": ")
+			bad(name, "%s", problem)
+		}
 	}
 	if c.ForwardTimeout <= 0 {
 		bad("GATEWAY_FORWARD_TIMEOUT", "must be positive, got %s", c.ForwardTimeout)

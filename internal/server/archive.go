@@ -127,14 +127,14 @@ func (s *server) handleRestoreDay(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.Logger, fmt.Errorf("%w: the archive holds no deliveries of %s%s", errNotFound, day.Format(time.DateOnly), ofProvider(want)))
 		return
 	}
+	counts, err := archive.Restore(r.Context(), s.Admin.Pool, s.Admin.Archive, s.Keys, ps, day, s.Admin.Retention)
+	if err != nil {
+		writeError(w, r, s.Logger, err)
+		return
+	}
 	res := archiveDayResponse{Day: day.Format(time.DateOnly), Providers: []archivedProvider{}}
-	for _, p := range ps {
-		n, err := archive.Restore(r.Context(), s.Admin.Pool, s.Admin.Archive, s.Keys, p, day, s.Admin.Retention)
-		if err != nil {
-			writeError(w, r, s.Logger, err)
-			return
-		}
-		res.Providers = append(res.Providers, archivedProvider{Provider: p, Deliveries: n})
+	for i, p := range ps {
+		res.Providers = append(res.Providers, archivedProvider{Provider: p, Deliveries: counts[i]})
 	}
 	writeJSON(w, http.StatusOK, res)
 }

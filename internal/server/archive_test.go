@@ -67,7 +67,7 @@ func TestArchiveAndRestoreADay(t *testing.T) {
 		t.Fatalf("retention after the archive: %d, %v", n, err)
 	}
 	b.adminJSON(t, adminReq{path: "/admin/archive"}, 200, &list)
-	if len(list.Days) != 1 || list.Days[0].Provider != "stripe" || list.Days[0].Count != 2 || list.Days[0].Day.Format(time.DateOnly) != "2026-11-02" {
+	if len(list.Days) != 1 || list.Days[0].Provider != "stripe" || list.Days[0].Count != 2 || list.Days[0].Date != "2026-11-02" {
 		t.Fatalf("the archive = %+v", list.Days)
 	}
 	if got := b.keyList(t, "key=customer:cus_123"); got != "" {
@@ -106,6 +106,32 @@ func TestArchiveAndRestoreADay(t *testing.T) {
 			t.Errorf("POST %s: %s %s, want %s", path, got, body, want)
 		}
 	}
+	// Replayed after its restore, the day is newer than its archive:
+	// retention archives it again before it drops it, and the replay comes
+	// back with it.
+	var replayed struct {
+		ReplayID string `json:"replay_id"`
+	}
+	b.adminJSON(t, adminReq{method: "POST", path: "/admin/deliveries/stripe/evt_a/replay", body: `{"force":true,"routes":["fwd"]}`}, 202, &replayed)
+	dbtest.WaitDispatch(t, b.pool, dbtest.Dispatch{Provider: "stripe", DeliveryID: "evt_a", Route: "fwd", Generation: 2}, "succeeded")
+	if _, err := b.pool.Exec(ctx, `UPDATE hookgate_receipts SET expires_at = now() - interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := retention.DeleteExpired(ctx, b.pool, policy); err != nil || n != 1 {
+		t.Fatalf("retention of a day changed since its archive, before archiving it again: %d, %v (evt_b, unchanged, goes)", n, err)
+	}
+	if err := retention.ArchiveDue(ctx, b.pool, s, discard(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := retention.DeleteExpired(ctx, b.pool, policy); err != nil || n != 1 {
+		t.Fatalf("retention once archived again: %d, %v", n, err)
+	}
+	b.adminJSON(t, adminReq{method: "POST", path: "/admin/archive/2026-11-02/restore"}, 200, &restored)
+	status, _, body = b.admin(t, adminReq{path: "/admin/deliveries/stripe/evt_a"})
+	if status != 200 || !bytes.Contains(body, []byte(`"generation":2`)) {
+		t.Fatalf("the replay archived with its day: %d %s", status, body)
+	}
+
 	// Archived now, while present: written again, nothing deleted.
 	var again struct {
 		Providers []struct {
@@ -115,6 +141,17 @@ func TestArchiveAndRestoreADay(t *testing.T) {
 	b.adminJSON(t, adminReq{method: "POST", path: "/admin/archive/2026-11-02"}, 200, &again)
 	if len(again.Providers) != 1 || again.Providers[0].Deliveries != 2 {
 		t.Fatalf("archive now = %+v", again)
+	}
+
+	// A store that fails answers 502 archive_unavailable, saying why.
+	gone, err := archive.Open("s3://archive/x", "http://127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := setupAdminOn(t, b.pool, adminToken, func(c *server.Config) { c.Admin.Archive, c.Admin.Retention = gone, 72*time.Hour })
+	status, _, body = down.admin(t, adminReq{method: "POST", path: "/admin/archive/2026-11-02"})
+	if got := statusCode(status, body); got != "502 archive_unavailable" || !bytes.Contains(body, []byte("stripe/2026-11-02.ndjson.zst")) {
+		t.Errorf("an unreachable store: %s %s", got, body)
 	}
 
 	// Without an archive, its POSTs are 409 not_configured.

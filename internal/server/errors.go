@@ -80,6 +80,7 @@ var errorCodes = []struct {
 	{archive.ErrAlreadyPresent, http.StatusConflict, "already_present"},
 	{archive.ErrNoObject, http.StatusNotFound, "not_found"},
 	{archive.ErrCorrupt, http.StatusBadGateway, "archive_corrupt"},
+	{archive.ErrStore, http.StatusBadGateway, "archive_unavailable"},
 }
 
 // retryAfterSeconds is sent with every 503.
@@ -137,6 +138,11 @@ func writeError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err
 		}
 		msg = "the server could not complete the request; retry later"
 		switch {
+		case status == http.StatusBadGateway:
+			// The archive store's failure, or an object that does not match
+			// its manifest: what it was is the operator's to know, and holds
+			// keys and hashes, never a credential (the store's URL has none).
+			msg = errtext.Clean(err.Error())
 		case code == "overloaded":
 			msg = "the gateway holds as many request bodies as it may, in all or from this address; nothing was stored, retry later"
 		case status == http.StatusServiceUnavailable:

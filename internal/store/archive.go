@@ -113,11 +113,15 @@ func DayPresent(ctx context.Context, db Querier, provider string, day time.Time)
 
 // ArchivedDay is a (day, provider) the archive holds.
 type ArchivedDay struct {
-	Day        time.Time `json:"day"`
-	Provider   string    `json:"provider"`
-	Count      int       `json:"count"`
-	SHA256     string    `json:"sha256"`
-	Object     string    `json:"object"`
+	// Day is the UTC day, its midnight; Date the same as yyyy-mm-dd.
+	Day      time.Time `json:"-"`
+	Date     string    `json:"day"`
+	Provider string    `json:"provider"`
+	Count    int       `json:"count"`
+	SHA256   string    `json:"sha256"`
+	Object   string    `json:"object"`
+	// ArchivedAt is when the archive began reading the day: what changed
+	// after it is not in the object.
 	ArchivedAt time.Time `json:"archived_at"`
 }
 
@@ -125,10 +129,10 @@ type ArchivedDay struct {
 // replacing what an earlier archive of it recorded.
 func RecordArchivedDay(ctx context.Context, db Querier, a ArchivedDay) error {
 	_, err := db.Exec(ctx, `
-		INSERT INTO hookgate_archive (day, provider, count, sha256, object) VALUES ($1, $2, $3, $4, $5)
+		INSERT INTO hookgate_archive (day, provider, count, sha256, object, archived_at) VALUES ($1, $2, $3, $4, $5, $6)
 		ON CONFLICT (day, provider) DO UPDATE SET count = excluded.count, sha256 = excluded.sha256,
-			object = excluded.object, archived_at = now()`,
-		a.Day, a.Provider, a.Count, a.SHA256, a.Object)
+			object = excluded.object, archived_at = excluded.archived_at`,
+		a.Day, a.Provider, a.Count, a.SHA256, a.Object, a.ArchivedAt)
 	if err != nil {
 		return fmt.Errorf("record the archived day: %w", err)
 	}
@@ -137,12 +141,34 @@ func RecordArchivedDay(ctx context.Context, db Querier, a ArchivedDay) error {
 
 // ArchivedDays returns the days the archive holds, newest first.
 func ArchivedDays(ctx context.Context, db Querier) ([]ArchivedDay, error) {
-	rows, err := db.Query(ctx, `SELECT day::timestamp AT TIME ZONE 'UTC', provider, count, sha256, object, archived_at
+	return archivedDays(ctx, db, `SELECT day::timestamp AT TIME ZONE 'UTC', provider, count, sha256, object, archived_at
 		FROM hookgate_archive ORDER BY day DESC, provider`)
+}
+
+// ArchivedDayOf returns what the archive recorded of a provider's day, or
+// nil when it holds none.
+func ArchivedDayOf(ctx context.Context, db Querier, provider string, day time.Time) (*ArchivedDay, error) {
+	days, err := archivedDays(ctx, db, `SELECT day::timestamp AT TIME ZONE 'UTC', provider, count, sha256, object, archived_at
+		FROM hookgate_archive WHERE provider = $1 AND day = $2`, provider, day)
+	if err != nil || len(days) == 0 {
+		return nil, err
+	}
+	return &days[0], nil
+}
+
+// archivedDays reads rows of hookgate_archive.
+func archivedDays(ctx context.Context, db Querier, sql string, args ...any) ([]ArchivedDay, error) {
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read the archive: %w", err)
 	}
-	days, err := pgx.CollectRows(rows, pgx.RowToStructByPos[ArchivedDay])
+	days, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ArchivedDay, error) {
+		var a ArchivedDay
+		err := row.Scan(&a.Day, &a.Provider, &a.Count, &a.SHA256, &a.Object, &a.ArchivedAt)
+		a.Day = a.Day.UTC()
+		a.Date = a.Day.Format(time.DateOnly)
+		return a, err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("read the archive: %w", err)
 	}

@@ -25,7 +25,8 @@ type ExpiredEvent struct {
 // of the dispatches of the events left without a receipt.
 //
 // With onlyArchived, a receipt is deleted only once its (day, provider) is
-// in the archive (hookgate_archive).
+// in the archive (hookgate_archive), archived after the last change of its
+// event's dispatches (a replay, an outcome, since).
 func ExpireReceiptsTx(ctx context.Context, tx pgx.Tx, limit int, idRetention time.Duration, onlyArchived bool) ([]ExpiredEvent, error) {
 	// The receipt and the keeping of its id are one statement: at every
 	// moment one of the two holds the key.
@@ -36,7 +37,9 @@ func ExpireReceiptsTx(ctx context.Context, tx pgx.Tx, limit int, idRetention tim
 				WHERE expires_at < now() AND NOT EXISTS (
 					SELECT 1 FROM hookgate_live_dispatches d WHERE d.provider = r.provider AND d.delivery_id = r.delivery_id)
 				AND (NOT $3 OR EXISTS (SELECT 1 FROM hookgate_archive a
-					WHERE a.day = (r.received_at AT TIME ZONE 'UTC')::date AND a.provider = r.provider))
+					WHERE a.day = (r.received_at AT TIME ZONE 'UTC')::date AND a.provider = r.provider
+					AND NOT EXISTS (SELECT 1 FROM hookgate_dispatches d WHERE d.provider = r.provider
+						AND d.delivery_id = r.delivery_id AND d.updated_at >= a.archived_at)))
 				ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)
 			RETURNING provider, scope, delivery_id, event, body_sha256, received_at),
 		kept AS (
@@ -95,15 +98,22 @@ type DayOf struct {
 	Provider string
 }
 
-// DaysToArchive returns the (day, provider)s the archive lacks whose every
-// receipt has expired and none of whose events has a dispatch in progress:
-// the days retention may archive, then delete. Oldest first.
+// DaysToArchive returns the (day, provider)s the archive lacks, or holds
+// as they were before a dispatch of theirs changed (a replay, an outcome),
+// whose every receipt has expired and none of whose events has a dispatch
+// in progress: the days retention may archive, then delete. Oldest first.
 func DaysToArchive(ctx context.Context, db Querier) ([]DayOf, error) {
 	rows, err := db.Query(ctx, `
 		WITH due AS (
 			SELECT DISTINCT (received_at AT TIME ZONE 'UTC')::date AS day, provider FROM hookgate_receipts WHERE expires_at < now())
 		SELECT due.day::timestamp AT TIME ZONE 'UTC', due.provider FROM due
-		WHERE NOT EXISTS (SELECT 1 FROM hookgate_archive a WHERE a.day = due.day AND a.provider = due.provider)
+		WHERE NOT EXISTS (
+			-- archived, and nothing of it changed since
+			SELECT 1 FROM hookgate_archive a WHERE a.day = due.day AND a.provider = due.provider
+			AND NOT EXISTS (
+				SELECT 1 FROM hookgate_receipts r JOIN hookgate_dispatches d ON d.provider = r.provider AND d.delivery_id = r.delivery_id
+				WHERE r.provider = due.provider AND r.received_at >= due.day::timestamp AT TIME ZONE 'UTC'
+					AND r.received_at < (due.day + 1)::timestamp AT TIME ZONE 'UTC' AND d.updated_at >= a.archived_at))
 		AND NOT EXISTS (
 			SELECT 1 FROM hookgate_receipts r
 			WHERE r.provider = due.provider AND r.received_at >= due.day::timestamp AT TIME ZONE 'UTC'
