@@ -76,7 +76,9 @@ func TestAnEarlierReleasesDatabaseMovesToItsSchema(t *testing.T) {
 	}
 	counts := func(pool *pgxpool.Pool, schema string) string {
 		var out []string
-		for _, table := range []string{"hookgate_receipts", "hookgate_dispatches", "river_job", "hookgate_routes", "hookgate_audit"} {
+		// River's jobs of dispatches: a gateway's periodic jobs (retention,
+		// recovery) come and go with its runs, before and after the move.
+		for _, table := range []string{"hookgate_receipts", "hookgate_dispatches", "river_job WHERE kind = 'hookgate_dispatch'", "hookgate_routes", "hookgate_audit"} {
 			var n int
 			if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM "+schema+"."+table).Scan(&n); err != nil {
 				t.Fatalf("%s.%s: %v", schema, table, err)
