@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/searchkeys"
 	"github.com/hookgate/hookgate/internal/store"
@@ -381,8 +382,8 @@ func restored(l line, provider string, day time.Time, keys *searchkeys.Set) (sto
 	}
 	var ds []store.EventDispatch
 	for _, d := range l.Dispatches {
-		if d.State == "pending" || d.State == "running" || d.State == "retrying" {
-			d.State = "cancelled"
+		if dispatch.IsInProgress(d.State) {
+			d.State = dispatch.Cancelled
 		}
 		ds = append(ds, store.EventDispatch{Provider: l.Provider, DeliveryID: l.DeliveryID, Dispatch: d})
 	}

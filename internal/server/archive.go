@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -107,7 +106,7 @@ func (s *server) handleRestoreDay(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.Logger, err)
 		return
 	}
-	days, err := store.ArchivedDays(r.Context(), s.Admin.Pool)
+	days, err := store.ArchivedDaysOn(r.Context(), s.Admin.Pool, day)
 	if err != nil {
 		writeError(w, r, s.Logger, err)
 		return
@@ -119,7 +118,7 @@ func (s *server) handleRestoreDay(w http.ResponseWriter, r *http.Request) {
 	}
 	var ps []string
 	for _, d := range days {
-		if d.Day.Equal(day) && (want == "" || d.Provider == want) && !slices.Contains(ps, d.Provider) {
+		if want == "" || d.Provider == want {
 			ps = append(ps, d.Provider)
 		}
 	}

@@ -145,6 +145,12 @@ func ArchivedDays(ctx context.Context, db Querier) ([]ArchivedDay, error) {
 		FROM hookgate_archive ORDER BY day DESC, provider`)
 }
 
+// ArchivedDaysOn returns what the archive recorded of a day, by provider.
+func ArchivedDaysOn(ctx context.Context, db Querier, day time.Time) ([]ArchivedDay, error) {
+	return archivedDays(ctx, db, `SELECT day::timestamp AT TIME ZONE 'UTC', provider, count, sha256, object, archived_at
+		FROM hookgate_archive WHERE day = $1 ORDER BY provider`, day)
+}
+
 // ArchivedDayOf returns what the archive recorded of a provider's day, or
 // nil when it holds none.
 func ArchivedDayOf(ctx context.Context, db Querier, provider string, day time.Time) (*ArchivedDay, error) {
