@@ -152,6 +152,37 @@ func TestCLIAgainstRunningGateway(t *testing.T) {
 	if out, code, err := cliRunErr(t, "archive", "run", "yesterday"); code != cli.ExitUsage || !strings.Contains(err, "yyyy-mm-dd") {
 		t.Fatalf("archive run with no day: exit %d, %s %s", code, out, err)
 	}
+	// A personal token: made by the admin, told once, acting within its
+	// role (HOOKGATE_TOKEN before GATEWAY_ADMIN_TOKEN), then revoked.
+	out, code = cliRun(t, "tokens", "create", "support desk", "--role", "viewer", "--expires-in", "24h")
+	viewer := strings.TrimSpace(out)
+	if code != 0 || !strings.HasPrefix(viewer, "hgt_") || strings.Contains(viewer, "\n") {
+		t.Fatalf("tokens create: exit %d, %s", code, out)
+	}
+	t.Setenv("HOOKGATE_TOKEN", viewer)
+	if out, code := cliRun(t, "deliveries", "list", "--provider", "stripe"); code != 0 || !strings.Contains(out, sent.DeliveryID) {
+		t.Fatalf("list as a viewer: exit %d, %s", code, out)
+	}
+	if out, code, err := cliRunErr(t, "routes", "pause", "audit"); code != cli.ExitFailed || !strings.Contains(err, "403 forbidden") {
+		t.Fatalf("pause as a viewer: exit %d, %s %s", code, out, err)
+	}
+	t.Setenv("HOOKGATE_TOKEN", "")
+	out, code = cliRun(t, "tokens", "list")
+	id, _, _ := strings.Cut(strings.Split(out, "\n")[1], " ")
+	if code != 0 || !strings.HasPrefix(id, "tok_") || !strings.Contains(out, "support desk") || strings.Contains(out, viewer) {
+		t.Fatalf("tokens list: exit %d, %s", code, out)
+	}
+	if out, code := cliRun(t, "tokens", "revoke", id); code != 0 || !strings.Contains(out, "revoked "+id) {
+		t.Fatalf("tokens revoke: exit %d, %s", code, out)
+	}
+	t.Setenv("HOOKGATE_TOKEN", viewer)
+	if out, code, err := cliRunErr(t, "deliveries", "list"); code != cli.ExitFailed || !strings.Contains(err, "401 unauthorized") {
+		t.Fatalf("list with a revoked token: exit %d, %s %s", code, out, err)
+	}
+	t.Setenv("HOOKGATE_TOKEN", "")
+	if out, code, err := cliRunErr(t, "tokens", "create", "x"); code != cli.ExitUsage || !strings.Contains(err, "--role") {
+		t.Fatalf("tokens create without a role: exit %d, %s %s", code, out, err)
+	}
 	// Nothing retrying: a retry by key attempts nothing, and says so.
 	if out, code := cliRun(t, "retry", "--key", "customer=cus_demo"); code != 0 || !strings.Contains(out, "retry (key customer=cus_demo): 0 deliveries with a retrying dispatch matched; 0 dispatches attempted now") {
 		t.Fatalf("retry --key: exit %d, %s", code, out)

@@ -131,7 +131,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	switch command {
 	case "serve", "migrate", "bench", "send":
-	case "deliveries", "replay", "retry", "routes", "audit", "recover", "archive":
+	case "deliveries", "replay", "retry", "routes", "audit", "recover", "archive", "tokens":
 		// Clients of a running gateway's operator API: no configuration, no
 		// database.
 		return cli.Run(ctx, cli.Env{Stdout: stdout, Stderr: stderr, Stdin: os.Stdin, Terminal: atTerminal(stderr)}, args)
@@ -219,7 +219,7 @@ func serve(ctx context.Context, stderr io.Writer) error {
 	// to report what it could not read beside what it finds itself.
 	cfg, _ := hookgate.ConfigFromEnv()
 	logger, asJSON := serveLogger(cfg, stderr)
-	for _, s := range config.Strays(os.Environ(), cli.URLVariable) {
+	for _, s := range config.Strays(os.Environ(), cli.URLVariable, cli.TokenVariable) {
 		logger.WarnContext(ctx, s.Message(), s.LogAttrs()...)
 	}
 	gw, err := hookgate.New(cfg, hookgate.WithLogger(logger))

@@ -1,5 +1,5 @@
 // Package audit is the log of what operators did: pauses and resumes of
-// routes, retries now, recoveries, and (from the replay log) replays, newest
+// routes, retries now, recoveries, personal tokens made and revoked, and (from the replay log) replays, newest
 // first.
 package audit
 
@@ -22,6 +22,9 @@ const (
 	Retry   = "retry"
 	Replay  = "replay"
 	Recover = "recover"
+	// TokenCreate and TokenRevoke are a personal token made and revoked.
+	TokenCreate = "token_create"
+	TokenRevoke = "token_revoke"
 )
 
 // ErrBadCursor means a cursor that List did not make.

@@ -1,8 +1,10 @@
 // Package cli is the operator's command line, a client of a running
 // gateway's operator API: list, show and fetch deliveries, replay them or
 // retry them now, list, pause, resume and retry routes, read the audit log,
-// and run recovery from the providers' APIs. It finds the gateway at HOOKGATE_URL (or --url) and sends
-// the admin token (GATEWAY_ADMIN_TOKEN, its _FILE variant, or --token-file);
+// run recovery from the providers' APIs and the archive, and make, list and
+// revoke personal tokens. It finds the gateway at HOOKGATE_URL (or --url) and
+// sends a personal token (HOOKGATE_TOKEN) or the admin token
+// (GATEWAY_ADMIN_TOKEN, its _FILE variant), or --token-file's;
 // it never opens, starts or migrates a database, so it works the same from
 // any directory, machine or container and sees the gateway's own routes and
 // sources. send is the exception: it signs a sample delivery locally with the
@@ -54,7 +56,7 @@ func usageErr(format string, args ...any) error {
 
 // Env is what the commands need from the program.
 type Env struct {
-	// Getenv reads the environment (HOOKGATE_URL, GATEWAY_ADMIN_TOKEN,
+	// Getenv reads the environment (HOOKGATE_URL, HOOKGATE_TOKEN, GATEWAY_ADMIN_TOKEN,
 	// GATEWAY_ADMIN_TOKEN_FILE); nil: os.Getenv.
 	Getenv func(string) string
 	// HTTP is the client for the operator API; nil: one with a minute's
@@ -92,7 +94,7 @@ func (env Env) httpClient() *http.Client {
 }
 
 // Commands are the operator commands Run takes; send among them.
-var Commands = []string{"deliveries", "replay", "retry", "routes", "audit", "recover", "archive", "send"}
+var Commands = []string{"deliveries", "replay", "retry", "routes", "audit", "recover", "archive", "tokens", "send"}
 
 // Usage describes the operator commands.
 const Usage = `  deliveries list [--provider P] [--event E] [--state S] [--since T] [--until T] [--where EXPR] [--key NAME=VALUE]... [--limit N] [--cursor C] [--json]
@@ -111,11 +113,14 @@ const Usage = `  deliveries list [--provider P] [--event E] [--state S] [--since
   archive list [--json]
   archive run DAY [--json]
   archive restore DAY [--provider P] [--json]
+  tokens list [--json]
+  tokens create NAME --role viewer|operator|admin [--expires-in D] [--json]
+  tokens revoke ID [--json]
   send PROVIDER --event E [--file F] [--url URL] [--insecure] [--json]
 
   The operator commands talk to a running gateway's operator API: HOOKGATE_URL
-  (default http://127.0.0.1:8080) or --url, with the token from GATEWAY_ADMIN_TOKEN,
-  GATEWAY_ADMIN_TOKEN_FILE or --token-file; plain http:// only to this machine
+  (default http://127.0.0.1:8080) or --url, with the token from --token-file, HOOKGATE_TOKEN
+  (a personal token), GATEWAY_ADMIN_TOKEN or GATEWAY_ADMIN_TOKEN_FILE; plain http:// only to this machine
   unless --insecure. send signs locally with the provider's secret and posts to
   --url, HOOKGATE_URL, or GATEWAY_ADDR on this machine.
   T is an RFC 3339 time or a duration ago (24h). C is the next_cursor a listing printed (the next page).
@@ -160,6 +165,8 @@ func Run(ctx context.Context, env Env, args []string) error {
 		return recoverCmd(ctx, env, args[1:])
 	case "archive":
 		return archiveCmd(ctx, env, args[1:])
+	case "tokens":
+		return tokensCmd(ctx, env, args[1:])
 	}
 	return usageErr("unknown command %q", args[0])
 }

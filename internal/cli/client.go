@@ -35,7 +35,7 @@ type connFlags struct {
 func addConnFlags(fs *flag.FlagSet) connFlags {
 	return connFlags{
 		url:       fs.String("url", "", "the gateway's URL (default: HOOKGATE_URL, else "+DefaultURL+")"),
-		tokenFile: fs.String("token-file", "", "read the admin token from this file (default: GATEWAY_ADMIN_TOKEN or GATEWAY_ADMIN_TOKEN_FILE)"),
+		tokenFile: fs.String("token-file", "", "read the token from this file (default: HOOKGATE_TOKEN, GATEWAY_ADMIN_TOKEN or GATEWAY_ADMIN_TOKEN_FILE)"),
 		insecure:  fs.Bool("insecure", false, "allow sending the token over plain http:// to a host that is not loopback"),
 	}
 }
@@ -105,11 +105,20 @@ func reachError(where string, err error) error {
 	return &ExitError{Code: ExitUnreachable, Err: fmt.Errorf("%s cannot be reached: %w", where, unwrapURL(err))}
 }
 
-// token is the admin token: --token-file, else GATEWAY_ADMIN_TOKEN, else the
-// file GATEWAY_ADMIN_TOKEN_FILE names.
+// TokenVariable is the variable the operator commands read a personal token
+// from (hgt_...): a variable hookgate reads, though the gateway itself does
+// not.
+const TokenVariable = "HOOKGATE_TOKEN"
+
+// token is the bearer token: --token-file, else HOOKGATE_TOKEN (a personal
+// token), else GATEWAY_ADMIN_TOKEN, else the file GATEWAY_ADMIN_TOKEN_FILE
+// names.
 func (f connFlags) token(env Env) (string, error) {
 	path := *f.tokenFile
 	if path == "" {
+		if t := strings.TrimSpace(env.getenv(TokenVariable)); t != "" {
+			return t, nil
+		}
 		if t := env.getenv("GATEWAY_ADMIN_TOKEN"); t != "" {
 			if env.getenv("GATEWAY_ADMIN_TOKEN_FILE") != "" {
 				return "", usageErr("GATEWAY_ADMIN_TOKEN and GATEWAY_ADMIN_TOKEN_FILE are both set; set one")
@@ -119,7 +128,7 @@ func (f connFlags) token(env Env) (string, error) {
 		path = env.getenv("GATEWAY_ADMIN_TOKEN_FILE")
 	}
 	if path == "" {
-		return "", usageErr("no admin token: set GATEWAY_ADMIN_TOKEN or GATEWAY_ADMIN_TOKEN_FILE, or pass --token-file")
+		return "", usageErr("no token: set HOOKGATE_TOKEN (a personal token), GATEWAY_ADMIN_TOKEN or GATEWAY_ADMIN_TOKEN_FILE, or pass --token-file")
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {

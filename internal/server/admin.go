@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hookgate/hookgate/internal/access"
 	"github.com/hookgate/hookgate/internal/archive"
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/dispatch"
@@ -87,28 +88,34 @@ func (s *server) adminRoutes(r chi.Router) {
 	}
 	r.Group(func(r chi.Router) {
 		r.Use(s.bearerOnly)
-		r.Get("/openapi.json", handleOpenAPI)
-		r.Get("/deliveries", s.handleListDeliveries)
-		r.Get("/deliveries/{provider}/{id}", s.handleShowDelivery)
-		r.Get("/deliveries/{provider}/{id}/body", s.handleDeliveryBody)
-		r.Post("/deliveries/{provider}/{id}/replay", s.handleReplayOne)
-		r.Post("/deliveries/{provider}/{id}/retry", s.handleRetryDelivery)
-		r.Post("/replays", s.handleBulkReplay)
-		r.Post("/retries", s.handleBulkRetry)
-		r.Get("/archive", s.handleArchive)
-		r.Post("/archive/{day}", s.handleArchiveDay)
-		r.Post("/archive/{day}/restore", s.handleRestoreDay)
-		r.Get("/replays", s.handleListReplays)
-		r.Get("/replays/{replay_id}", s.handleShowReplay)
-		r.Get("/rejections", s.handleRejections)
-		r.Get("/routes", s.handleListRoutes)
-		r.Get("/routes/{name}", s.handleShowRoute)
-		r.Post("/routes/{name}/pause", s.handlePauseRoute)
-		r.Post("/routes/{name}/resume", s.handleResumeRoute)
-		r.Post("/routes/{name}/retry", s.handleRetryRoute)
-		r.Get("/audit", s.handleAudit)
-		r.Get("/providers", s.handleListProviders)
-		r.Post("/recover/{provider}", s.handleRecover)
+		// What each endpoint needs: viewers read, operators act on
+		// deliveries and routes, admins manage tokens.
+		view, operate, administer := r.With(s.need(access.Viewer)), r.With(s.need(access.Operator)), r.With(s.need(access.Admin))
+		view.Get("/openapi.json", handleOpenAPI)
+		view.Get("/deliveries", s.handleListDeliveries)
+		view.Get("/deliveries/{provider}/{id}", s.handleShowDelivery)
+		view.Get("/deliveries/{provider}/{id}/body", s.handleDeliveryBody)
+		operate.Post("/deliveries/{provider}/{id}/replay", s.handleReplayOne)
+		operate.Post("/deliveries/{provider}/{id}/retry", s.handleRetryDelivery)
+		operate.Post("/replays", s.handleBulkReplay)
+		operate.Post("/retries", s.handleBulkRetry)
+		view.Get("/archive", s.handleArchive)
+		operate.Post("/archive/{day}", s.handleArchiveDay)
+		operate.Post("/archive/{day}/restore", s.handleRestoreDay)
+		view.Get("/replays", s.handleListReplays)
+		view.Get("/replays/{replay_id}", s.handleShowReplay)
+		view.Get("/rejections", s.handleRejections)
+		view.Get("/routes", s.handleListRoutes)
+		view.Get("/routes/{name}", s.handleShowRoute)
+		operate.Post("/routes/{name}/pause", s.handlePauseRoute)
+		operate.Post("/routes/{name}/resume", s.handleResumeRoute)
+		operate.Post("/routes/{name}/retry", s.handleRetryRoute)
+		view.Get("/audit", s.handleAudit)
+		view.Get("/providers", s.handleListProviders)
+		operate.Post("/recover/{provider}", s.handleRecover)
+		administer.Get("/tokens", s.handleListTokens)
+		administer.Post("/tokens", s.handleCreateToken)
+		administer.Delete("/tokens/{id}", s.handleRevokeToken)
 	})
 	if s.Admin.RiverUI != nil {
 		r.Group(func(r chi.Router) {
@@ -181,25 +188,51 @@ func (s *server) adminOn(next http.Handler) http.Handler {
 	})
 }
 
-// bearerToken reports whether the request carries the admin token as a
-// bearer token. The comparison is of SHA-256 digests in constant time, so
-// neither the token's bytes nor its length leak, and it is the guard's to
-// make: within the address's failure budgets, a wrong token waiting a wrong
-// guess's cost (see guess.Guard.Check). A request without an Authorization
-// header guessed nothing, and does not wait.
-func (s *server) bearerToken(r *http.Request) bool {
+// authenticate returns the identity of the request's bearer token: the
+// admin token (the break-glass admin) or a live personal token. ok is false
+// when it holds neither; err when the database could not tell.
+//
+// The admin token is compared as SHA-256 digests in constant time, so
+// neither its bytes nor its length leak; a personal token is looked up by
+// its SHA-256, outside the guard's lock. Either way the comparison is the
+// guard's to make: within the address's failure budgets, a wrong token
+// waiting a wrong guess's cost (see guess.Guard.Check). A request without
+// an Authorization header guessed nothing, and does not wait.
+func (s *server) authenticate(r *http.Request) (id access.Identity, ok bool, err error) {
 	header := r.Header.Get("Authorization")
 	if header == "" {
-		return false
+		return access.Identity{}, false, nil
 	}
-	return s.Admin.Guesses.Check(r, func() bool {
-		want := sha256.Sum256([]byte(s.Admin.Token))
-		// The scheme's name is case-insensitive (RFC 7235: bearer, BEARER).
-		scheme, token, ok := strings.Cut(header, " ")
-		ok = ok && strings.EqualFold(scheme, "Bearer")
-		got := sha256.Sum256([]byte(token))
-		return ok && subtle.ConstantTimeCompare(got[:], want[:]) == 1
-	})
+	// The scheme's name is case-insensitive (RFC 7235: bearer, BEARER).
+	scheme, token, found := strings.Cut(header, " ")
+	found = found && strings.EqualFold(scheme, "Bearer")
+	want := sha256.Sum256([]byte(s.Admin.Token))
+	got := sha256.Sum256([]byte(token))
+	admin := found && subtle.ConstantTimeCompare(got[:], want[:]) == 1
+	var personal access.Identity
+	var known bool
+	if found && !admin && access.IsPersonalToken(token) && s.Admin.Pool != nil {
+		personal, err = access.Authenticate(r.Context(), s.Admin.Pool, token)
+		switch {
+		case err == nil:
+			known = true
+		case !errors.Is(err, access.ErrUnknown):
+			return access.Identity{}, false, err
+		}
+	}
+	if !s.Admin.Guesses.Check(r, func() bool { return admin || known }) {
+		return access.Identity{}, false, nil
+	}
+	if admin {
+		return access.Identity{Actor: Actor(s.Admin.Token), Role: access.Admin}, true, nil
+	}
+	return personal, true, nil
+}
+
+// actor names who the request acts as in the audit and replay logs.
+func actor(r *http.Request) string {
+	id, _ := access.IdentityOf(r.Context())
+	return id.Actor
 }
 
 func (s *server) unauthorized(w http.ResponseWriter, r *http.Request) {
@@ -207,25 +240,51 @@ func (s *server) unauthorized(w http.ResponseWriter, r *http.Request) {
 	writeError(w, r, s.Logger, fmt.Errorf("%w: a valid Authorization: Bearer token is required", errUnauthorized))
 }
 
-// bearerOnly lets only requests with the bearer token through: the JSON API
-// takes no cookie, so no other site can make a browser call it.
+// bearerOnly lets only requests with a valid bearer token through, with its
+// identity in their context: the JSON API takes no cookie, so no other site
+// can make a browser call it.
 func (s *server) bearerOnly(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.bearerToken(r) {
+		id, ok, err := s.authenticate(r)
+		switch {
+		case err != nil:
+			writeError(w, r, s.Logger, fmt.Errorf("check the bearer token: %w", err))
+		case !ok:
 			s.unauthorized(w, r)
-			return
+		default:
+			next.ServeHTTP(w, r.WithContext(access.WithIdentity(r.Context(), id)))
 		}
-		next.ServeHTTP(w, r)
 	})
 }
 
-// bearerOrSession lets River UI's requests through with the bearer token or
-// a console session (see console.Console.Allows). A browser that has neither
-// and asks for a page is sent to the console's sign-in.
+// need answers 403 to a request whose identity's role is below role.
+func (s *server) need(role access.Role) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			id, _ := access.IdentityOf(r.Context())
+			if !id.Role.Allows(role) {
+				writeError(w, r, s.Logger, fmt.Errorf("%w: %s %s needs the %s role; %s is a %s", errForbidden,
+					r.Method, r.URL.Path, role, id.Actor, id.Role))
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// bearerOrSession lets River UI's requests through with an operator's bearer
+// token or a console session (see console.Console.Allows): River UI cancels,
+// retries and deletes jobs. A browser that has neither and asks for a page
+// is sent to the console's sign-in.
 func (s *server) bearerOrSession(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, ok, err := s.authenticate(r)
 		switch {
-		case s.bearerToken(r), s.console != nil && s.console.Allows(r):
+		case err != nil:
+			writeError(w, r, s.Logger, fmt.Errorf("check the bearer token: %w", err))
+		case ok && !id.Role.Allows(access.Operator):
+			writeError(w, r, s.Logger, fmt.Errorf("%w: River UI needs the operator role; %s is a %s", errForbidden, id.Actor, id.Role))
+		case ok, s.console != nil && s.console.Allows(r):
 			next.ServeHTTP(w, r)
 		case s.console != nil && r.Method == http.MethodGet && r.Header.Get("Authorization") == "" &&
 			strings.Contains(r.Header.Get("Accept"), "text/html"):
@@ -388,7 +447,7 @@ func (s *server) handleReplayOne(w http.ResponseWriter, r *http.Request) {
 	}
 	var req replayOneRequest
 	s.idempotent(w, r, "replay", &req, func(ctx context.Context, tx pgx.Tx) (any, error) {
-		replayID, res, err := replay.OneTx(ctx, tx, s.Admin.Enqueuer, Actor(s.Admin.Token), provider, id,
+		replayID, res, err := replay.OneTx(ctx, tx, s.Admin.Enqueuer, actor(r), provider, id,
 			replay.Request{Routes: req.Routes, Force: req.Force}, req.Reason)
 		if err != nil {
 			return nil, err
@@ -472,7 +531,7 @@ func (s *server) handleBulkReplay(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return nil, err
 		}
-		replayID, matched, err := replay.BulkTx(ctx, tx, s.Admin.Enqueuer, Actor(s.Admin.Token), f, req.Force, req.Reason)
+		replayID, matched, err := replay.BulkTx(ctx, tx, s.Admin.Enqueuer, actor(r), f, req.Force, req.Reason)
 		if err != nil {
 			return nil, err
 		}
@@ -502,7 +561,7 @@ func (s *server) idempotent(w http.ResponseWriter, r *http.Request, operation st
 		writeError(w, r, s.Logger, err)
 		return
 	}
-	k := idempotency.Key{Scope: Actor(s.Admin.Token), Operation: operation, Key: key}
+	k := idempotency.Key{Scope: actor(r), Operation: operation, Key: key}
 	resp, replayed, err := idempotency.Do(r.Context(), s.Admin.Pool, k, hash, func(ctx context.Context, tx pgx.Tx) (idempotency.Response, error) {
 		out, err := work(ctx, tx)
 		if err != nil {

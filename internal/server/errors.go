@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/hookgate/hookgate/internal/access"
 	"github.com/hookgate/hookgate/internal/archive"
 	"github.com/hookgate/hookgate/internal/audit"
 	"github.com/hookgate/hookgate/internal/deliveries"
@@ -34,6 +35,7 @@ var (
 	errNotFound         = errors.New("not found")
 	errMethodNotAllowed = errors.New("method not allowed")
 	errUnauthorized     = errors.New("unauthorized")
+	errForbidden        = errors.New("forbidden")
 	errOverloaded       = errors.New("overloaded")
 	errRequestTimeout   = errors.New("request timeout")
 )
@@ -63,6 +65,10 @@ var errorCodes = []struct {
 	{errRequestTimeout, http.StatusRequestTimeout, "request_timeout"},
 	{ingest.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
 	{errUnauthorized, http.StatusUnauthorized, "unauthorized"},
+	{errForbidden, http.StatusForbidden, "forbidden"},
+	{access.ErrBadToken, http.StatusBadRequest, "bad_request"},
+	{access.ErrBadRole, http.StatusBadRequest, "bad_request"},
+	{access.ErrNotFound, http.StatusNotFound, "not_found"},
 	{deliveries.ErrNotFound, http.StatusNotFound, "not_found"},
 	{deliveries.ErrBadFilter, http.StatusBadRequest, "bad_request"},
 	{replay.ErrUnknownRoute, http.StatusBadRequest, "bad_request"},

@@ -60,7 +60,7 @@ func (s *server) handleRecover(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.Logger, err)
 		return
 	}
-	opts := recovery.Options{DryRun: req.DryRun, Actor: Actor(s.Admin.Token)}
+	opts := recovery.Options{DryRun: req.DryRun, Actor: actor(r)}
 	if req.Since != "" {
 		now := time.Now()
 		t, err := deliveries.ParseTime(req.Since, now)
@@ -84,7 +84,7 @@ func (s *server) handleRecover(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	rep, err := s.Admin.Recoverer.Run(ctx, provider, opts)
 	if !errors.Is(err, recovery.ErrNotConfigured) {
-		s.auditRecover(r.Context(), rep, err)
+		s.auditRecover(r.Context(), opts, rep, err)
 	}
 	switch {
 	case errors.Is(err, recovery.ErrNotConfigured):
@@ -105,7 +105,7 @@ func (s *server) handleRecover(w http.ResponseWriter, r *http.Request) {
 // it and what it found, asked for and stored (each redelivery request and
 // stored event has an entry of its own, by the recoverer). A failure to
 // record is logged: the run has happened.
-func (s *server) auditRecover(ctx context.Context, rep recovery.Report, runErr error) {
+func (s *server) auditRecover(ctx context.Context, opts recovery.Options, rep recovery.Report, runErr error) {
 	if s.Admin.Pool == nil {
 		return
 	}
@@ -118,7 +118,7 @@ func (s *server) auditRecover(ctx context.Context, rep recovery.Report, runErr e
 	}
 	ctx = context.WithoutCancel(ctx) // recorded even if the operator went away
 	err := pgx.BeginFunc(ctx, s.Admin.Pool, func(tx pgx.Tx) error {
-		return audit.Record(ctx, tx, audit.NewEntry{Actor: Actor(s.Admin.Token), Action: audit.Recover, Provider: rep.Provider, Reason: what})
+		return audit.Record(ctx, tx, audit.NewEntry{Actor: opts.Actor, Action: audit.Recover, Provider: rep.Provider, Reason: what})
 	})
 	if err != nil {
 		s.Logger.ErrorContext(ctx, "audit of a recovery on demand", "error", err)

@@ -36,7 +36,7 @@ func (s *server) handleRetryRoute(w http.ResponseWriter, r *http.Request) {
 	}
 	name := chi.URLParam(r, "name")
 	n, err := retry.Route(r.Context(), s.Admin.Pool, s.Admin.Enqueuer.Client(), s.Admin.Routes, name,
-		retry.Operator{Actor: Actor(s.Admin.Token), Reason: req.Reason})
+		retry.Operator{Actor: actor(r), Reason: req.Reason})
 	if err != nil {
 		writeError(w, r, s.Logger, err)
 		return
@@ -71,7 +71,7 @@ func (s *server) handleRetryDelivery(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := retry.Delivery(r.Context(), s.Admin.Pool, s.Admin.Enqueuer.Client(), s.Admin.Routes, provider, id, req.Routes,
-		retry.Operator{Actor: Actor(s.Admin.Token), Reason: req.Reason})
+		retry.Operator{Actor: actor(r), Reason: req.Reason})
 	if err != nil {
 		writeError(w, r, s.Logger, err)
 		return
@@ -115,7 +115,7 @@ func (s *server) handleBulkRetry(w http.ResponseWriter, r *http.Request) {
 			}
 			after = &c
 		}
-		res, err := s.retryManyTx(ctx, tx, f, after, retry.Operator{Actor: Actor(s.Admin.Token), Reason: req.Reason})
+		res, err := s.retryManyTx(ctx, tx, f, after, retry.Operator{Actor: actor(r), Reason: req.Reason})
 		if err != nil {
 			return nil, err
 		}

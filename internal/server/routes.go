@@ -55,7 +55,7 @@ func (s *server) changeRoute(w http.ResponseWriter, r *http.Request, change func
 		return
 	}
 	v, err := change(r.Context(), s.Admin.Pool, s.Admin.Enqueuer.Client(), s.Admin.Routes, chi.URLParam(r, "name"),
-		routes.Change{Actor: Actor(s.Admin.Token), Reason: req.Reason})
+		routes.Change{Actor: actor(r), Reason: req.Reason})
 	if err != nil {
 		writeError(w, r, s.Logger, err)
 		return

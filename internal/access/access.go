@@ -1,0 +1,247 @@
+// Package access is who may do what at the operator endpoints: the roles
+// (viewer, operator, admin), the identity a request acts as, and personal
+// API tokens, made and revoked by an admin and stored only as their SHA-256.
+// GATEWAY_ADMIN_TOKEN stays the break-glass admin. Package server decides
+// which role each endpoint needs.
+package access
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookgate/hookgate/internal/audit"
+	"github.com/hookgate/hookgate/internal/store"
+)
+
+// Role is what an identity may do; each role may do all that the ones
+// before it may.
+type Role int
+
+// The roles, in order.
+const (
+	// Viewer reads deliveries, bodies, routes, rejections, the audit log.
+	Viewer Role = iota + 1
+	// Operator also replays, retries, pauses and resumes routes, runs
+	// recovery and the archive.
+	Operator
+	// Admin also manages personal tokens.
+	Admin
+)
+
+// Roles are the roles, in order.
+var Roles = []Role{Viewer, Operator, Admin}
+
+// String is the role's name, as written in JSON and the configuration.
+func (r Role) String() string {
+	switch r {
+	case Viewer:
+		return "viewer"
+	case Operator:
+		return "operator"
+	case Admin:
+		return "admin"
+	}
+	return fmt.Sprintf("role(%d)", int(r))
+}
+
+// Allows reports whether r may do what needs the role need.
+func (r Role) Allows(need Role) bool { return r >= need }
+
+// ErrBadRole means a role name that is none of Roles.
+var ErrBadRole = errors.New("no such role")
+
+// ParseRole reads a role's name.
+func ParseRole(s string) (Role, error) {
+	for _, r := range Roles {
+		if s == r.String() {
+			return r, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: %q (viewer, operator or admin)", ErrBadRole, s)
+}
+
+// Identity is who a request acts as.
+type Identity struct {
+	// Actor names it in the audit and replay logs: token:<digest> for the
+	// admin token, token:<id> (<name>) for a personal token.
+	Actor string
+	// Role caps what it may do.
+	Role Role
+	// TokenID is the personal token's id; empty for the admin token and a
+	// console session.
+	TokenID string
+}
+
+type identityKey struct{}
+
+// WithIdentity returns ctx carrying id.
+func WithIdentity(ctx context.Context, id Identity) context.Context {
+	return context.WithValue(ctx, identityKey{}, id)
+}
+
+// IdentityOf returns the identity ctx carries, if any.
+func IdentityOf(ctx context.Context) (Identity, bool) {
+	id, ok := ctx.Value(identityKey{}).(Identity)
+	return id, ok
+}
+
+// TokenPrefix starts every personal token, so that one is told from the
+// admin token (and found by secret scanners) at a glance.
+const TokenPrefix = "hgt_"
+
+// IsPersonalToken reports whether s has the form of a personal token.
+func IsPersonalToken(s string) bool { return strings.HasPrefix(s, TokenPrefix) }
+
+// Limits on a token as asked for.
+const (
+	// DefaultExpiresIn is a token's life when the request names none.
+	DefaultExpiresIn = 30 * 24 * time.Hour
+	// MaxExpiresIn is the longest life a token may have.
+	MaxExpiresIn = 366 * 24 * time.Hour
+	// MaxNameLen bounds a token's name, in characters.
+	MaxNameLen = 100
+)
+
+// Errors of Create and Revoke.
+var (
+	// ErrBadToken means a token asked for with a bad name, role or life.
+	ErrBadToken = errors.New("bad token request")
+	// ErrNotFound means no token has the id.
+	ErrNotFound = errors.New("no such token")
+	// ErrUnknown means a bearer token that is no live personal token:
+	// never made, revoked or expired.
+	ErrUnknown = errors.New("unknown token")
+)
+
+// Request is a token asked for.
+type Request struct {
+	// Name tells the token apart in lists and logs: 1 to 100 printable
+	// characters.
+	Name string
+	// Role caps what the token may do; at most the maker's role.
+	Role Role
+	// ExpiresIn is the token's life: DefaultExpiresIn when zero, at most
+	// MaxExpiresIn.
+	ExpiresIn time.Duration
+}
+
+// Check reports what is wrong with q when made by a maker of role maker.
+func (q *Request) Check(maker Role) error {
+	n := utf8.RuneCountInString(q.Name)
+	switch {
+	case strings.TrimSpace(q.Name) == "" || n > MaxNameLen || !utf8.ValidString(q.Name) || strings.IndexFunc(q.Name, notPrintable) >= 0:
+		return fmt.Errorf("%w: name: 1 to %d printable characters", ErrBadToken, MaxNameLen)
+	case q.Role == 0:
+		return fmt.Errorf("%w: role: viewer, operator or admin is required", ErrBadToken)
+	case !maker.Allows(q.Role):
+		return fmt.Errorf("%w: role: %s is above the maker's own role (%s)", ErrBadToken, q.Role, maker)
+	case q.ExpiresIn < 0 || q.ExpiresIn > MaxExpiresIn:
+		return fmt.Errorf("%w: expires_in: a positive duration of at most %s", ErrBadToken, MaxExpiresIn)
+	}
+	return nil
+}
+
+func notPrintable(r rune) bool { return !unicode.IsPrint(r) }
+
+// Made is a token just made: the only time the token itself is told.
+type Made struct {
+	store.Token
+	// Secret is the token itself, shown once.
+	Secret string `json:"token"`
+}
+
+// Create makes a token as asked by maker (its identity acts as the
+// token's person), with its audit entry, in one transaction.
+func Create(ctx context.Context, pool *pgxpool.Pool, maker Identity, q Request) (Made, error) {
+	if err := q.Check(maker.Role); err != nil {
+		return Made{}, err
+	}
+	if q.ExpiresIn == 0 {
+		q.ExpiresIn = DefaultExpiresIn
+	}
+	secret := TokenPrefix + random(32)
+	sum := sha256.Sum256([]byte(secret))
+	nt := store.NewToken{ID: "tok_" + random(10), Name: q.Name, Role: q.Role.String(), CreatedBy: maker.Actor,
+		SHA256: sum[:], ExpiresIn: q.ExpiresIn}
+	var made Made
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		t, err := store.InsertTokenTx(ctx, tx, nt)
+		if err != nil {
+			return err
+		}
+		made = Made{Token: t, Secret: secret}
+		return audit.Record(ctx, tx, audit.NewEntry{Actor: maker.Actor, Action: audit.TokenCreate,
+			Reason: fmt.Sprintf("%s, role %s, expires %s", ActorOf(t), t.Role, t.ExpiresAt.UTC().Format(time.RFC3339))})
+	})
+	if err != nil {
+		return Made{}, fmt.Errorf("create token: %w", err)
+	}
+	return made, nil
+}
+
+// List returns every token, newest first, never the tokens themselves.
+func List(ctx context.Context, db store.Querier) ([]store.Token, error) {
+	return store.Tokens(ctx, db)
+}
+
+// Revoke revokes the token id at once, with an audit entry; revoking a
+// revoked token changes nothing and answers it as it is.
+func Revoke(ctx context.Context, pool *pgxpool.Pool, by Identity, id string) (store.Token, error) {
+	var t store.Token
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var now bool
+		var err error
+		if t, now, err = store.RevokeTokenTx(ctx, tx, id, by.Actor); err != nil || !now {
+			return err
+		}
+		return audit.Record(ctx, tx, audit.NewEntry{Actor: by.Actor, Action: audit.TokenRevoke, Reason: ActorOf(t)})
+	})
+	if errors.Is(err, store.ErrNoToken) {
+		return store.Token{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return store.Token{}, fmt.Errorf("revoke token: %w", err)
+	}
+	return t, nil
+}
+
+// Authenticate returns the identity of a personal token, read from the
+// database on every call, so that a revoked one fails on every gateway
+// from the next request on; ErrUnknown when it is no live token.
+func Authenticate(ctx context.Context, db store.Querier, secret string) (Identity, error) {
+	sum := sha256.Sum256([]byte(secret))
+	t, err := store.LiveTokenBySHA256(ctx, db, sum[:])
+	if errors.Is(err, store.ErrNoToken) {
+		return Identity{}, ErrUnknown
+	}
+	if err != nil {
+		return Identity{}, err
+	}
+	role, err := ParseRole(t.Role)
+	if err != nil {
+		return Identity{}, fmt.Errorf("token %s: %w", t.ID, err)
+	}
+	return Identity{Actor: ActorOf(t), Role: role, TokenID: t.ID}, nil
+}
+
+// ActorOf is how the logs name a personal token: token:<id> (<name>).
+func ActorOf(t store.Token) string { return fmt.Sprintf("token:%s (%s)", t.ID, t.Name) }
+
+// random returns n bytes of crypto/rand as lower-case base32 without
+// padding.
+func random(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))
+}
