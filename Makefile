@@ -2,7 +2,7 @@
 
 GO ?= go
 
-.PHONY: run test faults build migrate postgres chromium promtool s3
+.PHONY: run test faults build migrate postgres chromium promtool amtool s3
 
 ## run: install PostgreSQL when missing, build, then run the gateway in the foreground on a private PostgreSQL
 ## under ./.data. Make starts the binary itself (no shell, no `go run` between them), so Ctrl-C or a
@@ -10,10 +10,10 @@ GO ?= go
 run: postgres build
 	./gateway serve
 
-## test: install PostgreSQL, Chromium, promtool and an S3-compatible server when missing, then run every test (each test binary starts its own
+## test: install PostgreSQL, Chromium, promtool, amtool and an S3-compatible server when missing, then run every test (each test binary starts its own
 ## private server; the console's tests drive a headless Chromium), then the examples module's (a service
 ## outside hookgate's module that embeds it: its own go.mod, so ./... does not reach it)
-test: postgres chromium promtool s3
+test: postgres chromium promtool amtool s3
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 	cd examples && $(GO) vet ./... && $(GO) test -race -count=1 ./...
@@ -41,6 +41,9 @@ chromium:
 
 promtool:
 	@./scripts/ensure-promtool
+
+amtool:
+	@./scripts/ensure-amtool
 
 s3:
 	@./scripts/ensure-s3
