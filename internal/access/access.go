@@ -12,6 +12,7 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 	"unicode"
@@ -109,6 +110,8 @@ const (
 	DefaultExpiresIn = 30 * 24 * time.Hour
 	// MaxExpiresIn is the longest life a token may have.
 	MaxExpiresIn = 366 * 24 * time.Hour
+	// MinExpiresIn is the shortest life a token may have.
+	MinExpiresIn = time.Minute
 	// MaxNameLen bounds a token's name, in characters.
 	MaxNameLen = 100
 )
@@ -142,12 +145,14 @@ func (q *Request) Check(maker Role) error {
 	switch {
 	case strings.TrimSpace(q.Name) == "" || n > MaxNameLen || !utf8.ValidString(q.Name) || strings.IndexFunc(q.Name, notPrintable) >= 0:
 		return fmt.Errorf("%w: name: 1 to %d printable characters", ErrBadToken, MaxNameLen)
+	case strings.TrimSpace(q.Name) != q.Name:
+		return fmt.Errorf("%w: name: no space before or after it", ErrBadToken)
 	case q.Role == 0:
 		return fmt.Errorf("%w: role: viewer, operator or admin is required", ErrBadToken)
 	case !maker.Allows(q.Role):
 		return fmt.Errorf("%w: role: %s is above the maker's own role (%s)", ErrBadToken, q.Role, maker)
-	case q.ExpiresIn < 0 || q.ExpiresIn > MaxExpiresIn:
-		return fmt.Errorf("%w: expires_in: a positive duration of at most %s", ErrBadToken, MaxExpiresIn)
+	case q.ExpiresIn != 0 && (q.ExpiresIn < MinExpiresIn || q.ExpiresIn > MaxExpiresIn):
+		return fmt.Errorf("%w: expires_in: a duration from %s to %s", ErrBadToken, MinExpiresIn, MaxExpiresIn)
 	}
 	return nil
 }
@@ -182,7 +187,7 @@ func Create(ctx context.Context, pool *pgxpool.Pool, maker Identity, q Request) 
 		}
 		made = Made{Token: t, Secret: secret}
 		return audit.Record(ctx, tx, audit.NewEntry{Actor: maker.Actor, Action: audit.TokenCreate,
-			Reason: fmt.Sprintf("%s, role %s, expires %s", ActorOf(t), t.Role, t.ExpiresAt.UTC().Format(time.RFC3339))})
+			Reason: fmt.Sprintf("%s: role %s, expires %s", described(t), t.Role, t.ExpiresAt.UTC().Format(time.RFC3339))})
 	})
 	if err != nil {
 		return Made{}, fmt.Errorf("create token: %w", err)
@@ -198,6 +203,9 @@ func List(ctx context.Context, db store.Querier) ([]store.Token, error) {
 // Revoke revokes the token id at once, with an audit entry; revoking a
 // revoked token changes nothing and answers it as it is.
 func Revoke(ctx context.Context, pool *pgxpool.Pool, by Identity, id string) (store.Token, error) {
+	if !idRE.MatchString(id) {
+		return store.Token{}, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
 	var t store.Token
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var now bool
@@ -205,7 +213,7 @@ func Revoke(ctx context.Context, pool *pgxpool.Pool, by Identity, id string) (st
 		if t, now, err = store.RevokeTokenTx(ctx, tx, id, by.Actor); err != nil || !now {
 			return err
 		}
-		return audit.Record(ctx, tx, audit.NewEntry{Actor: by.Actor, Action: audit.TokenRevoke, Reason: ActorOf(t)})
+		return audit.Record(ctx, tx, audit.NewEntry{Actor: by.Actor, Action: audit.TokenRevoke, Reason: described(t)})
 	})
 	if errors.Is(err, store.ErrNoToken) {
 		return store.Token{}, fmt.Errorf("%w: %s", ErrNotFound, id)
@@ -234,6 +242,14 @@ func Authenticate(ctx context.Context, db store.Querier, secret string) (Identit
 	}
 	return Identity{Actor: ActorOf(t), Role: role, TokenID: t.ID}, nil
 }
+
+// idRE is what a token's id looks like ("tok_" and random's alphabet):
+// anything else names none, and is never sent to the database.
+var idRE = regexp.MustCompile(`^tok_[a-z2-7]{1,64}$`)
+
+// described names a token in an audit entry's reason: its id and its name
+// quoted, so that a name cannot pass for more of the entry.
+func described(t store.Token) string { return fmt.Sprintf("%s %q", t.ID, t.Name) }
 
 // ActorOf is how the logs name a personal token: token:<id> (<name>).
 func ActorOf(t store.Token) string { return fmt.Sprintf("token:%s (%s)", t.ID, t.Name) }

@@ -263,7 +263,7 @@ func (s *server) need(role access.Role) func(http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			id, _ := access.IdentityOf(r.Context())
 			if !id.Role.Allows(role) {
-				writeError(w, r, s.Logger, fmt.Errorf("%w: %s %s needs the %s role; %s is a %s", errForbidden,
+				writeError(w, r, s.Logger, fmt.Errorf("%w: %s %s needs the %s role; %s has the %s role", errForbidden,
 					r.Method, r.URL.Path, role, id.Actor, id.Role))
 				return
 			}
@@ -283,7 +283,7 @@ func (s *server) bearerOrSession(next http.Handler) http.Handler {
 		case err != nil:
 			writeError(w, r, s.Logger, fmt.Errorf("check the bearer token: %w", err))
 		case ok && !id.Role.Allows(access.Operator):
-			writeError(w, r, s.Logger, fmt.Errorf("%w: River UI needs the operator role; %s is a %s", errForbidden, id.Actor, id.Role))
+			writeError(w, r, s.Logger, fmt.Errorf("%w: River UI needs the operator role; %s has the %s role", errForbidden, id.Actor, id.Role))
 		case ok, s.console != nil && s.console.Allows(r):
 			next.ServeHTTP(w, r)
 		case s.console != nil && r.Method == http.MethodGet && r.Header.Get("Authorization") == "" &&

@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -84,7 +85,12 @@ func (s *server) handleListTokens(w http.ResponseWriter, r *http.Request) {
 // token has. Revoking a revoked token answers it unchanged.
 func (s *server) handleRevokeToken(w http.ResponseWriter, r *http.Request) {
 	by, _ := access.IdentityOf(r.Context())
-	t, err := access.Revoke(r.Context(), s.Admin.Pool, by, chi.URLParam(r, "id"))
+	id, err := url.PathUnescape(chi.URLParam(r, "id"))
+	if err != nil {
+		writeError(w, r, s.Logger, fmt.Errorf("%w: the token's id does not decode", access.ErrNotFound))
+		return
+	}
+	t, err := access.Revoke(r.Context(), s.Admin.Pool, by, id)
 	if err != nil {
 		writeError(w, r, s.Logger, err)
 		return

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -181,10 +182,15 @@ func TestPersonalTokensRevokedExpiredForged(t *testing.T) {
 	if !again.RevokedAt.Equal(*revoked.RevokedAt) {
 		t.Fatalf("revoked again at %s, first at %s", again.RevokedAt, revoked.RevokedAt)
 	}
-	if n := b.count(t, "SELECT count(*) FROM hookgate_audit WHERE action = 'token_revoke' AND reason = 'token:"+tok.ID+" (laptop)'"); n != 1 {
+	if n := b.count(t, "SELECT count(*) FROM hookgate_audit WHERE action = 'token_revoke' AND reason = '"+tok.ID+" \"laptop\"'"); n != 1 {
 		t.Fatalf("%d audit entries of the revocation", n)
 	}
-	b.adminJSON(t, adminReq{method: "DELETE", path: "/admin/tokens/tok_nosuchtoken"}, 404, nil)
+	for _, id := range []string{"tok_nosuchtoken", "tok%00x", "tok%FFx", "TOK_" + tok.ID[4:], "tok_a%2Fb"} {
+		b.adminJSON(t, adminReq{method: "DELETE", path: "/admin/tokens/" + id}, 404, nil)
+	}
+	// An id percent-escaped names the token all the same.
+	escaped := tokenEscaped(b.makeToken(t, "", "escaped", "viewer", ""))
+	b.adminJSON(t, adminReq{method: "DELETE", path: "/admin/tokens/" + escaped}, 200, nil)
 
 	expired := b.makeToken(t, "", "expired", "viewer", "")
 	if _, err := b.pool.Exec(context.Background(), "UPDATE hookgate_tokens SET expires_at = now() - interval '1 second' WHERE id = $1", expired.ID); err != nil {
@@ -225,6 +231,9 @@ func TestPersonalTokensRequestsRefused(t *testing.T) {
 		`{"name":"x","role":"viewer","expires_in":"-1h"}`,
 		`{"name":"x","role":"viewer","expires_in":"forever"}`,
 		`{"name":"x","role":"viewer","expires_in":"9000h"}`,
+		`{"name":"x","role":"viewer","expires_in":"1ns"}`,
+		`{"name":"x","role":"viewer","expires_in":"59s"}`,
+		`{"name":" x","role":"viewer"}`,
 		`{"name":"x","role":"viewer","owner":"me"}`,
 		`{"name":"x","role":3}`,
 	} {
@@ -286,3 +295,6 @@ func TestOpenAPIRolesAreTheRoutersRoles(t *testing.T) {
 		t.Fatalf("%d operations", n)
 	}
 }
+
+// tokenEscaped is the token's id with its first letter percent-escaped.
+func tokenEscaped(t tokenJSON) string { return fmt.Sprintf("%%%02x", t.ID[0]) + t.ID[1:] }
