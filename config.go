@@ -47,6 +47,13 @@ type Source = config.Source
 // the payload, found by GET /admin/deliveries?key=name:value.
 type SearchKeys = searchkeys.Paths
 
+// Notification sends operators' events to people and systems
+// (Config.Notifications): its Name, Kind (slack, or webhook signed like
+// forwards with Config.ForwardSecrets), URL and the Events it takes
+// (route.circuit_opened, route.failing, dispatch.discarded,
+// ingest.signature_failures, recovery.failed, archive.failed).
+type Notification = config.Notification
+
 // OrderPaths name a source's entity and event time in its payload
 // (Source.Order).
 type OrderPaths = providers.OrderPaths

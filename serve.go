@@ -25,6 +25,7 @@ import (
 	"github.com/hookgate/hookgate/internal/framing"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/metrics"
+	"github.com/hookgate/hookgate/internal/notify"
 	"github.com/hookgate/hookgate/internal/proxies"
 	"github.com/hookgate/hookgate/internal/receipts"
 	"github.com/hookgate/hookgate/internal/recovery"
@@ -112,6 +113,7 @@ type process struct {
 	client   *river.Client[pgx.Tx]
 	guard    *routes.Guard
 	recorder *rejections.Recorder
+	notifier *notify.Notifier
 	riverUI  *riverui.Handler
 	summary  []any             // what the "gateway listening" line says
 	started  func(addr string) // says the gateway serves on addr
@@ -130,6 +132,9 @@ type parts struct {
 	yield    *yield.Gate
 	// archive is GATEWAY_ARCHIVE_URL's store; nil without one.
 	archive archive.Store
+	// notifier sends operators' events to the configured notifications;
+	// nil without any.
+	notifier *notify.Notifier
 }
 
 // build makes every part of the gateway on pool: the route table synced to
@@ -145,7 +150,7 @@ func (g *Gateway) build(ctx context.Context, pool *pgxpool.Pool) (*process, erro
 		return nil, err
 	}
 
-	p := &process{logger: logger, addr: env.Addr, metrics: env.MetricsAddr, m: pt.m, client: client, guard: pt.guard,
+	p := &process{logger: logger, addr: env.Addr, metrics: env.MetricsAddr, m: pt.m, client: client, guard: pt.guard, notifier: pt.notifier,
 		recorder: &rejections.Recorder{Pool: pool, Logger: logger},
 		summary:  []any{"routes", len(pt.table), "operator_endpoints", env.AdminToken != "", "recovery", pt.rec.Providers()},
 		started: func(addr string) {
@@ -221,8 +226,15 @@ func (g *Gateway) parts(ctx context.Context, pool *pgxpool.Pool) (parts, error) 
 	pt.m.Gauge("hookgate_dispatch_yielding", "Dispatches held back while every core is taken and deliveries wait for their acknowledgement (at most "+
 		dispatch.MaxYield.String()+" each).", func() float64 { return float64(pt.yield.Waiting()) })
 	pt.rec = recovery.NewRecoverer(pool, pt.ingester, pt.m, g.recovery)
+	if len(env.Notifications) > 0 {
+		pt.notifier = notify.New(env.Notifications, inserter, logger, pt.m.Notification)
+		pt.guard.Events, pt.rec.Events = pt.notifier.Notify, pt.notifier.Notify
+	}
 	// The series alerts and dashboards read are there, at zero, from the start.
 	known := metrics.Known{Recovery: pt.rec.Providers()}
+	for _, n := range env.Notifications {
+		known.Notifications = append(known.Notifications, n.Name)
+	}
 	for _, p := range env.Providers.Providers() {
 		known.Providers = append(known.Providers, p.Name())
 	}
@@ -238,9 +250,13 @@ func (g *Gateway) parts(ctx context.Context, pool *pgxpool.Pool) (parts, error) 
 // periodic jobs (WithRiverWorkers, WithRiverQueues, WithPeriodicJobs).
 func (g *Gateway) riverClient(pt parts) (*river.Client[pgx.Tx], error) {
 	env, logger, pool := g.cfg, g.opts.logger, pt.pool
+	dispatcher := dispatch.NewWorker(pool, pt.table, pt.store, g.handlers, forward.New(env.ForwardSecrets, env.ForwardTimeout, env.Workers),
+		pt.guard, pt.yield, pt.m, logger)
+	if pt.notifier != nil {
+		dispatcher.Events = pt.notifier.Notify
+	}
 	return dispatch.NewClient(pool, dispatch.ClientConfig{
-		Dispatch: dispatch.NewWorker(pool, pt.table, pt.store, g.handlers, forward.New(env.ForwardSecrets, env.ForwardTimeout, env.Workers),
-			pt.guard, pt.yield, pt.m, logger),
+		Dispatch:       dispatcher,
 		Reconcile:      &dispatch.ReconcileWorker{Pool: pool, Routes: pt.table},
 		Workers:        env.Workers,
 		ForwardTimeout: env.ForwardTimeout,
@@ -249,9 +265,19 @@ func (g *Gateway) riverClient(pt parts) (*river.Client[pgx.Tx], error) {
 			if err := river.AddWorkerSafely(w, &replay.BatchWorker{Pool: pool, Enqueuer: pt.enqueuer}); err != nil {
 				return fmt.Errorf("register replay worker: %w", err)
 			}
-			if err := river.AddWorkerSafely(w, &retention.Worker{Pool: pool, Policy: retention.Policy{Retention: env.Retention, IDRetention: env.IDRetention,
-				Archive: pt.archive}, Logger: logger, Counted: pt.m.ArchivedDay}); err != nil {
+			rw := &retention.Worker{Pool: pool, Policy: retention.Policy{Retention: env.Retention, IDRetention: env.IDRetention,
+				Archive: pt.archive}, Logger: logger, Counted: pt.m.ArchivedDay}
+			if pt.notifier != nil {
+				rw.Events = pt.notifier.Notify
+			}
+			if err := river.AddWorkerSafely(w, rw); err != nil {
 				return fmt.Errorf("register retention worker: %w", err)
+			}
+			// Registered with or without notifications: a job queued before
+			// they were taken out is cancelled, not left unworkable.
+			if err := river.AddWorkerSafely(w, &notify.Worker{Pool: pool, Notifications: env.Notifications, Secrets: env.ForwardSecrets,
+				PublicURL: env.PublicURL, Counted: pt.m.Notification, Logger: logger}); err != nil {
+				return fmt.Errorf("register notification worker: %w", err)
 			}
 			if err := river.AddWorkerSafely(w, &recovery.Worker{Recoverer: pt.rec}); err != nil {
 				return err
@@ -291,6 +317,7 @@ func (g *Gateway) handler(pt parts, p *process) http.Handler {
 		Metrics:                 pt.m,
 		MetricsElsewhere:        env.MetricsAddr != "",
 		Rejections:              p.recorder,
+		Events:                  pt.notifier.Notify,
 		TrustedProxies:          trusted,
 		Admin: server.AdminConfig{Token: env.AdminToken.Value(), Pool: pt.pool, Enqueuer: pt.enqueuer, RiverUI: riverUI, Routes: pt.table,
 			NoConsole: env.Console == "off", PublicURL: env.PublicURL, Recoverer: pt.rec, SearchBudget: env.SearchBudget,
@@ -311,10 +338,13 @@ func (p *process) run(ctx context.Context) error {
 	go func() { p.recorder.Run(bgCtx, time.Second); close(recorderDone) }()
 	guardDone := make(chan struct{})
 	go func() { p.guard.Run(bgCtx); close(guardDone) }()
+	notifierDone := make(chan struct{})
+	go func() { p.notifier.Run(bgCtx); close(notifierDone) }()
 	defer func() {
 		stopBackground()
 		<-recorderDone
 		<-guardDone
+		<-notifierDone
 	}()
 	if p.riverUI != nil {
 		if err := p.riverUI.Start(bgCtx); err != nil {

@@ -32,6 +32,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/archive"
 	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/notify"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/proxies"
 	"github.com/hookgate/hookgate/internal/schema"
@@ -106,6 +107,10 @@ type Config struct {
 	// search_keys): per provider, each key's name and the dot-separated
 	// JSON path of its value in the payload. None: no key is indexed.
 	SearchKeys searchkeys.Paths `env:"-"`
+	// Notifications send operators' events to people and systems (the
+	// configuration file's notifications). A webhook notification is
+	// signed with ForwardSecrets, which must then be set.
+	Notifications []Notification `env:"-"`
 	// ForwardSecrets sign what the forwarder sends: each forward carries one
 	// signature per secret, so a target holding any one of them verifies it
 	// (rotation: add the new secret after the old, then remove the old). A
@@ -194,6 +199,35 @@ type Config struct {
 	// could not read, which a route may name without a second error.
 	unread        error
 	unreadSources []string
+}
+
+// Notification is one of the configuration file's notifications (package
+// notify).
+type Notification = notify.Notification
+
+// checkNotifications reports what is wrong with each notification, its
+// name first: those read from the file were checked there but for their
+// signing secret.
+func (c Config) checkNotifications() []error {
+	var errs []error
+	names := map[string]bool{}
+	for i, n := range c.Notifications {
+		where := fmt.Sprintf("notification %d", i+1)
+		if notify.CheckName(n.Name) == nil {
+			where = fmt.Sprintf("notification %q", n.Name)
+		}
+		if names[n.Name] {
+			errs = append(errs, fmt.Errorf("%s: its name is used by another notification", where))
+		}
+		names[n.Name] = true
+		if n.URL == "" {
+			errs = append(errs, fmt.Errorf("%s: %w: no URL", where, notify.ErrBad))
+		}
+		for _, err := range n.Check(len(c.ForwardSecrets) > 0) {
+			errs = append(errs, fmt.Errorf("%s: %w", where, err))
+		}
+	}
+	return errs
 }
 
 // Route is one route of the fan-out table, as configured: deliveries whose
@@ -431,6 +465,7 @@ func (c Config) Resolve() (Resolved, error) {
 		errs = append(errs, c.keysError(fmt.Errorf("search_keys: %w", err)))
 	}
 	r.Keys = keys
+	errs = append(errs, c.checkNotifications()...)
 	seen := map[string]bool{}
 	for i, route := range c.Routes {
 		where, keyWhere := c.routeWhere(i, route)

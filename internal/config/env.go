@@ -44,6 +44,7 @@ func FromEnv(lookup Lookup) (Config, error) {
 	if len(read.routes) > 0 {
 		c.routesFrom, c.routesFile = read.from, read.file
 	}
+	c.Notifications = read.notifications
 	return c, errors.Join(errs...)
 }
 

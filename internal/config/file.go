@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/notify"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/searchkeys"
 )
@@ -28,12 +29,13 @@ var ErrBadFile = errors.New("configuration file")
 
 // The keys each level of the file may hold; anything else is refused.
 var (
-	fileKeys   = []string{"routes", "sources", "search_keys"}
+	fileKeys   = []string{"routes", "sources", "search_keys", "notifications"}
 	sourceKeys = []string{"name", "kind", "secret_env", "tolerance", "order", "signature_header", "algorithm", "encoding", "prefix",
 		"timestamp_header", "id_header", "id_field", "event_header", "event_field"}
 	orderKeys   = []string{"entity", "time"}
 	routeKeys   = []string{"name", "match", "target", "target_env", "concurrency", "rate", "timeout", "max_attempts", "circuit", "filter", "order", "order_window"}
 	circuitKeys = []string{"failures", "cooldown"}
+	notifyKeys  = []string{"name", "kind", "url", "url_env", "events"}
 )
 
 // fileRoute is one route as written in the file; a pointer tells a value
@@ -73,6 +75,8 @@ type read struct {
 	// their providers), and keyLines each provider's line.
 	searchKeys searchkeys.Paths
 	keyLines   map[string]int
+	// notifications are the file's notifications that could be read.
+	notifications []notify.Notification
 }
 
 // routesAndSources returns the routes and the configuration file's sources:
@@ -91,7 +95,8 @@ func routesAndSources(spec, path string, lookup Lookup, builtins []string) (read
 		return read{}, fmt.Errorf("GATEWAY_CONFIG_FILE: the file it names cannot be read: %w", err)
 	}
 	f, err := readFile(path, lookup, builtins)
-	r := read{sources: f.sources, unreadSources: f.unreadSources, searchKeys: f.searchKeys, keyLines: f.keyLines}
+	r := read{sources: f.sources, unreadSources: f.unreadSources, searchKeys: f.searchKeys, keyLines: f.keyLines,
+		notifications: f.notifications}
 	if !f.routesListed {
 		rs, serr := parseSpec(spec)
 		r.routes, r.from = rs, routesVariable
@@ -118,6 +123,9 @@ type file struct {
 	// right, and keyLines each provider's line.
 	searchKeys searchkeys.Paths
 	keyLines   map[string]int
+	// notifications are those that could be read, checked but for their
+	// signing secret (Resolve's).
+	notifications []notify.Notification
 }
 
 // readFile reads the YAML configuration file at path. A target_env names the
@@ -160,6 +168,7 @@ func readFile(path string, lookup Lookup, builtins []string) (file, error) {
 	var errs []error
 	names := f.readSources(value(top, "sources"), lookup, func(err error) { errs = append(errs, bad("%w", err)) })
 	f.searchKeys, f.keyLines = readSearchKeys(value(top, "search_keys"), func(err error) { errs = append(errs, bad("%w", err)) })
+	f.notifications = readNotifications(value(top, "notifications"), lookup, func(err error) { errs = append(errs, bad("%w", err)) })
 	list := value(top, "routes")
 	if list == nil {
 		return f, errors.Join(errs...)
@@ -435,6 +444,73 @@ func readRoute(n *yaml.Node, sources, configured []string, lookup Lookup) (Route
 		}
 	}
 	return r, errs
+}
+
+// readNotifications reads the file's notifications (list, when the file
+// has them), passing each mistake to report, and returns those without one.
+// A URL is written as url, or, since a Slack webhook's URL is a secret, in
+// the variable url_env names.
+func readNotifications(list *yaml.Node, lookup Lookup, report func(error)) []notify.Notification {
+	if list == nil {
+		return nil
+	}
+	if list.Kind != yaml.SequenceNode {
+		report(fmt.Errorf("line %d: notifications must be a list, each with name, kind, url or url_env, and events", list.Line))
+		return nil
+	}
+	var out []notify.Notification
+	seen := map[string]bool{}
+	for i, n := range list.Content {
+		where := itemName("notification", i, n, notify.CheckName)
+		if err := checkKeys(n, notifyKeys); err != nil {
+			report(fmt.Errorf("%s: %w", where, err))
+			continue
+		}
+		var fn struct {
+			Name   string   `yaml:"name"`
+			Kind   string   `yaml:"kind"`
+			URL    string   `yaml:"url"`
+			URLEnv string   `yaml:"url_env"`
+			Events []string `yaml:"events"`
+		}
+		if err := n.Decode(&fn); err != nil {
+			report(fmt.Errorf("%s: %s", where, strings.TrimPrefix(err.Error(), "yaml: ")))
+			continue
+		}
+		keyErr := keyErrors(n)
+		nt := notify.Notification{Name: fn.Name, Kind: fn.Kind, URL: fn.URL, Events: fn.Events}
+		var errs []error
+		switch {
+		case fn.URL != "" && fn.URLEnv != "":
+			errs = append(errs, keyErr("url_env", "url is given too; give one"))
+		case fn.URLEnv != "":
+			u, err := fromEnv(fn.URLEnv, lookup)
+			if err != nil {
+				errs = append(errs, keyErr("url_env", "%w", err))
+			}
+			nt.URL = u
+		case fn.URL != "":
+			if u, err := url.Parse(fn.URL); err == nil && u.User != nil {
+				errs = append(errs, keyErr("url", "a URL with a user or password is a credential; put it in a variable and name it with url_env"))
+			}
+		default:
+			errs = append(errs, keyErr("url", "give url or url_env (a Slack webhook's URL is a secret: url_env)"))
+		}
+		if seen[fn.Name] {
+			errs = append(errs, keyErr("name", "%s is used by another notification", fn.Name))
+		}
+		seen[fn.Name] = true
+		for _, err := range nt.Check(true) {
+			errs = append(errs, err)
+		}
+		for _, err := range errs {
+			report(fmt.Errorf("%s: %w", where, err))
+		}
+		if len(errs) == 0 {
+			out = append(out, nt)
+		}
+	}
+	return out
 }
 
 // readTarget reads a file route's target or target_env, passing what is

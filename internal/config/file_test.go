@@ -400,3 +400,56 @@ search_keys:
 		}
 	}
 }
+
+// notifications send operators' events: a Slack one's URL from the variable
+// url_env names (a secret), a webhook one's signed with
+// GATEWAY_FORWARD_SECRET; each mistake is named with its line, never a URL.
+func TestReadFileNotifications(t *testing.T) {
+	t.Setenv("SLACK_WEBHOOK_URL", "https://hooks.slack.com/services/T0/B0/secretpart")
+	t.Setenv("GATEWAY_FORWARD_SECRET", "forward-secret")
+	path := writeFile(t, `notifications:
+  - name: oncall
+    kind: slack
+    url_env: SLACK_WEBHOOK_URL
+    events: [route.circuit_opened, route.failing, dispatch.discarded, ingest.signature_failures, recovery.failed, archive.failed]
+  - name: pager
+    kind: webhook
+    url: https://alerts.example.com/hookgate
+    events: [dispatch.discarded]
+`)
+	cfg, err := load(t, "", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Notifications) != 2 || cfg.Notifications[0].URL != "https://hooks.slack.com/services/T0/B0/secretpart" ||
+		len(cfg.Notifications[0].Events) != 6 || cfg.Notifications[1].Kind != "webhook" {
+		t.Fatalf("notifications %+v", cfg.Notifications)
+	}
+	for _, tt := range []struct{ text, want string }{
+		{"notifications:\n  - {name: a, kind: email, url: 'https://x.example', events: [dispatch.discarded]}\n", `notification "a" (line 2): bad notification: kind: slack or webhook, not "email"`},
+		{"notifications:\n  - {name: a, kind: slack, url: 'https://x.example', events: [route.on_fire]}\n", `"route.on_fire" is none of route.circuit_opened`},
+		{"notifications:\n  - {name: a, kind: slack, url: 'https://x.example', events: []}\n", `events: name at least one`},
+		{"notifications:\n  - {name: a, kind: slack, events: [route.failing]}\n", `(line 2): key url: give url or url_env`},
+		{"notifications:\n  - {name: a, kind: slack, url: 'https://x.example', url_env: SLACK_WEBHOOK_URL, events: [route.failing]}\n", `key url_env: url is given too`},
+		{"notifications:\n  - {name: a, kind: slack, url_env: NOT_SET_ANYWHERE, events: [route.failing]}\n", `key url_env: the variable it names is not set`},
+		{"notifications:\n  - {name: a, kind: slack, url: 'https://u:p@x.example', events: [route.failing]}\n", `a URL with a user or password is a credential`},
+		{"notifications:\n  - {name: a, kind: slack, url: 'ftp://x.example', events: [route.failing]}\n", `absolute http(s) URL`},
+		{"notifications:\n  - {name: a, kind: slack, url: 'https://x.example', events: [route.failing], to: me}\n", `unknown key "to"`},
+		{"notifications:\n  - {name: A!, kind: slack, url: 'https://x.example', events: [route.failing]}\n", `notification 1 (line 2): bad notification: name`},
+		{"notifications:\n  - {name: a, kind: slack, url: 'https://x.example', events: [route.failing]}\n  - {name: a, kind: slack, url: 'https://y.example', events: [route.failing]}\n", `a is used by another notification`},
+		{"notifications: {name: a}\n", `line 1: notifications must be a list`},
+	} {
+		_, err := load(t, "", writeFile(t, tt.text))
+		if !errors.Is(err, config.ErrBadFile) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q:\n got %v\nwant ... %s", tt.text, err, tt.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "secretpart") {
+			t.Errorf("%q: the error shows the Slack URL: %v", tt.text, err)
+		}
+	}
+	// A webhook notification without a secret to sign with.
+	t.Setenv("GATEWAY_FORWARD_SECRET", "")
+	if _, err := load(t, "", path); err == nil || !strings.Contains(err.Error(), `notification "pager": bad notification: kind webhook signs with GATEWAY_FORWARD_SECRET, which is not set`) {
+		t.Errorf("a webhook notification without GATEWAY_FORWARD_SECRET: %v", err)
+	}
+}

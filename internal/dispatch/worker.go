@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/url"
 	"sync"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/metrics"
+	"github.com/hookgate/hookgate/internal/notify"
 	"github.com/hookgate/hookgate/internal/receipts"
 	"github.com/hookgate/hookgate/internal/routes"
 	"github.com/hookgate/hookgate/internal/store"
@@ -57,12 +59,28 @@ type Worker struct {
 	guard     Admitter
 	yield     *yield.Gate
 
+	// Events, when set, hears of each dispatch discarded (package notify).
+	// It must not block.
+	Events func(notify.Event)
+
 	// retryAt holds, per job id, when a target's Retry-After allows the next
 	// attempt; NextRetry takes it right after Work returns.
 	retryAt sync.Map
 
 	recorder *batch.Batcher[outcome, struct{}]
 	claimer  *batch.Batcher[store.ClaimRequest, store.ClaimResult]
+}
+
+// discarded tells Events of a dispatch discarded for err.
+func (w *Worker) discarded(job *river.Job[Args], err error) {
+	if w.Events == nil {
+		return
+	}
+	a := job.Args
+	w.Events(notify.Event{Type: notify.DispatchDiscarded, Route: a.Route, Provider: a.Provider,
+		Page: "/admin/ui/deliveries/" + url.PathEscape(a.Provider) + "/" + url.PathEscape(a.DeliveryID),
+		Message: fmt.Sprintf("route %s discarded its dispatch of %s delivery %s (generation %d) after %d attempt(s): %s",
+			a.Route, a.Provider, a.DeliveryID, a.Generation, job.Attempt, errtext.Clean(err.Error()))})
 }
 
 // Admitter admits each attempt of a route's dispatch within the route's
@@ -122,12 +140,14 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	case errors.Is(err, errNoTarget), errors.As(err, &fe) && fe.Permanent, errors.As(err, &discard):
 		w.recordFailure(ctx, job, Discarded, err)
 		w.metrics.Dispatch(job.Args.Route, Discarded, time.Time{})
+		w.discarded(job, err)
 		return river.JobCancel(err)
 	}
 	state := Retrying
 	if job.Attempt >= job.MaxAttempts {
 		state = Discarded
 		w.metrics.Dispatch(job.Args.Route, state, time.Time{})
+		w.discarded(job, err)
 	} else if errors.As(err, &fe) && fe.RetryAfter > 0 {
 		// Only for a job River will retry: it then calls NextRetry, which
 		// takes the entry; a discarded job's would stay forever.

@@ -177,9 +177,16 @@ func (f *Client) ForwardWithin(ctx context.Context, target string, timeout time.
 // Webhooks headers: webhook-id (id, the Idempotency-Key), webhook-timestamp
 // and webhook-signature, one "v1,<base64>" per secret, space-separated.
 func (f *Client) sign(h http.Header, id string, now time.Time, body []byte) error {
+	return Sign(f.Secrets, h, id, now, body)
+}
+
+// Sign sets the signature headers of a request signed like a forward (see
+// Client.sign) with secrets, id its webhook-id: what else hookgate sends
+// (notifications) is verified the same way. No secret: no header.
+func Sign(secrets []string, h http.Header, id string, now time.Time, body []byte) error {
 	ts := strconv.FormatInt(now.Unix(), 10)
 	var hookgate, standard []string
-	for _, secret := range f.Secrets {
+	for _, secret := range secrets {
 		if secret == "" {
 			continue
 		}

@@ -28,6 +28,7 @@ import (
 // Metrics records hookgate's metrics into its own registry.
 type Metrics struct {
 	archive    *prometheus.CounterVec
+	notices    *prometheus.CounterVec
 	registry   *prometheus.Registry
 	ingest     *prometheus.CounterVec
 	secondary  *prometheus.CounterVec
@@ -89,7 +90,11 @@ func New(pool *pgxpool.Pool) *Metrics {
 		Name: "hookgate_archive_days_total",
 		Help: "Days of one provider's deliveries the archive was asked to take, by provider and result: ok (written and read back against its manifest), failed (kept, tried again at retention's next run). Alert when failed grows.",
 	}, []string{"provider", "result"})
-	m.registry.MustRegister(m.ingest, m.secondary, m.ack, m.dispatches, m.toSuccess, m.attempts, m.recovery, m.runs, m.filters, m.archive,
+	m.notices = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hookgate_notifications_total",
+		Help: "Events sent to a notification, by notification and result: sent, failed (an attempt that failed; River tries again), suppressed (sent less than 10 minutes before), dropped (not queued).",
+	}, []string{"notification", "result"})
+	m.registry.MustRegister(m.ingest, m.secondary, m.ack, m.dispatches, m.toSuccess, m.attempts, m.recovery, m.runs, m.filters, m.archive, m.notices,
 		buildInfo(version.Get()), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if pool != nil {
 		c := &queueCollector{pool: pool,
@@ -130,6 +135,8 @@ type Known struct {
 	Routes []string
 	// Recovery are the providers recovery is configured for.
 	Recovery []string
+	// Notifications are the configured notifications' names.
+	Notifications []string
 }
 
 // The label values Declare makes present: ingest's outcomes that a dashboard
@@ -141,6 +148,7 @@ var (
 	declaredStates   = []string{"succeeded", "superseded", "discarded"}
 	declaredForward  = []string{"succeeded", "status_4xx", "status_5xx", "timeout", "connection"}
 	declaredRecovery = []string{"found", "failed"}
+	declaredNotices  = []string{"sent", "failed", "suppressed", "dropped"}
 )
 
 // Declare makes the series alerts and dashboards read present from the
@@ -176,6 +184,11 @@ func (m *Metrics) Declare(k Known) {
 		}
 		m.runs.WithLabelValues(p, "ok")
 		m.runs.WithLabelValues(p, "failed")
+	}
+	for _, n := range k.Notifications {
+		for _, result := range declaredNotices {
+			m.notices.WithLabelValues(n, result)
+		}
 	}
 	if m.queue != nil {
 		routes := append([]string(nil), k.Routes...)
@@ -281,6 +294,12 @@ func (m *Metrics) ArchivedDay(provider string, ok bool) {
 		result = "ok"
 	}
 	m.archive.WithLabelValues(provider, result).Inc()
+}
+
+// Notification counts one event of a notification: sent, failed,
+// suppressed or dropped.
+func (m *Metrics) Notification(notification, result string) {
+	m.notices.WithLabelValues(notification, result).Inc()
 }
 
 // FilterFailed counts one delivery on which a route's filter failed.

@@ -33,8 +33,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/audit"
+	"github.com/hookgate/hookgate/internal/errtext"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/metrics"
+	"github.com/hookgate/hookgate/internal/notify"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -125,6 +127,10 @@ type Recoverer struct {
 	lookback, retention time.Duration
 	logger              *slog.Logger
 	minAge              time.Duration
+
+	// Events, when set, hears of each run that failed (package notify). It
+	// must not block.
+	Events func(notify.Event)
 }
 
 // RecovererConfig are a Recoverer's settings; the zero RecovererConfig is
@@ -197,6 +203,10 @@ func (r *Recoverer) Run(ctx context.Context, provider string, opts Options) (Rep
 	}
 	rep, err := guarded(ctx, provider, opts, run)
 	r.metrics.RecoveryRun(provider, err == nil)
+	if err != nil && r.Events != nil {
+		r.Events(notify.Event{Type: notify.RecoveryFailed, Provider: provider,
+			Message: fmt.Sprintf("recovery of %s failed; the next run starts again from its checkpoint: %s", provider, errtext.Clean(err.Error()))})
+	}
 	if err != nil {
 		r.logger.WarnContext(ctx, "recovery: a run failed; the next run starts again from the checkpoint", "provider", provider,
 			"found", len(rep.Found), "requested", len(rep.Requested), "stored", len(rep.Stored), "error", err)

@@ -19,6 +19,8 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/internal/archive"
+	"github.com/hookgate/hookgate/internal/errtext"
+	"github.com/hookgate/hookgate/internal/notify"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -46,6 +48,9 @@ type Worker struct {
 	Logger *slog.Logger
 	// Counted, when set, counts each day the archive was asked to take.
 	Counted func(provider string, ok bool)
+	// Events, when set, hears of each day that could not be archived
+	// (package notify). It must not block.
+	Events func(notify.Event)
 }
 
 // ArchiveDue archives each (day, provider) that retention may drop
@@ -53,7 +58,7 @@ type Worker struct {
 // oldest first. A day that fails is logged, counted, and kept: retention
 // deletes none of it, and the next run tries it again. Only the database
 // failing ends it early.
-func ArchiveDue(ctx context.Context, pool *pgxpool.Pool, s archive.Store, logger *slog.Logger, counted func(provider string, ok bool)) error {
+func ArchiveDue(ctx context.Context, pool *pgxpool.Pool, s archive.Store, logger *slog.Logger, counted func(provider string, day time.Time, err error)) error {
 	days, err := store.DaysToArchive(ctx, pool)
 	if err != nil {
 		return err
@@ -61,7 +66,7 @@ func ArchiveDue(ctx context.Context, pool *pgxpool.Pool, s archive.Store, logger
 	for _, d := range days {
 		m, err := archive.Day(ctx, pool, s, d.Provider, d.Day)
 		if counted != nil {
-			counted(d.Provider, err == nil)
+			counted(d.Provider, d.Day, err)
 		}
 		if err != nil {
 			logger.ErrorContext(ctx, "archive failed: the day is kept, and tried again at retention's next run",
@@ -98,7 +103,17 @@ func (p Policy) idRetention() time.Duration {
 // Work implements river.Worker.
 func (w *Worker) Work(ctx context.Context, _ *river.Job[Args]) error {
 	if w.Archive != nil {
-		if err := ArchiveDue(ctx, w.Pool, w.Archive, w.Logger, w.Counted); err != nil {
+		counted := func(provider string, day time.Time, err error) {
+			if w.Counted != nil {
+				w.Counted(provider, err == nil)
+			}
+			if err != nil && w.Events != nil {
+				w.Events(notify.Event{Type: notify.ArchiveFailed, Provider: provider,
+					Message: fmt.Sprintf("%s's deliveries of %s could not be archived to %s; the day is kept and tried again at retention's next run: %s",
+						provider, day.Format(time.DateOnly), w.Archive, errtext.Clean(err.Error()))})
+			}
+		}
+		if err := ArchiveDue(ctx, w.Pool, w.Archive, w.Logger, counted); err != nil {
 			return err
 		}
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/metrics"
+	"github.com/hookgate/hookgate/internal/notify"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -65,6 +66,11 @@ type Guard struct {
 	table  fanout.Table
 	queues *river.Client[pgx.Tx]
 	logger *slog.Logger
+
+	// Events, when set, hears of a circuit that opens and of a route whose
+	// last notify.FailingAfter attempts failed (package notify). It must
+	// not block.
+	Events func(notify.Event)
 
 	states atomic.Pointer[map[string]state]
 
@@ -407,6 +413,18 @@ func (g *Guard) fail(ctx context.Context, r fanout.Route, t Ticket, detail strin
 		return nil // the route's row is written when a gateway starts with it
 	}
 	g.setState(r.Name, stateOf(s))
+	if g.Events != nil {
+		page := "/admin/ui/routes"
+		switch {
+		case r.Circuit.Failures > 0 && s.OpenFor > 0 && (t.Probe || s.Failures == r.Circuit.Failures):
+			g.Events(notify.Event{Type: notify.CircuitOpened, Route: r.Name, Count: s.Failures, Page: page,
+				Message: fmt.Sprintf("route %s's circuit opened after %d failed attempts in a row; its dispatches wait %s before a probe. Last error: %s",
+					r.Name, s.Failures, r.Circuit.Cooldown, detail)})
+		case s.Failures >= notify.FailingAfter:
+			g.Events(notify.Event{Type: notify.RouteFailing, Route: r.Name, Count: s.Failures, Page: page,
+				Message: fmt.Sprintf("route %s is failing: its last %d attempts failed. Last error: %s", r.Name, s.Failures, detail)})
+		}
+	}
 	return nil
 }
 

@@ -2,14 +2,18 @@ package routes
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/notify"
 )
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
@@ -61,5 +65,38 @@ func TestRepauseFollowsTheRoutesPauseAsItIsNow(t *testing.T) {
 	}
 	if queuePaused() {
 		t.Fatal("a route resumed after the guard read its state had its queue paused again")
+	}
+}
+
+// A route's circuit that opens is told once, when it opens; a route
+// without a circuit whose last notify.FailingAfter attempts failed is told
+// failing, from then on each failure (the notifier keeps it to once in 10
+// minutes); a success starts the count again.
+func TestGuardTellsOfCircuitsAndFailingRoutes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.NewPool(t)
+	m := []fanout.Match{{Provider: "github", Pattern: "push"}}
+	table := fanout.Table{
+		{Name: "guarded", Matches: m, Target: "http://127.0.0.1:1/", Circuit: fanout.Circuit{Failures: 3, Cooldown: time.Minute}},
+		{Name: "bare", Matches: m, Target: "http://127.0.0.1:1/"},
+	}
+	if err := Sync(ctx, pool, table); err != nil {
+		t.Fatal(err)
+	}
+	g := NewGuard(pool, table, nil, slog.New(slog.DiscardHandler))
+	var heard []string
+	g.Events = func(e notify.Event) { heard = append(heard, fmt.Sprintf("%s %s %d", e.Type, e.Route, e.Count)) }
+	for range 3 {
+		g.Done(ctx, table[0], Ticket{}, Failed, "503 from the target")
+	}
+	for range notify.FailingAfter + 1 {
+		g.Done(ctx, table[1], Ticket{}, Failed, "connection refused")
+	}
+	g.Done(ctx, table[1], Ticket{}, Succeeded, "")
+	g.Done(ctx, table[1], Ticket{}, Failed, "connection refused")
+	want := []string{"route.circuit_opened guarded 3", "route.failing bare 5", "route.failing bare 6"}
+	if !slices.Equal(heard, want) {
+		t.Errorf("heard %q, want %q", heard, want)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/hookgate/hookgate/internal/inflight"
 	"github.com/hookgate/hookgate/internal/ingest"
 	"github.com/hookgate/hookgate/internal/metrics"
+	"github.com/hookgate/hookgate/internal/notify"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/proxies"
 	"github.com/hookgate/hookgate/internal/ratelog"
@@ -80,6 +81,9 @@ type Config struct {
 	MetricsElsewhere bool
 	// Rejections records rejected ingest requests; nil: not recorded.
 	Rejections *rejections.Recorder
+	// Events, when set, hears of deliveries refused for their signature,
+	// as often as they are logged (package notify). It must not block.
+	Events func(notify.Event)
 	// Admin configures the operator endpoints.
 	Admin AdminConfig
 	// TrustedProxies are the reverse proxies whose X-Forwarded-For names a
@@ -155,6 +159,11 @@ func New(cfg Config) http.Handler {
 	}
 	s.rejected = ratelog.New(rejectedLogEvery, ratelog.System, func(k rejectedKind, remoteAddr string, count int) {
 		s.Logger.Warn("ingest rejected", "provider", k.provider, "reason", k.reason, "remote_addr", remoteAddr, "count", count)
+		if k.reason == "invalid_signature" && cfg.Events != nil {
+			cfg.Events(notify.Event{Type: notify.SignatureFailures, Provider: k.provider, Count: count, Page: "/admin/ui/rejections",
+				Message: fmt.Sprintf("%d %s deliveries refused 401 invalid_signature (the last from %s): a secret rotated on one side only, or someone probing the endpoint",
+					count, k.provider, remoteAddr)})
+		}
 	})
 	if cfg.Admin.Token != "" && cfg.Admin.Pool != nil {
 		// Recorded now, console or not: a token in force for a while ends
