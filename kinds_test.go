@@ -6,6 +6,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/internal/dispatch"
+	"github.com/hookgate/hookgate/internal/notify"
 	"github.com/hookgate/hookgate/internal/recovery"
 	"github.com/hookgate/hookgate/internal/replay"
 	"github.com/hookgate/hookgate/internal/retention"
@@ -20,6 +21,7 @@ func TestRiverJobKindsNeverChange(t *testing.T) {
 		"hookgate_replay_batch": replay.BatchArgs{},
 		"hookgate_retention":    retention.Args{},
 		"hookgate_recovery":     recovery.JobArgs{},
+		"hookgate_notify":       notify.Args{},
 	} {
 		if got := args.Kind(); got != want {
 			t.Errorf("%T.Kind() = %q, want %q", args, got, want)
