@@ -43,6 +43,13 @@ func (c *counts) get(key string) int {
 	return c.m[key]
 }
 
+// String is the counts as fmt prints a map, read under the lock.
+func (c *counts) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return fmt.Sprint(c.m)
+}
+
 // Two gateways on one database hearing of one route's circuit send it once
 // in 10 minutes; a send that fails is tried again by River and sent; once
 // 10 minutes have passed, the event is sent again.
@@ -88,7 +95,7 @@ func TestOnceIn10MinutesAcrossGateways(t *testing.T) {
 	a.Notify(notify.Event{Type: notify.RouteFailing, Route: "billing"}) // no notification takes it
 	dbtest.Eventually(t, 20*time.Second, "the circuit sent once, after a failed try", func() error {
 		if got.Load() != 1 || c.get("team failed") != 1 || c.get("team sent") != 1 {
-			return fmt.Errorf("received %d; %v", got.Load(), c.m)
+			return fmt.Errorf("received %d; %v", got.Load(), c)
 		}
 		return nil
 	})
@@ -108,7 +115,7 @@ func TestOnceIn10MinutesAcrossGateways(t *testing.T) {
 	late.Notify(open)
 	dbtest.Eventually(t, 20*time.Second, "the late gateway's job suppressed", func() error {
 		if c.get("team suppressed") != 2 {
-			return fmt.Errorf("%v", c.m)
+			return fmt.Errorf("%v", c)
 		}
 		return nil
 	})
@@ -130,7 +137,7 @@ func TestOnceIn10MinutesAcrossGateways(t *testing.T) {
 	third.Notify(notify.Event{Type: notify.CircuitOpened, Route: "shipping"})
 	dbtest.Eventually(t, 20*time.Second, "sent again after 10 minutes, and another route's", func() error {
 		if got.Load() != 3 {
-			return fmt.Errorf("received %d; %v", got.Load(), c.m)
+			return fmt.Errorf("received %d; %v", got.Load(), c)
 		}
 		return nil
 	})
