@@ -53,6 +53,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -64,6 +65,7 @@ import (
 	"github.com/hookgate/hookgate/internal/recovery"
 	"github.com/hookgate/hookgate/internal/replay"
 	"github.com/hookgate/hookgate/internal/retention"
+	"github.com/hookgate/hookgate/internal/tracing"
 )
 
 // Gateway is one gateway process: its HTTP server, its River client and its
@@ -149,6 +151,13 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	if err := resolved.CheckBuiltins(builtins.Names()); err != nil {
 		cfgErrs = append(cfgErrs, err)
 	}
+	if o.tracer == nil {
+		// The OTEL_* variables Run would follow (WithTracerProvider: the
+		// service's own provider, and its own variables).
+		if err := tracing.Check(os.Getenv); err != nil {
+			cfgErrs = append(cfgErrs, err)
+		}
+	}
 	var errs []error
 	if err := errors.Join(cfgErrs...); err != nil {
 		errs = append(errs, fmt.Errorf("configuration: %w", err))
@@ -169,6 +178,21 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 func (g *Gateway) Run(ctx context.Context) error {
 	if !g.ran.CompareAndSwap(false, true) {
 		return errors.New("hookgate: a Gateway runs once")
+	}
+	if g.opts.tracer == nil {
+		tp, err := tracing.FromEnv(ctx)
+		if err != nil {
+			return err
+		}
+		if tp != nil {
+			g.opts.tracer = tp
+			defer func() {
+				// What the batcher holds is sent before the process ends.
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				_ = tp.Shutdown(sctx)
+			}()
+		}
 	}
 	pool, closeDB, err := g.open(ctx)
 	if err != nil {

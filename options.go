@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // An Option configures a Gateway in New.
@@ -25,11 +26,27 @@ type options struct {
 	queues     map[string]river.QueueConfig
 	periodic   []*river.PeriodicJob
 	conns      int
+	tracer     trace.TracerProvider
 }
 
 type mounted struct {
 	pattern string
 	handler http.Handler
+}
+
+// WithTracerProvider makes the gateway trace with tp (the service's own
+// OpenTelemetry provider) instead of one made from the OTEL_* variables:
+// a span per ingest request and per dispatch attempt, River's job spans,
+// the sender's traceparent continued and a forward carrying one. The
+// service shuts tp down itself.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) error {
+		if tp == nil {
+			return errors.New("WithTracerProvider: the provider is nil")
+		}
+		o.tracer = tp
+		return nil
+	}
 }
 
 // WithHandler registers h as the Go handler of routes whose target is

@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/riverqueue/rivercontrib/otelriver"
 	"riverqueue.com/riverui"
 
 	"github.com/hookgate/hookgate/internal/archive"
@@ -35,6 +37,7 @@ import (
 	"github.com/hookgate/hookgate/internal/routes"
 	"github.com/hookgate/hookgate/internal/schema"
 	"github.com/hookgate/hookgate/internal/server"
+	"github.com/hookgate/hookgate/internal/tracing"
 	"github.com/hookgate/hookgate/internal/yield"
 )
 
@@ -255,6 +258,12 @@ func (g *Gateway) riverClient(pt parts) (*river.Client[pgx.Tx], error) {
 	if pt.notifier != nil {
 		dispatcher.Events = pt.notifier.Notify
 	}
+	var middleware []rivertype.Middleware
+	if tp := g.opts.tracer; tp != nil {
+		dispatcher.Tracer = tracing.Tracer(tp)
+		middleware = append(middleware, otelriver.NewMiddleware(&otelriver.MiddlewareConfig{TracerProvider: tp,
+			EnableWorkSpanJobKindSuffix: true}))
+	}
 	return dispatch.NewClient(pool, dispatch.ClientConfig{
 		Dispatch:       dispatcher,
 		Reconcile:      &dispatch.ReconcileWorker{Pool: pool, Routes: pt.table},
@@ -289,8 +298,9 @@ func (g *Gateway) riverClient(pt parts) (*river.Client[pgx.Tx], error) {
 			}
 			return nil
 		},
-		Queues:   g.opts.queues,
-		Periodic: append(append([]*river.PeriodicJob{retention.PeriodicJob()}, pt.rec.PeriodicJobs(env.RecoveryInterval)...), g.opts.periodic...),
+		Queues:     g.opts.queues,
+		Middleware: middleware,
+		Periodic:   append(append([]*river.PeriodicJob{retention.PeriodicJob()}, pt.rec.PeriodicJobs(env.RecoveryInterval)...), g.opts.periodic...),
 	})
 }
 
@@ -318,6 +328,7 @@ func (g *Gateway) handler(pt parts, p *process) http.Handler {
 		MetricsElsewhere:        env.MetricsAddr != "",
 		Rejections:              p.recorder,
 		Events:                  pt.notifier.Notify,
+		Tracer:                  tracing.Tracer(g.opts.tracer),
 		TrustedProxies:          trusted,
 		Admin: server.AdminConfig{Token: env.AdminToken.Value(), Pool: pt.pool, Enqueuer: pt.enqueuer, RiverUI: riverUI, Routes: pt.table,
 			NoConsole: env.Console == "off", PublicURL: env.PublicURL, Recoverer: pt.rec, SearchBudget: env.SearchBudget,

@@ -95,6 +95,11 @@ func TestServeReportsEveryErrorOfEveryCheckAtOnce(t *testing.T) {
 			[]string{"configuration: " + workers,
 				"GATEWAY_ADDR: must be host:port or :port, the port a number from 0 to 65535 (such as :8080 or 127.0.0.1:8080) (Config.Addr)",
 				"GATEWAY_METRICS_ADDR: must be host:port or :port, the port a number from 0 to 65535 (such as :9090 or 127.0.0.1:9090) (Config.MetricsAddr)"}},
+		{"tracing's exporter and protocol",
+			map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "https://alice:PWLEAK@otel.example", "OTEL_TRACES_EXPORTER": "zipkin",
+				"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc", "GATEWAY_WORKERS": "0"},
+			[]string{"configuration: " + workers, `tracing: OTEL_TRACES_EXPORTER: otlp or none, not "zipkin"`,
+				`tracing: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: hookgate exports over http/protobuf, not "grpc"`}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err, lines, _ := serveWith(t, c.vars)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,6 +45,9 @@ type ClientConfig struct {
 	// Queues are more queues for Extra's workers (a library user's); none
 	// may be named like the gateway's own.
 	Queues map[string]river.QueueConfig
+	// Middleware are River's, besides the client's own (River's
+	// OpenTelemetry middleware, when tracing).
+	Middleware []rivertype.Middleware
 }
 
 // Timings derived from the forward timeout. A job may wait MaxYield for
@@ -105,9 +109,11 @@ func NewClient(pool *pgxpool.Pool, cfg ClientConfig) (*river.Client[pgx.Tx], err
 		JobTimeout:           jobTimeout(cfg.ForwardTimeout),
 		RescueStuckJobsAfter: rescueAfter(cfg.Dispatch.routes.MaxTimeout(cfg.ForwardTimeout)),
 		PeriodicJobs:         periodic,
-		WorkerMiddleware:     []rivertype.WorkerMiddleware{cleanErrors(cfg.Logger)},
-		Queues:               queues(cfg.Dispatch.routes, cfg.Workers, cfg.Queues),
-		Workers:              workers,
+		// The client's own middleware runs innermost: what the others see
+		// of a job's error is its cleaned text.
+		Middleware: append(slices.Clip(cfg.Middleware), rivertype.Middleware(cleanErrors(cfg.Logger))),
+		Queues:     queues(cfg.Dispatch.routes, cfg.Workers, cfg.Queues),
+		Workers:    workers,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/hookgate/hookgate/internal/filter"
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/tracing"
 )
 
 // Kind is the River job kind of a dispatch. Stable: stored in river_job.
@@ -112,7 +113,7 @@ func (e *Enqueuer) EnqueueManyTx(ctx context.Context, tx pgx.Tx, events []provid
 			routes = e.Matching(ev)
 		}
 		for _, r := range routes {
-			want = append(want, Created{Provider: ev.Provider, DeliveryID: ev.DeliveryID, Route: r, Generation: 1})
+			want = append(want, Created{Provider: ev.Provider, DeliveryID: ev.DeliveryID, Route: r, Generation: 1, Trace: ev.Trace})
 		}
 	}
 	counts := make([]int, len(events))
@@ -155,6 +156,9 @@ type Created struct {
 	Route      string `json:"route"`
 	Generation int    `json:"generation"`
 	State      string `json:"state"`
+	// Trace, when set, is the delivery's traceparent, kept in the job's
+	// metadata: the dispatch's attempts join the delivery's trace.
+	Trace string `json:"-"`
 }
 
 // maxDeleteMany is the most jobs one JobDeleteManyTx may delete.
@@ -180,6 +184,9 @@ func (e *Enqueuer) CreateTx(ctx context.Context, tx pgx.Tx, want []Created) ([]C
 		params[i] = river.InsertManyParams{
 			Args:       Args{Provider: w.Provider, DeliveryID: w.DeliveryID, Route: w.Route, Generation: w.Generation},
 			InsertOpts: e.insertOpts(w.Route),
+		}
+		if w.Trace != "" {
+			params[i].InsertOpts.Metadata = tracing.Metadata(w.Trace)
 		}
 	}
 	results, err := e.client.InsertManyTx(ctx, tx, params)

@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hookgate/hookgate/internal/batch"
 	"github.com/hookgate/hookgate/internal/errtext"
@@ -25,6 +27,7 @@ import (
 	"github.com/hookgate/hookgate/internal/receipts"
 	"github.com/hookgate/hookgate/internal/routes"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/tracing"
 	"github.com/hookgate/hookgate/internal/yield"
 )
 
@@ -62,6 +65,9 @@ type Worker struct {
 	// Events, when set, hears of each dispatch discarded (package notify).
 	// It must not block.
 	Events func(notify.Event)
+	// Tracer, when set, traces each attempt in its delivery's trace
+	// (package tracing); nil: no tracing work at all.
+	Tracer trace.Tracer
 
 	// retryAt holds, per job id, when a target's Retry-After allows the next
 	// attempt; NextRetry takes it right after Work returns.
@@ -69,6 +75,36 @@ type Worker struct {
 
 	recorder *batch.Batcher[outcome, struct{}]
 	claimer  *batch.Batcher[store.ClaimRequest, store.ClaimResult]
+}
+
+// attemptSpan starts an attempt's span in its delivery's trace (the
+// traceparent its job keeps), linked to River's own span of the job.
+func (w *Worker) attemptSpan(ctx context.Context, job *river.Job[Args]) (context.Context, trace.Span) {
+	a := job.Args
+	opts := []trace.SpanStartOption{trace.WithAttributes(attribute.String("hookgate.route", a.Route),
+		attribute.String("hookgate.provider", a.Provider), attribute.String("hookgate.delivery_id", a.DeliveryID),
+		attribute.Int("hookgate.generation", a.Generation), attribute.Int("hookgate.attempt", job.Attempt))}
+	if river := trace.SpanContextFromContext(ctx); river.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: river}))
+	}
+	parent := tracing.FromMetadata(ctx, job.Metadata)
+	if !trace.SpanContextFromContext(parent).IsRemote() {
+		opts = append(opts, trace.WithNewRoot()) // no delivery trace kept (a replay's): a trace of its own
+	}
+	return w.Tracer.Start(parent, "hookgate.dispatch", opts...)
+}
+
+// step starts a span of part of an attempt, and returns what ends it; with
+// tracing off, both do nothing.
+func (w *Worker) step(ctx context.Context, name string) func(error) {
+	if w.Tracer == nil {
+		return func(error) {}
+	}
+	_, span := w.Tracer.Start(ctx, name)
+	return func(err error) {
+		tracing.Fail(span, err)
+		span.End()
+	}
 }
 
 // discarded tells Events of a dispatch discarded for err.
@@ -120,13 +156,21 @@ var (
 const MaxYield = 5 * time.Second
 
 // Work implements river.Worker.
-func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
+func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) (err error) {
+	if w.Tracer != nil {
+		var span trace.Span
+		ctx, span = w.attemptSpan(ctx, job)
+		defer func() {
+			tracing.Fail(span, err)
+			span.End()
+		}()
+	}
 	w.retryAt.Delete(job.ID) // an earlier attempt's, should River not have taken it
 	if wait := w.orderWindow(job); wait > 0 {
 		return river.JobSnooze(wait)
 	}
 	w.yield.Enter(ctx, time.Now().Add(MaxYield))
-	err := w.work(ctx, job)
+	err = w.work(ctx, job)
 	var snooze *river.JobSnoozeError
 	var fe *forward.Error
 	var discard *handlers.DiscardError
@@ -383,7 +427,9 @@ func (w *Worker) complete(ctx context.Context, tx pgx.Tx, job *river.Job[Args]) 
 // forward runs one attempt of a forward; see Worker.
 func (w *Worker) forward(ctx context.Context, job *river.Job[Args], route fanout.Route) error {
 	a := job.Args
+	end := w.step(ctx, "hookgate.dispatch.claim")
 	c, err := w.claim(ctx, a, route, false)
+	end(err)
 	if err != nil {
 		return err
 	}
@@ -414,7 +460,16 @@ func (w *Worker) forward(ctx context.Context, job *river.Job[Args], route fanout
 			}
 			return err
 		}
-		err = w.forwarder.ForwardWithin(ctx, route.Target, route.Timeout, d)
+		fctx, span := ctx, trace.Span(nil)
+		if w.Tracer != nil {
+			fctx, span = w.Tracer.Start(ctx, "hookgate.dispatch.forward", trace.WithSpanKind(trace.SpanKindClient))
+		}
+		err = w.forwarder.ForwardWithin(fctx, route.Target, route.Timeout, d)
+		if span != nil {
+			span.SetAttributes(attribute.String("hookgate.forward.outcome", forward.Outcome(err)))
+			tracing.Fail(span, err)
+			span.End()
+		}
 		w.metrics.ForwardAttempt(a.Route, forward.Outcome(err))
 		w.guard.Done(ctx, route, ticket, guardOutcome(err), errText(err))
 		if err != nil {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/handlers"
+	"github.com/hookgate/hookgate/internal/tracing"
 	"github.com/hookgate/hookgate/internal/verify"
 	"github.com/hookgate/hookgate/internal/version"
 )
@@ -128,6 +129,7 @@ func (f *Client) ForwardWithin(ctx context.Context, target string, timeout time.
 	h.Set("X-Hookgate-Provider", d.Provider)
 	h.Set("X-Hookgate-Delivery", HeaderSafe(d.DeliveryID))
 	h.Set("X-Hookgate-Event", d.Event)
+	tracing.Inject(ctx, h) // the attempt's span, when traced
 	h.Set("X-Hookgate-Route", d.Route)
 	h.Set("X-Hookgate-Attempt", strconv.Itoa(d.Attempt))
 	h.Set("X-Hookgate-Generation", strconv.Itoa(d.Generation))

@@ -77,6 +77,9 @@ type Delivery struct {
 	// Keys, when not nil, are the delivery's search keys, read before its
 	// transaction (package searchkeys); nil leaves them to the transaction.
 	Keys []SearchKey
+	// Trace, when set, is the W3C traceparent of the request that brought
+	// the delivery (package tracing): its dispatches join that trace.
+	Trace string
 	// Challenge, when set, is a verified request that is no delivery but
 	// asks to be answered with this value (Slack's url_verification): the
 	// gateway answers it and stores nothing.

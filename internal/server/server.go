@@ -16,6 +16,8 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hookgate/hookgate/internal/console"
 	"github.com/hookgate/hookgate/internal/framing"
@@ -30,6 +32,7 @@ import (
 	"github.com/hookgate/hookgate/internal/rejections"
 	"github.com/hookgate/hookgate/internal/searchkeys"
 	"github.com/hookgate/hookgate/internal/throttle"
+	"github.com/hookgate/hookgate/internal/tracing"
 )
 
 // Config holds what the server needs.
@@ -81,6 +84,9 @@ type Config struct {
 	MetricsElsewhere bool
 	// Rejections records rejected ingest requests; nil: not recorded.
 	Rejections *rejections.Recorder
+	// Tracer, when set, traces each ingest request (package tracing); nil:
+	// no tracing work at all.
+	Tracer trace.Tracer
 	// Events, when set, hears of deliveries refused for their signature,
 	// as often as they are logged (package notify). It must not block.
 	Events func(notify.Event)
@@ -245,8 +251,10 @@ func (s *server) handleIngest(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	name := chi.URLParam(r, "provider")
 	secretIndex := -1
+	r, span := s.ingestSpan(r, name)
 	fail := func(err error) {
 		status, code := writeError(w, r, s.Logger, err)
+		endIngestSpan(span, status, code, err)
 		s.Metrics.Ingest(s.metricProvider(name), code, secretIndex, time.Since(start))
 		s.Rejections.Record(rejections.FromRequest(r, name, status, code, start))
 		if !loggedError(status, code) {
@@ -273,7 +281,9 @@ func (s *server) handleIngest(w http.ResponseWriter, r *http.Request) {
 		fail(err)
 		return
 	}
+	end := s.step(r, "hookgate.ingest.verify")
 	d, err := p.Verify(req, body)
+	end(err)
 	if err != nil {
 		fail(err)
 		return
@@ -284,9 +294,16 @@ func (s *server) handleIngest(w http.ResponseWriter, r *http.Request) {
 		// answered, and nothing is stored.
 		writeJSON(w, http.StatusOK, map[string]string{"challenge": d.Challenge})
 		s.Metrics.Ingest(d.Provider, "challenge", secretIndex, time.Since(start))
+		endIngestSpan(span, http.StatusOK, "challenge", nil)
 		return
 	}
+	if span != nil {
+		d.Trace = tracing.Parent(r.Context())
+		span.SetAttributes(attribute.String("hookgate.delivery_id", d.DeliveryID), attribute.String("hookgate.event", d.Event))
+	}
+	end = s.step(r, "hookgate.ingest.commit")
 	res, err := s.Ingester.Accept(r.Context(), d)
+	end(err)
 	if err != nil {
 		fail(err)
 		return
@@ -295,10 +312,49 @@ func (s *server) handleIngest(w http.ResponseWriter, r *http.Request) {
 	if res.Status == ingest.Duplicate {
 		status = http.StatusOK
 	}
+	endIngestSpan(span, status, string(res.Status), nil)
 	writeJSON(w, status, ingestResponse{
 		Status: res.Status, Provider: d.Provider, DeliveryID: d.DeliveryID, Event: d.Event, Routes: res.Routes,
 	})
 	s.Metrics.Ingest(d.Provider, string(res.Status), secretIndex, time.Since(start))
+}
+
+// ingestSpan starts an ingest request's span, continuing the sender's
+// traceparent; with tracing off it does nothing and returns a nil span.
+func (s *server) ingestSpan(r *http.Request, provider string) (*http.Request, trace.Span) {
+	if s.Tracer == nil {
+		return r, nil
+	}
+	ctx, span := s.Tracer.Start(tracing.FromRequest(r.Context(), r.Header), "hookgate.ingest",
+		trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
+			attribute.String("http.request.method", r.Method), attribute.String("url.path", r.URL.Path),
+			attribute.String("hookgate.provider", s.metricProvider(provider))))
+	return r.WithContext(ctx), span
+}
+
+// endIngestSpan ends an ingest request's span with its answer.
+func endIngestSpan(span trace.Span, status int, outcome string, err error) {
+	if span == nil {
+		return
+	}
+	span.SetAttributes(attribute.Int("http.response.status_code", status), attribute.String("hookgate.outcome", outcome))
+	if status >= 500 {
+		tracing.Fail(span, err)
+	}
+	span.End()
+}
+
+// step starts a span of part of an ingest request, and returns what ends
+// it; with tracing off, both do nothing.
+func (s *server) step(r *http.Request, name string) func(error) {
+	if s.Tracer == nil {
+		return func(error) {}
+	}
+	_, span := s.Tracer.Start(r.Context(), name)
+	return func(err error) {
+		tracing.Fail(span, err)
+		span.End()
+	}
 }
 
 // metricProvider keeps the provider label's values few: names from the URL
