@@ -75,13 +75,12 @@ func FromEnv(ctx context.Context) (*sdktrace.TracerProvider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: the OTLP exporter: %w", ErrConfig, err)
 	}
-	res, err := resource.New(ctx, resource.WithFromEnv(), resource.WithTelemetrySDK(),
-		resource.WithAttributes(semconv.ServiceName(Name), semconv.ServiceVersion(version.Number)))
+	// Later detectors win: OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES
+	// over hookgate's own name and version.
+	res, err := resource.New(ctx, resource.WithTelemetrySDK(),
+		resource.WithAttributes(semconv.ServiceName(Name), semconv.ServiceVersion(version.Number)), resource.WithFromEnv())
 	if err != nil {
 		return nil, fmt.Errorf("%w: the resource: %w", ErrConfig, err)
-	}
-	if name := os.Getenv("OTEL_SERVICE_NAME"); name != "" {
-		res, _ = resource.Merge(res, resource.NewSchemaless(semconv.ServiceName(name)))
 	}
 	// The sampler follows OTEL_TRACES_SAMPLER; the batcher OTEL_BSP_*.
 	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res)), nil

@@ -3,12 +3,16 @@ package tracing_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 
 	"go.opentelemetry.io/otel/trace"
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/hookgate/hookgate/internal/tracing"
 )
@@ -65,10 +69,29 @@ func TestCheckRefusesWhatTheGatewayCannotExport(t *testing.T) {
 func TestFromEnvExportsToTheCollector(t *testing.T) {
 	var mu sync.Mutex
 	var posts []string
+	var services, spans []string
 	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
 		posts = append(posts, r.Method+" "+r.URL.Path+" "+r.Header.Get("Content-Type"))
+		body, _ := io.ReadAll(r.Body)
+		var req collectortrace.ExportTraceServiceRequest
+		if err := proto.Unmarshal(body, &req); err != nil {
+			t.Errorf("not an OTLP export: %v", err)
+			return
+		}
+		for _, rs := range req.GetResourceSpans() {
+			for _, kv := range rs.GetResource().GetAttributes() {
+				if kv.GetKey() == "service.name" {
+					services = append(services, kv.GetValue().GetStringValue())
+				}
+			}
+			for _, ss := range rs.GetScopeSpans() {
+				for _, sp := range ss.GetSpans() {
+					spans = append(spans, ss.GetScope().GetName()+" "+sp.GetName())
+				}
+			}
+		}
 	}))
 	defer collector.Close()
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.URL)
@@ -87,6 +110,10 @@ func TestFromEnvExportsToTheCollector(t *testing.T) {
 	defer mu.Unlock()
 	if len(posts) != 1 || posts[0] != "POST /v1/traces application/x-protobuf" {
 		t.Fatalf("the collector received %q", posts)
+	}
+	// OTEL_SERVICE_NAME names the service; the instrumentation is hookgate.
+	if !slices.Equal(services, []string{"hookgate-test"}) || !slices.Equal(spans, []string{"hookgate hookgate.ingest"}) {
+		t.Errorf("exported services %q, spans %q", services, spans)
 	}
 }
 
