@@ -1,6 +1,8 @@
 // Package console is the operator console: server-rendered pages under
-// /admin/ for people with a browser. It signs in with the admin token and
-// then keeps a session (a cookie naming a row in PostgreSQL), checks a CSRF
+// /admin/ for people with a browser. It signs in with the admin token or a
+// personal token and then keeps a session (a cookie naming a row in
+// PostgreSQL) that acts with that token's role and name, shows who is
+// signed in and offers only what the role may do, checks a CSRF
 // token on every form that changes anything, and draws its charts as SVG on
 // the server. Templates, styles, its icon and its one small script are
 // embedded: the console needs nothing from outside the gateway, and its
@@ -17,6 +19,7 @@ import (
 	"context"
 	"embed"
 	"errors"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"log/slog"
@@ -28,6 +31,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hookgate/hookgate/internal/access"
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/fanout"
@@ -46,9 +50,11 @@ var staticFS embed.FS
 
 // Config is what the console needs.
 type Config struct {
-	// Token is GATEWAY_ADMIN_TOKEN, which signs a person in.
+	// Token is GATEWAY_ADMIN_TOKEN, which signs a person in as the admin
+	// (a live personal token signs one in with its own role).
 	Token string
-	// Actor names whoever holds the token in the replay and audit logs.
+	// Actor names whoever holds the admin token in the replay and audit
+	// logs (a personal token's session is named as the token is).
 	Actor string
 	// Pool is the database.
 	Pool *pgxpool.Pool
@@ -166,37 +172,77 @@ func (c *Console) Register(r chi.Router) {
 			// A replay's reason travels in POST bodies only, never in a
 			// URL (which logs, history and proxies keep): the delivery's
 			// form posts to the confirmation, which posts the replay.
-			r.Post("/ui/deliveries/{provider}/{id}/replay/confirm", c.handleReplayConfirm)
-			r.Post("/ui/deliveries/{provider}/{id}/replay", c.handleReplay)
-			r.Post("/ui/deliveries/{provider}/{id}/retry", c.handleRetry)
-			r.Get("/ui/replay", c.handleBulkConfirm)
-			r.Post("/ui/replay", c.handleBulkReplay)
-			r.Get("/ui/retry", c.handleBulkRetryConfirm)
-			r.Post("/ui/retry", c.handleBulkRetry)
+			// What changes anything needs the operator role (a viewer's
+			// session is shown no such form, and answered 403).
+			operate := r.With(c.need(access.Operator))
+			operate.Post("/ui/deliveries/{provider}/{id}/replay/confirm", c.handleReplayConfirm)
+			operate.Post("/ui/deliveries/{provider}/{id}/replay", c.handleReplay)
+			operate.Post("/ui/deliveries/{provider}/{id}/retry", c.handleRetry)
+			operate.Get("/ui/replay", c.handleBulkConfirm)
+			operate.Post("/ui/replay", c.handleBulkReplay)
+			operate.Get("/ui/retry", c.handleBulkRetryConfirm)
+			operate.Post("/ui/retry", c.handleBulkRetry)
 			r.Get("/ui/replays/{replay_id}", c.handleReplayProgress)
 			r.Get("/ui/routes", c.handleRoutes)
-			r.Post("/ui/routes/{name}/{action}", c.handleRouteAction)
+			operate.Post("/ui/routes/{name}/{action}", c.handleRouteAction)
 			r.Get("/ui/rejections", c.handleRejections)
 			r.Get("/ui/audit", c.handleAudit)
 		})
 	})
 }
 
-// Allows reports whether a request may reach River UI on the strength of a
-// console session: a live session, and, for anything but reading, a request
-// from the gateway's own pages (River UI's forms cannot carry the console's
-// CSRF token; SameSite=Strict and the browser's Sec-Fetch-Site or Origin
-// stand in for it).
-func (c *Console) Allows(r *http.Request) bool {
-	if _, err := c.sessions.get(r.Context(), r); err != nil {
-		return false
+// RiverUI reports whether a request may reach River UI on the strength of
+// a console session: signedIn when it has a live session (id is who it
+// acts as), allowed when that session's role is operator or more (River UI
+// cancels, retries and deletes jobs) and, for anything but reading, the
+// request came from the gateway's own pages (River UI's forms cannot carry
+// the console's CSRF token; SameSite=Strict and the browser's
+// Sec-Fetch-Site or Origin stand in for it).
+func (c *Console) RiverUI(r *http.Request) (id access.Identity, signedIn, allowed bool) {
+	sess, err := c.sessions.get(r.Context(), r)
+	if err != nil {
+		return access.Identity{}, false, false
+	}
+	id = c.identity(sess)
+	if !id.Role.Allows(access.Operator) {
+		return id, true, false
 	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions:
-		return true
+		return id, true, true
 	}
-	return c.sameOrigin(r)
+	return id, true, c.sameOrigin(r)
 }
+
+// identity is who a session acts as: its personal token, with the token's
+// role, or the admin.
+func (c *Console) identity(sess session) access.Identity {
+	if sess.token.ID == "" {
+		return access.Identity{Actor: c.Actor, Role: access.Admin}
+	}
+	role, err := access.ParseRole(sess.token.Role)
+	if err != nil {
+		role = access.Viewer // the table allows no other; fail to the least
+	}
+	return access.Identity{Actor: access.ActorOf(sess.token), Role: role, TokenID: sess.token.ID}
+}
+
+// need answers 403 to a session whose role is below role.
+func (c *Console) need(role access.Role) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if id := c.identity(sessionOf(r)); !id.Role.Allows(role) {
+				c.fail(w, r, http.StatusForbidden, fmt.Sprintf("This needs the %s role; you are signed in as %s, with the %s role.",
+					role, id.Actor, id.Role))
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// actor names the request's session in the replay and audit logs.
+func (c *Console) actor(r *http.Request) string { return c.identity(sessionOf(r)).Actor }
 
 func securityHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -19,6 +19,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/hookgate/hookgate/internal/access"
 	"github.com/hookgate/hookgate/internal/audit"
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/errtext"
@@ -43,7 +44,13 @@ type page struct {
 	Notice, Problem string
 	// Refresh, when set, reloads the page after that many seconds.
 	Refresh int
-	Data    any
+	// Who is who the session acts as, and Role its role; empty when
+	// signed out.
+	Who, Role string
+	// CanOperate says whether the session's role may change anything
+	// (operator or admin): a viewer is shown no form that would.
+	CanOperate bool
+	Data       any
 }
 
 // render writes a page with its status.
@@ -55,6 +62,10 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 	}
 	if p.CSRF == "" {
 		p.CSRF = sessionOf(r).csrf
+	}
+	if p.CSRF != "-" && p.CSRF != "" {
+		id := c.identity(sessionOf(r))
+		p.Who, p.Role, p.CanOperate = id.Actor, id.Role.String(), id.Role.Allows(access.Operator)
 	}
 	var buf bytes.Buffer
 	if err := t.Execute(&buf, p); err != nil {
@@ -136,10 +147,12 @@ func (c *Console) handleLoginForm(w http.ResponseWriter, r *http.Request) {
 	c.loginForm(w, r, http.StatusOK, r.URL.Query().Get("next"), "")
 }
 
-// handleLogin signs a person in with the admin token. The form carries a
-// token that must equal the hookgate_login cookie set with the form (a
-// double-submit CSRF token): another site cannot sign a browser in to a
-// session of its choosing.
+// handleLogin signs a person in with the admin token (as the admin) or a
+// live personal token (with its role; the session ends when the token is
+// revoked or expires). The form carries a token that must equal the
+// hookgate_login cookie set with the form (a double-submit CSRF token):
+// another site cannot sign a browser in to a session of its choosing. A
+// wrong token costs what a wrong bearer token does.
 func (c *Console) handleLogin(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
 	if err := r.ParseForm(); err != nil {
@@ -153,11 +166,21 @@ func (c *Console) handleLogin(w http.ResponseWriter, r *http.Request) {
 			Problem: "The sign-in form is missing its CSRF token or it has expired: open the sign-in page again."})
 		return
 	}
-	if !c.Guesses.Check(r, func() bool { return sameToken(r.PostForm.Get("token"), c.Token) }) {
-		c.loginForm(w, r, http.StatusUnauthorized, next, "That is not the admin token.")
+	secret := r.PostForm.Get("token")
+	admin := sameToken(secret, c.Token)
+	var personal access.Identity
+	if !admin && access.IsPersonalToken(secret) {
+		var err error
+		if personal, err = access.Authenticate(r.Context(), c.Pool, secret); err != nil && !errors.Is(err, access.ErrUnknown) {
+			c.serverError(w, r, err)
+			return
+		}
+	}
+	if !c.Guesses.Check(r, func() bool { return admin || personal.TokenID != "" }) {
+		c.loginForm(w, r, http.StatusUnauthorized, next, "That is neither the admin token nor a live personal token.")
 		return
 	}
-	id, err := c.sessions.create(r.Context())
+	id, err := c.sessions.create(r.Context(), personal.TokenID)
 	if err != nil {
 		c.serverError(w, r, err)
 		return
@@ -496,7 +519,7 @@ func (c *Console) handleReplay(w http.ResponseWriter, r *http.Request) {
 	}
 	var replayID string
 	err = pgx.BeginFunc(r.Context(), c.Pool, func(tx pgx.Tx) error {
-		replayID, _, err = replay.OneTx(r.Context(), tx, c.Enqueuer, c.Actor, provider, id, replay.Request{Routes: names, Force: force}, reason)
+		replayID, _, err = replay.OneTx(r.Context(), tx, c.Enqueuer, c.actor(r), provider, id, replay.Request{Routes: names, Force: force}, reason)
 		return err
 	})
 	if err != nil {
@@ -514,7 +537,7 @@ func (c *Console) handleRetry(w http.ResponseWriter, r *http.Request) {
 		c.failWith(w, r, err)
 		return
 	}
-	res, err := retry.Delivery(r.Context(), c.Pool, c.Enqueuer.Client(), c.Routes, provider, id, nil, retry.Operator{Actor: c.Actor})
+	res, err := retry.Delivery(r.Context(), c.Pool, c.Enqueuer.Client(), c.Routes, provider, id, nil, retry.Operator{Actor: c.actor(r)})
 	if err != nil {
 		c.failWith(w, r, err)
 		return
@@ -728,7 +751,7 @@ func (c *Console) handleBulkRetry(w http.ResponseWriter, r *http.Request) {
 		}
 		after = &cur
 	}
-	res, err := c.Retry(r.Context(), f, after, retry.Operator{Actor: c.Actor, Reason: reason})
+	res, err := c.Retry(r.Context(), f, after, retry.Operator{Actor: c.actor(r), Reason: reason})
 	if err != nil {
 		c.failWith(w, r, err)
 		return
@@ -753,7 +776,7 @@ func (c *Console) handleBulkReplay(w http.ResponseWriter, r *http.Request) {
 	}
 	var replayID string
 	err = pgx.BeginFunc(r.Context(), c.Pool, func(tx pgx.Tx) error {
-		replayID, _, err = replay.BulkTx(r.Context(), tx, c.Enqueuer, c.Actor, f, force, reason)
+		replayID, _, err = replay.BulkTx(r.Context(), tx, c.Enqueuer, c.actor(r), f, force, reason)
 		return err
 	})
 	if err != nil {
@@ -842,7 +865,7 @@ func (c *Console) handleRouteAction(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadRequest, "The reason must be printable text of at most 1,000 bytes.")
 		return
 	}
-	change := routes.Change{Actor: c.Actor, Reason: reason}
+	change := routes.Change{Actor: c.actor(r), Reason: reason}
 	done := url.Values{"done": {action}, "route": {name}}
 	var err error
 	switch action {
@@ -852,7 +875,7 @@ func (c *Console) handleRouteAction(w http.ResponseWriter, r *http.Request) {
 		_, err = routes.Resume(r.Context(), c.Pool, c.Enqueuer.Client(), c.Routes, name, change)
 	case "retry":
 		var n int
-		n, err = retry.Route(r.Context(), c.Pool, c.Enqueuer.Client(), c.Routes, name, retry.Operator{Actor: c.Actor, Reason: reason})
+		n, err = retry.Route(r.Context(), c.Pool, c.Enqueuer.Client(), c.Routes, name, retry.Operator{Actor: c.actor(r), Reason: reason})
 		done.Set("retried", strconv.Itoa(n))
 	default:
 		c.fail(w, r, http.StatusNotFound, "No such action: routes are paused, resumed or retried.")

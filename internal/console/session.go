@@ -39,16 +39,21 @@ const (
 type session struct {
 	// csrf is the token every state-changing form of this session carries.
 	csrf string
+	// token is the personal token it signed in with (id, name, role); its
+	// zero value for the admin token.
+	token store.Token
 }
 
 // errNoSession means the request carries no live session.
 var errNoSession = errors.New("no session")
 
-// Sessions are the console's sessions of one admin token. They are kept in
-// PostgreSQL, so that every gateway process behind a load balancer knows them
-// and sign-out ends them everywhere. A session belongs to its token's
-// generation (see Record), not to the token's bytes: when the token changes,
-// its sessions end for good, and turning it back does not revive them.
+// Sessions are the console's sessions: of the admin token, and of personal
+// tokens. They are kept in PostgreSQL, so that every gateway process behind
+// a load balancer knows them and sign-out ends them everywhere. A session of
+// the admin token belongs to its generation (see Record), not to the token's
+// bytes: when the token changes, its sessions end for good, and turning it
+// back does not revive them. A session of a personal token lives while the
+// token does: revoked or expired, it opens nothing more on any gateway.
 type Sessions struct {
 	pool  *pgxpool.Pool
 	token []byte // the admin token's SHA-256
@@ -117,14 +122,15 @@ func digest(id string) []byte {
 	return sum[:]
 }
 
-// create stores a new session and returns its id, for the cookie.
-func (s *Sessions) create(ctx context.Context) (string, error) {
+// create stores a new session, of the personal token tokenID or, when it is
+// empty, of the admin token, and returns its id, for the cookie.
+func (s *Sessions) create(ctx context.Context, tokenID string) (string, error) {
 	gen, err := s.current(ctx)
 	if err != nil {
 		return "", err
 	}
 	id := randomToken()
-	if err := store.InsertConsoleSession(ctx, s.pool, digest(id), randomToken(), gen); err != nil {
+	if err := store.InsertConsoleSession(ctx, s.pool, digest(id), randomToken(), gen, tokenID); err != nil {
 		return "", err
 	}
 	// Now and then, sessions long idle go; the retention job removes the rest.
@@ -156,7 +162,7 @@ func (s *Sessions) get(ctx context.Context, r *http.Request) (session, error) {
 			return session{}, err
 		}
 	}
-	return session{csrf: live.CSRF}, nil
+	return session{csrf: live.CSRF, token: live.Token}, nil
 }
 
 // remove ends the request's session, if any.

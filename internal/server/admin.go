@@ -273,18 +273,22 @@ func (s *server) need(role access.Role) func(http.Handler) http.Handler {
 }
 
 // bearerOrSession lets River UI's requests through with an operator's bearer
-// token or a console session (see console.Console.Allows): River UI cancels,
+// token or console session (see console.Console.RiverUI): River UI cancels,
 // retries and deletes jobs. A browser that has neither and asks for a page
 // is sent to the console's sign-in.
 func (s *server) bearerOrSession(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, ok, err := s.authenticate(r)
+		var signedIn, allowed bool
+		if !ok && err == nil && s.console != nil {
+			id, signedIn, allowed = s.console.RiverUI(r)
+		}
 		switch {
 		case err != nil:
 			writeError(w, r, s.Logger, fmt.Errorf("check the bearer token: %w", err))
-		case ok && !id.Role.Allows(access.Operator):
+		case (ok || signedIn) && !id.Role.Allows(access.Operator):
 			writeError(w, r, s.Logger, fmt.Errorf("%w: River UI needs the operator role; %s has the %s role", errForbidden, id.Actor, id.Role))
-		case ok, s.console != nil && s.console.Allows(r):
+		case ok, allowed:
 			next.ServeHTTP(w, r)
 		case s.console != nil && r.Method == http.MethodGet && r.Header.Get("Authorization") == "" &&
 			strings.Contains(r.Header.Get("Accept"), "text/html"):

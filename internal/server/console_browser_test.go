@@ -232,8 +232,8 @@ func TestConsoleInABrowser(t *testing.T) {
 
 	// Sign in: a wrong token is refused, the right one opens the overview.
 	c.signIn("not-the-token")
-	c.waitText("That is not the admin token.") // answered after the wrong guess's delay
-	c.page("login-refused", "That is not the admin token.")
+	c.waitText("That is neither the admin token nor a live personal token.") // answered after the wrong guess's delay
+	c.page("login-refused", "That is neither the admin token nor a live personal token.")
 	c.run(chromedp.Clear(chromedp.ID(`#token`)))
 	c.signIn(adminToken)
 	c.run(chromedp.WaitVisible(chromedp.ID(`#backlog`)))
@@ -312,7 +312,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	c.run(chromedp.Navigate(srv.URL+"/admin/"), chromedp.WaitVisible(chromedp.CSS(`.signout button`)),
 		chromedp.Click(chromedp.CSS(`.signout button`)), chromedp.WaitVisible(chromedp.ID(`#token`)))
 	c.run(chromedp.Navigate(srv.URL+"/admin/ui/deliveries"), chromedp.WaitVisible(chromedp.ID(`#token`)))
-	c.page("signed-out", "Admin token")
+	c.page("signed-out", "Your personal token")
 }
 
 // "Retry now" in a real browser, at a desktop's width and a phone's: a
@@ -380,6 +380,36 @@ func TestConsoleAtPhoneWidth(t *testing.T) {
 	} {
 		c.run(chromedp.Navigate(srv.URL+p.path), chromedp.WaitVisible(chromedp.CSS(p.wait)))
 		c.page(p.name)
+	}
+}
+
+// A person signed in with a viewer's personal token, at a phone's width:
+// the header says who they are and that they are a viewer, without pushing
+// the page sideways; the routes and the delivery pages show everything but
+// offer no button that changes anything, nor River UI.
+func TestConsoleForAViewerInABrowser(t *testing.T) {
+	a := setupAdmin(t, adminToken)
+	a.ingest(t, githubRequest(ghReq{id: "gh-1"}))
+	tok := a.makeToken(t, "", "Vera Viewer from the support desk", "viewer", "1h")
+	srv := httptest.NewServer(a.handler)
+	t.Cleanup(srv.Close)
+	c := newChrome(t, srv.URL, 390, 844)
+	c.signIn(tok.Token)
+	c.run(chromedp.WaitVisible(chromedp.ID(`#backlog`)))
+	if who := c.text("header .who"); who != "token:"+tok.ID+" (Vera Viewer from the support desk) · viewer" {
+		t.Fatalf("the header says %q", who)
+	}
+	c.page("overview-viewer", "Vera Viewer from the support desk", "viewer")
+	for _, p := range []struct{ path, name, wait string }{
+		{"/admin/ui/routes", "routes-viewer", "#routes"},
+		{"/admin/ui/deliveries/github/gh-1", "delivery-viewer", "#body"},
+	} {
+		c.run(chromedp.Navigate(srv.URL+p.path), chromedp.WaitVisible(chromedp.CSS(p.wait)))
+		c.page(p.name, "viewer")
+		buttons := get(c, chromedp.Evaluate[int](`document.querySelectorAll('main form[method=post] button, header nav a[href^="/admin/river"]').length`))
+		if buttons != 0 {
+			t.Errorf("%s offers a viewer %d buttons or links that change something", p.path, buttons)
+		}
 	}
 }
 

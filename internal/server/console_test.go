@@ -108,7 +108,7 @@ func TestConsoleSignInAndOut(t *testing.T) {
 	}
 	// A wrong token: 401, no session.
 	res, page := b.do("POST", "/admin/ui/login", url.Values{"csrf": {csrf}, "token": {"wrong"}})
-	if res.StatusCode != http.StatusUnauthorized || !strings.Contains(page, "not the admin token") {
+	if res.StatusCode != http.StatusUnauthorized || !strings.Contains(page, "neither the admin token nor a live personal token") {
 		t.Fatalf("wrong token = %d %s", res.StatusCode, page)
 	}
 	for _, c := range res.Cookies() {
