@@ -1,0 +1,175 @@
+// Package oidctest runs a real OpenID Connect provider for tests: zitadel's
+// oidc provider (github.com/zitadel/oidc/v3, its example storage and login
+// page) on a local port, with the people a test names, each with a
+// password and the groups its ID token claims. It is used by tests only.
+package oidctest
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+	"github.com/zitadel/oidc/v3/example/server/exampleop"
+	"github.com/zitadel/oidc/v3/example/server/storage"
+	"github.com/zitadel/oidc/v3/pkg/oidc"
+	"github.com/zitadel/oidc/v3/pkg/op"
+	"golang.org/x/text/language"
+)
+
+// GroupsClaim is the ID token's claim that holds a person's groups.
+const GroupsClaim = "groups"
+
+// User is a person the provider knows.
+type User struct {
+	Username, Password, Email, Name string
+	// Groups are claimed in the ID token's GroupsClaim.
+	Groups []string
+}
+
+// Provider is a running identity provider.
+type Provider struct {
+	// Issuer is its issuer URL (http://127.0.0.1:PORT).
+	Issuer string
+	// ClientID and ClientSecret are the client registered for the test,
+	// whose one redirect URI is the one Start was given.
+	ClientID, ClientSecret string
+}
+
+// Start runs a provider until the test ends, knowing users, with one
+// client (basic authentication, PKCE allowed) that may redirect to
+// redirectURI only.
+func Start(t testing.TB, redirectURI string, users ...User) *Provider {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Provider{Issuer: "http://" + l.Addr().String(), ClientID: "hookgate", ClientSecret: "hookgate-test-secret"}
+	people := userStore{byID: map[string]*storage.User{}, groups: map[string][]string{}}
+	for i, u := range users {
+		id := "user-" + string(rune('a'+i))
+		people.byID[id] = &storage.User{ID: id, Username: u.Username, Password: u.Password, Email: u.Email, EmailVerified: true,
+			FirstName: u.Name, PreferredLanguage: language.English}
+		people.groups[id] = u.Groups
+	}
+	st := &withGroups{Storage: storage.NewStorageWithClients(people, map[string]*storage.Client{
+		p.ClientID: storage.WebClient(p.ClientID, p.ClientSecret, redirectURI),
+	}), people: people}
+	srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: exampleop.SetupServer(p.Issuer, st, nil, false)}}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return p
+}
+
+// userStore is the provider's people.
+type userStore struct {
+	byID   map[string]*storage.User
+	groups map[string][]string
+}
+
+func (u userStore) GetUserByID(id string) *storage.User { return u.byID[id] }
+func (u userStore) GetUserByUsername(name string) *storage.User {
+	for _, user := range u.byID {
+		if user.Username == name {
+			return user
+		}
+	}
+	return nil
+}
+func (u userStore) ExampleClientID() string { return "service" }
+
+// withGroups claims, in each ID token, the person's email, name and groups.
+type withGroups struct {
+	*storage.Storage
+	people userStore
+}
+
+// SetUserinfoFromRequest implements op.CanSetUserinfoFromRequest: what an
+// ID token claims.
+func (s *withGroups) SetUserinfoFromRequest(ctx context.Context, info *oidc.UserInfo, req op.IDTokenRequest, scopes []string) error {
+	if err := s.Storage.SetUserinfoFromRequest(ctx, info, req, scopes); err != nil {
+		return err
+	}
+	if u := s.people.GetUserByID(req.GetSubject()); u != nil {
+		info.Email, info.EmailVerified, info.Name = u.Email, oidc.Bool(true), u.FirstName
+		info.AppendClaims(GroupsClaim, s.people.groups[u.ID])
+	}
+	return nil
+}
+
+var loginForm = regexp.MustCompile(`name="id" value="([^"]+)"`)
+
+// SignIn does in client what a browser does from authURL (the gateway's
+// redirect to the provider) on: the provider's login page, signed in as
+// username with password, and its redirects until one leaves the provider.
+// It returns that redirect's URL: the gateway's callback, with a code and
+// the state (or an error).
+func (p *Provider) SignIn(t testing.TB, client *http.Client, authURL, username, password string) *url.URL {
+	t.Helper()
+	noFollow := *client
+	noFollow.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	next, err := url.Parse(authURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		if !strings.HasPrefix(next.String(), p.Issuer) {
+			return next
+		}
+		res, err := noFollow.Get(next.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode == http.StatusOK && strings.Contains(next.Path, "/login/username") {
+			m := loginForm.FindSubmatch(body)
+			if m == nil {
+				t.Fatalf("the provider's login page has no form: %s", body)
+			}
+			res, err = noFollow.PostForm(p.Issuer+"/login/username", url.Values{"id": {string(m[1])}, "username": {username}, "password": {password}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ = io.ReadAll(res.Body)
+			res.Body.Close()
+		}
+		loc, err := res.Location()
+		if err != nil {
+			t.Fatalf("the provider answered %s %d without a redirect: %s", next, res.StatusCode, body)
+		}
+		next = loc
+	}
+	t.Fatal("the provider redirected more than 10 times")
+	return nil
+}
+
+// Forge returns an ID token with claims, signed by a key of its own that
+// the provider never published: what a forger holding no key of the
+// issuer's would send.
+func Forge(t testing.TB, claims map[string]any) string {
+	t.Helper()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: jose.JSONWebKey{Key: key, KeyID: "key1"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := jwt.Signed(signer).Claims(claims).Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
