@@ -19,6 +19,7 @@ import (
 	"riverqueue.com/riverui"
 
 	"github.com/hookgate/hookgate/internal/archive"
+	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/database"
 	"github.com/hookgate/hookgate/internal/dispatch"
 	"github.com/hookgate/hookgate/internal/fanout"
@@ -37,6 +38,7 @@ import (
 	"github.com/hookgate/hookgate/internal/routes"
 	"github.com/hookgate/hookgate/internal/schema"
 	"github.com/hookgate/hookgate/internal/server"
+	"github.com/hookgate/hookgate/internal/sso"
 	"github.com/hookgate/hookgate/internal/tracing"
 	"github.com/hookgate/hookgate/internal/yield"
 )
@@ -331,7 +333,7 @@ func (g *Gateway) handler(pt parts, p *process) http.Handler {
 		Tracer:                  tracing.Tracer(g.opts.tracer),
 		TrustedProxies:          trusted,
 		Admin: server.AdminConfig{Token: env.AdminToken.Value(), Pool: pt.pool, Enqueuer: pt.enqueuer, RiverUI: riverUI, Routes: pt.table,
-			NoConsole: env.Console == "off", PublicURL: env.PublicURL, Recoverer: pt.rec, SearchBudget: env.SearchBudget,
+			NoConsole: env.Console == "off", PublicURL: env.PublicURL, SSO: signIn(env), Recoverer: pt.rec, SearchBudget: env.SearchBudget,
 			Archive: pt.archive, Retention: env.Retention},
 	})
 }
@@ -438,4 +440,16 @@ func serveMetrics(addr string, m *metrics.Metrics, logger *slog.Logger) (*http.S
 	go func() { _ = srv.Serve(ln) }()
 	logger.Info("metrics listening", "addr", ln.Addr().String())
 	return srv, nil
+}
+
+// signIn is the console's OpenID Connect sign-in the configuration asks
+// for; nil without GATEWAY_OIDC_ISSUER. Resolve has checked the values.
+func signIn(env config.Resolved) *sso.SSO {
+	if env.OIDCIssuer == "" {
+		return nil
+	}
+	roles, _ := sso.ParseRoles(env.OIDCRoles)
+	return sso.New(sso.Config{Issuer: env.OIDCIssuer, ClientID: env.OIDCClientID, ClientSecret: env.OIDCClientSecret.Value(),
+		RedirectURL: strings.TrimSuffix(env.PublicURL, "/") + sso.CallbackPath, Scopes: strings.Fields(env.OIDCScopes),
+		RolesClaim: env.OIDCRolesClaim, Roles: roles})
 }

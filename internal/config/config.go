@@ -37,6 +37,7 @@ import (
 	"github.com/hookgate/hookgate/internal/proxies"
 	"github.com/hookgate/hookgate/internal/schema"
 	"github.com/hookgate/hookgate/internal/searchkeys"
+	"github.com/hookgate/hookgate/internal/sso"
 	"github.com/hookgate/hookgate/internal/verify"
 )
 
@@ -134,6 +135,27 @@ type Config struct {
 	// TLS-terminating proxy): the console's origin for its CSRF check, and its
 	// cookie Secure when https. Empty: the request's own.
 	PublicURL string `env:"GATEWAY_PUBLIC_URL"`
+	// OIDCIssuer, when set, lets people sign in to the console with OpenID
+	// Connect at this issuer, as OIDCClientID, their role read from the ID
+	// token's OIDCRolesClaim through OIDCRoles; the provider sends them back
+	// to PublicURL, which must be set. Empty: the console takes tokens only.
+	OIDCIssuer string `env:"GATEWAY_OIDC_ISSUER"`
+	// OIDCClientID is the gateway's client id at the issuer.
+	OIDCClientID string `env:"GATEWAY_OIDC_CLIENT_ID"`
+	// OIDCClientSecret is its client secret; empty: a public client (PKCE
+	// alone).
+	OIDCClientSecret Secret `env:"GATEWAY_OIDC_CLIENT_SECRET" secret:"true"`
+	// OIDCScopes are the scopes asked for, space-separated; openid among
+	// them. Defaults to "openid email profile".
+	OIDCScopes string `env:"GATEWAY_OIDC_SCOPES" default:"openid email profile"`
+	// OIDCRolesClaim names the ID token's claim (a string or a list of
+	// strings) that OIDCRoles maps. Defaults to groups.
+	OIDCRolesClaim string `env:"GATEWAY_OIDC_ROLES_CLAIM" default:"groups"`
+	// OIDCRoles maps the claim's values to roles: VALUE=ROLE pairs,
+	// comma-separated (hookgate-admins=admin,sre=operator,support=viewer). A
+	// person with several values gets the highest role; with none mapped,
+	// the person is refused.
+	OIDCRoles string `env:"GATEWAY_OIDC_ROLES"`
 	// TrustedProxies are the reverse proxies (CIDRs or addresses,
 	// comma-separated) whose X-Forwarded-For names the remote address that
 	// the rejections log, logs, budgets and guessing limits see. Empty: the
@@ -347,6 +369,8 @@ func (c Config) withDefaults() Config {
 	str(&c.Schema, schema.Default)
 	str(&c.Addr, ":8080")
 	str(&c.Console, "on")
+	str(&c.OIDCScopes, "openid email profile")
+	str(&c.OIDCRolesClaim, "groups")
 	str(&c.LogFormat, "text")
 	str(&c.LogLevel, "info")
 	str(&c.GitHubAPIURL, "https://api.github.com")
@@ -673,6 +697,9 @@ func (c Config) validate() []error {
 		// Not the value: a URL may carry a password.
 		bad("GATEWAY_PUBLIC_URL", "must be an http:// or https:// URL with a host and no user, path, query or fragment, such as https://hooks.example.com")
 	}
+	if c.OIDCIssuer != "" || c.OIDCClientID != "" || c.OIDCClientSecret != "" || c.OIDCRoles != "" {
+		c.checkOIDC(bad)
+	}
 	if _, err := proxies.Parse(c.TrustedProxies); err != nil {
 		bad("GATEWAY_TRUSTED_PROXIES", "%v", err)
 	}
@@ -694,6 +721,56 @@ func (c Config) validate() []error {
 		bad("GATEWAY_LOG_LEVEL", "must be debug, info, warn or error")
 	}
 	return errs
+}
+
+// checkOIDC reports what is missing or wrong for people to sign in with
+// OpenID Connect, once any GATEWAY_OIDC_* variable is set.
+func (c Config) checkOIDC(bad func(name, format string, args ...any)) {
+	const with = "is required with GATEWAY_OIDC_ISSUER"
+	switch {
+	case c.OIDCIssuer == "":
+		bad("GATEWAY_OIDC_ISSUER", "is required with GATEWAY_OIDC_CLIENT_ID, GATEWAY_OIDC_CLIENT_SECRET and GATEWAY_OIDC_ROLES")
+	case !issuerURL(c.OIDCIssuer):
+		// Not the value: a URL may carry a password.
+		bad("GATEWAY_OIDC_ISSUER", "must be an https:// URL (http:// for localhost or 127.0.0.1 only) without a user, query or fragment, such as https://accounts.example.com")
+	}
+	if c.OIDCClientID == "" {
+		bad("GATEWAY_OIDC_CLIENT_ID", "%s", with)
+	}
+	if c.OIDCRoles == "" {
+		bad("GATEWAY_OIDC_ROLES", "%s: VALUE=ROLE pairs, such as hookgate-admins=admin,support=viewer", with)
+	} else if _, err := sso.ParseRoles(c.OIDCRoles); err != nil {
+		bad("GATEWAY_OIDC_ROLES", "%v", err)
+	}
+	if !slices.Contains(strings.Fields(c.OIDCScopes), "openid") {
+		bad("GATEWAY_OIDC_SCOPES", "must hold openid")
+	}
+	if strings.TrimSpace(c.OIDCRolesClaim) != c.OIDCRolesClaim || c.OIDCRolesClaim == "" {
+		bad("GATEWAY_OIDC_ROLES_CLAIM", "must be a claim's name, without space around it")
+	}
+	if c.PublicURL == "" {
+		bad("GATEWAY_PUBLIC_URL", "%s: the identity provider sends people back to it, at %s", with, sso.CallbackPath)
+	}
+	if c.AdminToken == "" || c.Console == "off" {
+		bad("GATEWAY_OIDC_ISSUER", "people sign in to the console, which is off (GATEWAY_ADMIN_TOKEN unset, or GATEWAY_CONSOLE=off)")
+	}
+}
+
+// issuerURL reports whether s can be an OpenID Connect issuer: https, or
+// http on this machine (a provider in development).
+func issuerURL(s string) bool {
+	u, err := url.Parse(s)
+	if err != nil || u.User != nil || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || u.Opaque != "" || u.Hostname() == "" {
+		return false
+	}
+	switch u.Scheme {
+	case "https":
+		return true
+	case "http":
+		h := u.Hostname()
+		return h == "localhost" || h == "127.0.0.1" || h == "::1"
+	}
+	return false
 }
 
 // logFormats are LogFormat's values and the handlers they make.

@@ -39,6 +39,7 @@ import (
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/retry"
 	"github.com/hookgate/hookgate/internal/searchkeys"
+	"github.com/hookgate/hookgate/internal/sso"
 	"github.com/hookgate/hookgate/internal/throttle"
 )
 
@@ -90,6 +91,8 @@ type Config struct {
 	// dispatches of every delivery a filter selects (retry.BulkTx, a search
 	// within the gateway's budget); nil: the deliveries page offers none.
 	Retry func(ctx context.Context, f deliveries.Filter, after *deliveries.Cursor, op retry.Operator) (retry.BulkResult, error)
+	// SSO signs people in with OpenID Connect; nil: tokens only.
+	SSO *sso.SSO
 	// PublicURL is GATEWAY_PUBLIC_URL, an http(s) origin: the origin a
 	// request from the console's own pages comes from, and, when https, its
 	// cookies are Secure. Empty: the request's own host, and Secure over TLS.
@@ -163,6 +166,10 @@ func (c *Console) Register(r chi.Router) {
 		r.Get("/ui/static/*", c.handleStatic)
 		r.Get("/ui/login", c.handleLoginForm)
 		r.Post("/ui/login", c.handleLogin)
+		if c.SSO != nil {
+			r.Get("/ui/sso/start", c.handleSSOStart)
+			r.Get("/ui/sso/callback", c.handleSSOCallback)
+		}
 		r.Group(func(r chi.Router) {
 			r.Use(c.signedIn)
 			r.Get("/", c.handleOverview)
@@ -214,17 +221,23 @@ func (c *Console) RiverUI(r *http.Request) (id access.Identity, signedIn, allowe
 	return id, true, c.sameOrigin(r)
 }
 
-// identity is who a session acts as: its personal token, with the token's
-// role, or the admin.
+// identity is who a session acts as: its person or its personal token,
+// with their role, or the admin.
 func (c *Console) identity(sess session) access.Identity {
-	if sess.token.ID == "" {
-		return access.Identity{Actor: c.Actor, Role: access.Admin}
+	roleOf := func(name string) access.Role {
+		role, err := access.ParseRole(name)
+		if err != nil {
+			return access.Viewer // the table allows no other; fail to the least
+		}
+		return role
 	}
-	role, err := access.ParseRole(sess.token.Role)
-	if err != nil {
-		role = access.Viewer // the table allows no other; fail to the least
+	switch {
+	case sess.person != "":
+		return access.Identity{Actor: sess.person, Role: roleOf(sess.personRole)}
+	case sess.token.ID != "":
+		return access.Identity{Actor: access.ActorOf(sess.token), Role: roleOf(sess.token.Role), TokenID: sess.token.ID}
 	}
-	return access.Identity{Actor: access.ActorOf(sess.token), Role: role, TokenID: sess.token.ID}
+	return access.Identity{Actor: c.Actor, Role: access.Admin}
 }
 
 // need answers 403 to a session whose role is below role.

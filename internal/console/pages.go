@@ -44,6 +44,8 @@ type page struct {
 	Notice, Problem string
 	// Refresh, when set, reloads the page after that many seconds.
 	Refresh int
+	// MoveTo, when set, is a console path the page moves on to at once.
+	MoveTo string
 	// Who is who the session acts as, and Role its role; empty when
 	// signed out.
 	Who, Role string
@@ -121,6 +123,8 @@ func (c *Console) serverError(w http.ResponseWriter, r *http.Request, err error)
 type loginData struct {
 	Next  string
 	Login string // the form's CSRF token, also in the hookgate_login cookie
+	// SSO offers signing in with the identity provider.
+	SSO bool
 }
 
 // localNext returns where to go after signing in: a console path, never
@@ -136,7 +140,8 @@ func localNext(next string) string {
 func (c *Console) loginForm(w http.ResponseWriter, r *http.Request, status int, next, problem string) {
 	token := randomToken()
 	http.SetCookie(w, c.cookie(r, loginCookie, token, 3600))
-	c.render(w, r, status, "login", page{Title: "Sign in", Problem: problem, CSRF: "-", Data: loginData{Next: localNext(next), Login: token}})
+	c.render(w, r, status, "login", page{Title: "Sign in", Problem: problem, CSRF: "-",
+		Data: loginData{Next: localNext(next), Login: token, SSO: c.SSO != nil}})
 }
 
 func (c *Console) handleLoginForm(w http.ResponseWriter, r *http.Request) {
@@ -180,7 +185,7 @@ func (c *Console) handleLogin(w http.ResponseWriter, r *http.Request) {
 		c.loginForm(w, r, http.StatusUnauthorized, next, "That is neither the admin token nor a live personal token.")
 		return
 	}
-	id, err := c.sessions.create(r.Context(), personal.TokenID)
+	id, err := c.sessions.create(r.Context(), owner{tokenID: personal.TokenID})
 	if err != nil {
 		c.serverError(w, r, err)
 		return

@@ -40,20 +40,33 @@ type session struct {
 	// csrf is the token every state-changing form of this session carries.
 	csrf string
 	// token is the personal token it signed in with (id, name, role); its
-	// zero value for the admin token.
+	// zero value for another's session.
 	token store.Token
+	// person and personRole are who signed in with OpenID Connect (named as
+	// the audit log names them) and the role given then; empty for a
+	// token's session.
+	person, personRole string
+}
+
+// owner is whom a new session belongs to: a personal token (tokenID), a
+// person (with role), or, when both are empty, the admin token.
+type owner struct {
+	tokenID      string
+	person, role string
 }
 
 // errNoSession means the request carries no live session.
 var errNoSession = errors.New("no session")
 
-// Sessions are the console's sessions: of the admin token, and of personal
-// tokens. They are kept in PostgreSQL, so that every gateway process behind
+// Sessions are the console's sessions: of the admin token, of personal
+// tokens, and of people signed in with OpenID Connect. They are kept in PostgreSQL, so that every gateway process behind
 // a load balancer knows them and sign-out ends them everywhere. A session of
 // the admin token belongs to its generation (see Record), not to the token's
 // bytes: when the token changes, its sessions end for good, and turning it
 // back does not revive them. A session of a personal token lives while the
-// token does: revoked or expired, it opens nothing more on any gateway.
+// token does: revoked or expired, it opens nothing more on any gateway. A
+// person's lives until sign-out or IdleTimeout, with the role given at
+// sign-in.
 type Sessions struct {
 	pool  *pgxpool.Pool
 	token []byte // the admin token's SHA-256
@@ -122,15 +135,15 @@ func digest(id string) []byte {
 	return sum[:]
 }
 
-// create stores a new session, of the personal token tokenID or, when it is
-// empty, of the admin token, and returns its id, for the cookie.
-func (s *Sessions) create(ctx context.Context, tokenID string) (string, error) {
+// create stores a new session of o, and returns its id, for the cookie.
+func (s *Sessions) create(ctx context.Context, o owner) (string, error) {
 	gen, err := s.current(ctx)
 	if err != nil {
 		return "", err
 	}
 	id := randomToken()
-	if err := store.InsertConsoleSession(ctx, s.pool, digest(id), randomToken(), gen, tokenID); err != nil {
+	if err := store.InsertConsoleSession(ctx, s.pool, store.NewConsoleSession{IDSHA256: digest(id), CSRF: randomToken(),
+		Generation: gen, TokenID: o.tokenID, Person: o.person, PersonRole: o.role}); err != nil {
 		return "", err
 	}
 	// Now and then, sessions long idle go; the retention job removes the rest.
@@ -162,7 +175,7 @@ func (s *Sessions) get(ctx context.Context, r *http.Request) (session, error) {
 			return session{}, err
 		}
 	}
-	return session{csrf: live.CSRF, token: live.Token}, nil
+	return session{csrf: live.CSRF, token: live.Token, person: live.Person, personRole: live.PersonRole}, nil
 }
 
 // remove ends the request's session, if any.

@@ -1,6 +1,6 @@
 // Package oidctest runs a real OpenID Connect provider for tests: zitadel's
-// oidc provider (github.com/zitadel/oidc/v3, its example storage and login
-// page) on a local port, with the people a test names, each with a
+// OpenID provider (github.com/zitadel/oidc/v3's op package, with its example
+// storage) and a login page on a local port, with the people a test names, each with a
 // password and the groups its ID token claims. It is used by tests only.
 package oidctest
 
@@ -8,18 +8,20 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/sha256"
+	"html/template"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
-	"github.com/zitadel/oidc/v3/example/server/exampleop"
 	"github.com/zitadel/oidc/v3/example/server/storage"
 	"github.com/zitadel/oidc/v3/pkg/oidc"
 	"github.com/zitadel/oidc/v3/pkg/op"
@@ -38,7 +40,7 @@ type User struct {
 
 // Provider is a running identity provider.
 type Provider struct {
-	// Issuer is its issuer URL (http://127.0.0.1:PORT).
+	// Issuer is its issuer URL (http://localhost:PORT).
 	Issuer string
 	// ClientID and ClientSecret are the client registered for the test,
 	// whose one redirect URI is the one Start was given.
@@ -54,7 +56,9 @@ func Start(t testing.TB, redirectURI string, users ...User) *Provider {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Provider{Issuer: "http://" + l.Addr().String(), ClientID: "hookgate", ClientSecret: "hookgate-test-secret"}
+	// localhost, not 127.0.0.1: to a browser, the provider is another site
+	// than a gateway on 127.0.0.1, as in production.
+	p := &Provider{Issuer: "http://localhost:" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port), ClientID: "hookgate", ClientSecret: "hookgate-test-secret"}
 	people := userStore{byID: map[string]*storage.User{}, groups: map[string][]string{}}
 	for i, u := range users {
 		id := "user-" + string(rune('a'+i))
@@ -65,11 +69,49 @@ func Start(t testing.TB, redirectURI string, users ...User) *Provider {
 	st := &withGroups{Storage: storage.NewStorageWithClients(people, map[string]*storage.Client{
 		p.ClientID: storage.WebClient(p.ClientID, p.ClientSecret, redirectURI),
 	}), people: people}
-	srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: exampleop.SetupServer(p.Issuer, st, nil, false)}}
+	provider, err := op.NewProvider(&op.Config{CryptoKey: sha256.Sum256([]byte("oidctest")), CodeMethodS256: true, AuthMethodPost: true,
+		SupportedUILocales: []language.Tag{language.English}}, st, op.StaticIssuer(p.Issuer), op.WithAllowInsecure())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: p.routes(provider, st)}}
 	srv.Start()
 	t.Cleanup(srv.Close)
 	return p
 }
+
+// routes are the provider's endpoints and its login page (the path the
+// example storage's clients send people to), which checks a person's
+// password and goes on with the authorization request.
+func (p *Provider) routes(provider *op.Provider, st *withGroups) http.Handler {
+	mux := http.NewServeMux()
+	interceptor := op.NewIssuerInterceptor(provider.IssuerFromRequest)
+	callback := op.AuthCallbackURL(provider)
+	mux.HandleFunc("GET /login/username", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_ = loginPage.Execute(w, r.URL.Query().Get("authRequestID"))
+	})
+	mux.HandleFunc("POST /login/username", interceptor.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.FormValue("id")
+		if err := st.CheckUsernamePassword(r.FormValue("username"), r.FormValue("password"), id); err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		http.Redirect(w, r, callback(r.Context(), id), http.StatusFound)
+	}))
+	mux.Handle("/", provider)
+	return mux
+}
+
+// loginPage is the provider's sign-in form.
+var loginPage = template.Must(template.New("login").Parse(`<!doctype html>
+<title>Test identity provider</title>
+<form method="post" action="/login/username">
+<input type="hidden" name="id" value="{{.}}">
+<label>Username <input id="username" name="username"></label>
+<label>Password <input id="password" name="password" type="password"></label>
+<button type="submit" id="submit">Sign in</button>
+</form>`))
 
 // userStore is the provider's people.
 type userStore struct {

@@ -34,6 +34,7 @@ import (
 	"github.com/hookgate/hookgate/internal/providers"
 	"github.com/hookgate/hookgate/internal/rejections"
 	"github.com/hookgate/hookgate/internal/replay"
+	"github.com/hookgate/hookgate/internal/sso"
 )
 
 // AdminConfig configures the operator endpoints under /admin.
@@ -55,6 +56,9 @@ type AdminConfig struct {
 	// PublicURL is GATEWAY_PUBLIC_URL: the console's origin, and its cookies
 	// Secure when https. Empty: the request's own.
 	PublicURL string
+	// SSO signs people in to the console with OpenID Connect; nil: the
+	// console takes tokens only.
+	SSO *sso.SSO
 	// Guesses compares bearer tokens and console sign-ins alike, and charges
 	// wrong ones. Nil: a guess.Guard with its defaults.
 	Guesses *guess.Guard

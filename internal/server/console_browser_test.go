@@ -413,6 +413,35 @@ func TestConsoleForAViewerInABrowser(t *testing.T) {
 	}
 }
 
+// Single sign-on in a real browser: from the console's sign-in page to the
+// identity provider (another site: localhost, the gateway 127.0.0.1), its
+// login form, and back, signed in with the role the person's groups map
+// to; a person whose groups map to none is told so and signed in nowhere.
+func TestConsoleSingleSignOnInABrowser(t *testing.T) {
+	_, _, b := setupSSO(t)
+	c := newChrome(t, b.srv.URL, 1280, 900)
+	signInAt := func(username, password string) {
+		c.run(chromedp.Navigate(b.srv.URL+"/admin/ui/routes"), chromedp.WaitVisible(chromedp.ID(`#sso`)),
+			chromedp.Click(chromedp.ID(`#sso`)), chromedp.WaitVisible(chromedp.ID(`#username`)),
+			chromedp.SendKeys(chromedp.ID(`#username`), username), chromedp.SendKeys(chromedp.ID(`#password`), password),
+			chromedp.Click(chromedp.ID(`#submit`)))
+	}
+	c.run(chromedp.Navigate(b.srv.URL + "/admin/ui/login"))
+	c.run(chromedp.WaitVisible(chromedp.ID(`#sso`)))
+	c.page("sso-login", "Sign in with single sign-on")
+
+	signInAt("nick", "pw-nick")
+	c.waitText("hookgate gives you no role")
+	c.page("sso-no-role", "hookgate gives you no role", "marketing")
+
+	signInAt("ana", "pw-ana")
+	c.run(chromedp.WaitVisible(chromedp.ID(`#routes`)))
+	if who := c.text("header .who"); who != "person:ana@example.com (Ana) · admin" {
+		t.Fatalf("the header says %q", who)
+	}
+	c.page("sso-routes", "fwd", "Pause")
+}
+
 // history is a gateway with something on every console page: three
 // deliveries whose forward was discarded, one replayed on its own and one by
 // a bulk replay (gh-2's is still discarded), a delivery with a long id, a

@@ -6,7 +6,6 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-
 )
 
 // A person signs in to the console with a personal token and acts with its

@@ -40,31 +40,48 @@ func LatestAdminTokenGeneration(ctx context.Context, db Querier) (id int64, toke
 // NewAdminTokenGenerationTx records a new generation of the admin token whose
 // SHA-256 is tokenSHA256 and ends, in the same transaction, every session of
 // the other generations: a token turned back does not revive them. The
-// sessions of personal tokens stay. It returns the new generation.
+// sessions of personal tokens and people stay. It returns the new generation.
 func NewAdminTokenGenerationTx(ctx context.Context, tx pgx.Tx, tokenSHA256 []byte) (int64, error) {
 	var gen int64
 	if err := tx.QueryRow(ctx, `INSERT INTO hookgate_admin_token_generations (token_sha256) VALUES ($1) RETURNING id`, tokenSHA256).Scan(&gen); err != nil {
 		return 0, fmt.Errorf("record admin token generation: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `DELETE FROM hookgate_console_sessions WHERE token_id IS NULL AND generation IS DISTINCT FROM $1`, gen); err != nil {
+	if _, err := tx.Exec(ctx, `DELETE FROM hookgate_console_sessions WHERE token_id IS NULL AND person IS NULL AND generation IS DISTINCT FROM $1`, gen); err != nil {
 		return 0, fmt.Errorf("end sessions of other generations: %w", err)
 	}
 	return gen, nil
 }
 
-// InsertConsoleSession stores a new session: of the personal token tokenID
-// when it is not empty, else of the admin token's generation. idSHA256 is
-// the SHA-256 of its cookie's id, csrf its forms' token.
-func InsertConsoleSession(ctx context.Context, db Querier, idSHA256 []byte, csrf string, generation int64, tokenID string) error {
+// NewConsoleSession is a session to store: of the admin token's
+// Generation, of the personal token TokenID, or of Person with PersonRole.
+type NewConsoleSession struct {
+	// IDSHA256 is the SHA-256 of its cookie's id; CSRF its forms' token.
+	IDSHA256 []byte
+	CSRF     string
+	// Generation is the admin token's; used when TokenID and Person are
+	// empty.
+	Generation int64
+	// TokenID is the personal token signed in with.
+	TokenID string
+	// Person names who signed in with OpenID Connect (as the audit log
+	// does), and PersonRole is the role the identity provider gave.
+	Person, PersonRole string
+}
+
+// InsertConsoleSession stores a new session.
+func InsertConsoleSession(ctx context.Context, db Querier, n NewConsoleSession) error {
 	var gen *int64
-	var tok *string
-	if tokenID != "" {
-		tok = &tokenID
-	} else {
-		gen = &generation
+	var tok, person, role *string
+	switch {
+	case n.TokenID != "":
+		tok = &n.TokenID
+	case n.Person != "":
+		person, role = &n.Person, &n.PersonRole
+	default:
+		gen = &n.Generation
 	}
-	if _, err := db.Exec(ctx, `INSERT INTO hookgate_console_sessions (id_sha256, csrf, generation, token_id) VALUES ($1, $2, $3, $4)`,
-		idSHA256, csrf, gen, tok); err != nil {
+	if _, err := db.Exec(ctx, `INSERT INTO hookgate_console_sessions (id_sha256, csrf, generation, token_id, person, person_role)
+		VALUES ($1, $2, $3, $4, $5, $6)`, n.IDSHA256, n.CSRF, gen, tok, person, role); err != nil {
 		return fmt.Errorf("create console session: %w", err)
 	}
 	return nil
@@ -96,27 +113,35 @@ type ConsoleSession struct {
 	// CSRF is the token every state-changing form of the session carries.
 	CSRF string
 	// Token is the personal token the session belongs to (id, name and
-	// role filled); its zero value for a session of the admin token.
+	// role filled); its zero value for another's session.
 	Token Token
+	// Person and PersonRole are the person the session belongs to and the
+	// role given at sign-in; empty for another's session.
+	Person, PersonRole string
 	// Stale says that it was last seen longer ago than TouchEvery: touch it
 	// (TouchConsoleSession).
 	Stale bool
 }
 
 // ConsoleSessionOf returns the session p selects if it is live: seen within
-// Idle, and of the admin token's generation or of a personal token that is
-// neither revoked nor expired (read now, so that a revocation ends its
-// sessions on every gateway at once). found is false when there is none.
+// Idle, and a person's, of the admin token's generation, or of a personal
+// token that is neither revoked nor expired (read now, so that a revocation
+// ends its sessions on every gateway at once). found is false when there is
+// none.
 func ConsoleSessionOf(ctx context.Context, db Querier, p ConsoleSessionParams) (s ConsoleSession, found bool, err error) {
-	var id, name, role *string
-	err = db.QueryRow(ctx, `SELECT s.csrf, s.seen_at < now() - make_interval(secs => $3), t.id, t.name, t.role
+	var id, name, role, person, personRole *string
+	err = db.QueryRow(ctx, `SELECT s.csrf, s.seen_at < now() - make_interval(secs => $3), t.id, t.name, t.role, s.person, s.person_role
 		FROM hookgate_console_sessions s LEFT JOIN hookgate_tokens t ON t.id = s.token_id
 		WHERE s.id_sha256 = $1 AND s.seen_at >= now() - make_interval(secs => $4)
-		  AND (s.token_id IS NULL AND s.generation = $2
+		  AND (s.person IS NOT NULL
+		       OR s.token_id IS NULL AND s.generation = $2
 		       OR s.token_id IS NOT NULL AND t.revoked_at IS NULL AND t.expires_at > now())`,
-		p.IDSHA256, p.Generation, p.TouchEvery.Seconds(), p.Idle.Seconds()).Scan(&s.CSRF, &s.Stale, &id, &name, &role)
+		p.IDSHA256, p.Generation, p.TouchEvery.Seconds(), p.Idle.Seconds()).Scan(&s.CSRF, &s.Stale, &id, &name, &role, &person, &personRole)
 	if id != nil {
 		s.Token.ID, s.Token.Name, s.Token.Role = *id, *name, *role
+	}
+	if person != nil {
+		s.Person, s.PersonRole = *person, *personRole
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ConsoleSession{}, false, nil
