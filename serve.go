@@ -451,5 +451,5 @@ func signIn(env config.Resolved) *sso.SSO {
 	roles, _ := sso.ParseRoles(env.OIDCRoles)
 	return sso.New(sso.Config{Issuer: env.OIDCIssuer, ClientID: env.OIDCClientID, ClientSecret: env.OIDCClientSecret.Value(),
 		RedirectURL: strings.TrimSuffix(env.PublicURL, "/") + sso.CallbackPath, Scopes: strings.Fields(env.OIDCScopes),
-		RolesClaim: env.OIDCRolesClaim, Roles: roles})
+		Roles: roles})
 }

@@ -16,9 +16,9 @@ import (
 // URL's callback as the redirect URI.
 func TestTheConsoleOffersSingleSignOnWhenConfigured(t *testing.T) {
 	const public = "https://hooks.example.com"
-	p := oidctest.Start(t, public+"/admin/ui/sso/callback")
+	p := oidctest.Start(t, public+"/admin/oidc/callback")
 	g := runGateway(t, hookgate.Config{PublicURL: public, OIDCIssuer: p.Issuer, OIDCClientID: p.ClientID,
-		OIDCClientSecret: hookgate.Secret(p.ClientSecret), OIDCRoles: "hookgate-admins=admin"})
+		OIDCClientSecret: hookgate.Secret(p.ClientSecret), OIDCRoles: "groups:hookgate-admins=admin"})
 	base := "http://" + g.gw.Addr()
 	res, err := http.Get(base + "/admin/ui/login")
 	if err != nil {
@@ -26,11 +26,11 @@ func TestTheConsoleOffersSingleSignOnWhenConfigured(t *testing.T) {
 	}
 	page, _ := io.ReadAll(res.Body)
 	res.Body.Close()
-	if !strings.Contains(string(page), `id="sso" href="/admin/ui/sso/start?next=%2fadmin%2f"`) {
+	if !strings.Contains(string(page), `id="sso" href="/admin/oidc/login?next=%2fadmin%2f"`) {
 		t.Fatalf("the sign-in page:\n%s", page)
 	}
 	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	res, err = noFollow.Get(base + "/admin/ui/sso/start")
+	res, err = noFollow.Get(base + "/admin/oidc/login")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestTheConsoleOffersSingleSignOnWhenConfigured(t *testing.T) {
 		t.Fatalf("start = %d to %q", res.StatusCode, res.Header.Get("Location"))
 	}
 	q := loc.Query()
-	if q.Get("client_id") != p.ClientID || q.Get("redirect_uri") != public+"/admin/ui/sso/callback" ||
+	if q.Get("client_id") != p.ClientID || q.Get("redirect_uri") != public+"/admin/oidc/callback" ||
 		q.Get("code_challenge_method") != "S256" || q.Get("scope") != "openid email profile" {
 		t.Errorf("the authorization request: %s", loc)
 	}

@@ -136,9 +136,9 @@ type Config struct {
 	// cookie Secure when https. Empty: the request's own.
 	PublicURL string `env:"GATEWAY_PUBLIC_URL"`
 	// OIDCIssuer, when set, lets people sign in to the console with OpenID
-	// Connect at this issuer, as OIDCClientID, their role read from the ID
-	// token's OIDCRolesClaim through OIDCRoles; the provider sends them back
-	// to PublicURL, which must be set. Empty: the console takes tokens only.
+	// Connect at this issuer, as OIDCClientID, their role given by the rules
+	// of OIDCRoles; the provider sends them back to PublicURL, which must be
+	// set. Empty: the console takes tokens only.
 	OIDCIssuer string `env:"GATEWAY_OIDC_ISSUER"`
 	// OIDCClientID is the gateway's client id at the issuer.
 	OIDCClientID string `env:"GATEWAY_OIDC_CLIENT_ID"`
@@ -148,13 +148,11 @@ type Config struct {
 	// OIDCScopes are the scopes asked for, space-separated; openid among
 	// them. Defaults to "openid email profile".
 	OIDCScopes string `env:"GATEWAY_OIDC_SCOPES" default:"openid email profile"`
-	// OIDCRolesClaim names the ID token's claim (a string or a list of
-	// strings) that OIDCRoles maps. Defaults to groups.
-	OIDCRolesClaim string `env:"GATEWAY_OIDC_ROLES_CLAIM" default:"groups"`
-	// OIDCRoles maps the claim's values to roles: VALUE=ROLE pairs,
-	// comma-separated (hookgate-admins=admin,sre=operator,support=viewer). A
-	// person with several values gets the highest role; with none mapped,
-	// the person is refused.
+	// OIDCRoles gives people roles by their ID token's claims: CLAIM:VALUE=ROLE
+	// rules, comma-separated, and *=ROLE for everyone
+	// (groups:hookgate-admins=admin,groups:sre=operator,*=viewer). A person
+	// several rules match gets the highest role; one that none matches is
+	// refused.
 	OIDCRoles string `env:"GATEWAY_OIDC_ROLES"`
 	// TrustedProxies are the reverse proxies (CIDRs or addresses,
 	// comma-separated) whose X-Forwarded-For names the remote address that
@@ -370,7 +368,6 @@ func (c Config) withDefaults() Config {
 	str(&c.Addr, ":8080")
 	str(&c.Console, "on")
 	str(&c.OIDCScopes, "openid email profile")
-	str(&c.OIDCRolesClaim, "groups")
 	str(&c.LogFormat, "text")
 	str(&c.LogLevel, "info")
 	str(&c.GitHubAPIURL, "https://api.github.com")
@@ -738,15 +735,12 @@ func (c Config) checkOIDC(bad func(name, format string, args ...any)) {
 		bad("GATEWAY_OIDC_CLIENT_ID", "%s", with)
 	}
 	if c.OIDCRoles == "" {
-		bad("GATEWAY_OIDC_ROLES", "%s: VALUE=ROLE pairs, such as hookgate-admins=admin,support=viewer", with)
+		bad("GATEWAY_OIDC_ROLES", "%s: CLAIM:VALUE=ROLE rules, such as groups:hookgate-admins=admin,groups:support=viewer", with)
 	} else if _, err := sso.ParseRoles(c.OIDCRoles); err != nil {
 		bad("GATEWAY_OIDC_ROLES", "%v", err)
 	}
 	if !slices.Contains(strings.Fields(c.OIDCScopes), "openid") {
 		bad("GATEWAY_OIDC_SCOPES", "must hold openid")
-	}
-	if strings.TrimSpace(c.OIDCRolesClaim) != c.OIDCRolesClaim || c.OIDCRolesClaim == "" {
-		bad("GATEWAY_OIDC_ROLES_CLAIM", "must be a claim's name, without space around it")
 	}
 	if c.PublicURL == "" {
 		bad("GATEWAY_PUBLIC_URL", "%s: the identity provider sends people back to it, at %s", with, sso.CallbackPath)

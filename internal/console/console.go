@@ -167,8 +167,8 @@ func (c *Console) Register(r chi.Router) {
 		r.Get("/ui/login", c.handleLoginForm)
 		r.Post("/ui/login", c.handleLogin)
 		if c.SSO != nil {
-			r.Get("/ui/sso/start", c.handleSSOStart)
-			r.Get("/ui/sso/callback", c.handleSSOCallback)
+			r.Get(strings.TrimPrefix(sso.LoginPath, "/admin"), c.handleSSOStart)
+			r.Get(strings.TrimPrefix(sso.CallbackPath, "/admin"), c.handleSSOCallback)
 		}
 		r.Group(func(r chi.Router) {
 			r.Use(c.signedIn)

@@ -12,13 +12,13 @@ import (
 
 // ssoCookie keeps a sign-in with the identity provider between its start
 // and its callback: the state, nonce, PKCE verifier and where to go after.
-// Its path is the callback's, and it is SameSite=Lax: the provider's
+// Its path is the sign-in's, and it is SameSite=Lax: the provider's
 // redirect back is a navigation from another site, which a Strict cookie
 // would not come with.
 const ssoCookie = "hookgate_sso"
 
 func (c *Console) ssoCookieOf(r *http.Request, value string, maxAge int) *http.Cookie {
-	return &http.Cookie{Name: ssoCookie, Value: value, Path: "/admin/ui/sso", MaxAge: maxAge,
+	return &http.Cookie{Name: ssoCookie, Value: value, Path: "/admin/oidc", MaxAge: maxAge,
 		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil || c.secure}
 }
 
@@ -87,7 +87,7 @@ func (c *Console) ssoFailed(w http.ResponseWriter, r *http.Request, next string,
 		problem = "The identity provider did not sign you in (" + err.Error() + ")."
 	case errors.Is(err, sso.ErrNoRole):
 		status, problem = http.StatusForbidden, "You are known to the identity provider, but hookgate gives you no role: "+
-			strings.TrimPrefix(err.Error(), sso.ErrNoRole.Error()+": ")+". Ask an admin to add you to a group that GATEWAY_OIDC_ROLES maps."
+			strings.TrimPrefix(err.Error(), sso.ErrNoRole.Error()+": ")+". Ask an admin to add you to a group that a rule maps to a role."
 	case errors.Is(err, sso.ErrUnavailable):
 		status, problem = http.StatusServiceUnavailable, "The identity provider cannot be reached now; try again in a moment, or sign in with a token."
 		w.Header().Set("Retry-After", "30")

@@ -436,7 +436,7 @@ func TestConsoleSingleSignOnInABrowser(t *testing.T) {
 
 	signInAt("ana", "pw-ana")
 	c.run(chromedp.WaitVisible(chromedp.ID(`#routes`)))
-	if who := c.text("header .who"); who != "person:ana@example.com (Ana) · admin" {
+	if who := c.text("header .who"); who != "oidc:ana@example.com · admin" {
 		t.Fatalf("the header says %q", who)
 	}
 	c.page("sso-routes", "fwd", "Pause")

@@ -44,8 +44,9 @@ func setupSSO(t *testing.T) (*adminBundle, *oidctest.Provider, *browser) {
 	a := setupAdminOn(t, dbtest.NewPool(t), adminToken, func(c *server.Config) {
 		c.Admin.PublicURL = b.srv.URL
 		c.Admin.SSO = sso.New(sso.Config{Issuer: p.Issuer, ClientID: p.ClientID, ClientSecret: p.ClientSecret,
-			RedirectURL: b.srv.URL + sso.CallbackPath, Scopes: []string{"email", "profile"}, RolesClaim: oidctest.GroupsClaim,
-			Roles: map[string]access.Role{"hookgate-admins": access.Admin, "support": access.Viewer}})
+			RedirectURL: b.srv.URL + sso.CallbackPath, Scopes: []string{"email", "profile"},
+			Roles: []sso.Rule{{Claim: oidctest.GroupsClaim, Value: "hookgate-admins", Role: access.Admin},
+				{Claim: oidctest.GroupsClaim, Value: "support", Role: access.Viewer}}})
 	})
 	l.h = a.handler
 	return a, p, b
@@ -56,10 +57,10 @@ func setupSSO(t *testing.T) (*adminBundle, *oidctest.Provider, *browser) {
 func (b *browser) ssoSignIn(p *oidctest.Provider, username, password string) (*http.Response, string) {
 	b.t.Helper()
 	_, login := b.do("GET", "/admin/ui/login?next=%2Fadmin%2Fui%2Froutes", nil)
-	if !strings.Contains(login, `<a class="button" id="sso" href="/admin/ui/sso/start?next=%2fadmin%2fui%2froutes">`) {
+	if !strings.Contains(login, `<a class="button" id="sso" href="/admin/oidc/login?next=%2fadmin%2fui%2froutes">`) {
 		b.t.Fatalf("the sign-in page offers no single sign-on:\n%s", login)
 	}
-	res, _ := b.do("GET", "/admin/ui/sso/start?next=%2Fadmin%2Fui%2Froutes", nil)
+	res, _ := b.do("GET", "/admin/oidc/login?next=%2Fadmin%2Fui%2Froutes", nil)
 	if res.StatusCode != http.StatusSeeOther || !strings.HasPrefix(res.Header.Get("Location"), p.Issuer) {
 		b.t.Fatalf("start = %d to %q", res.StatusCode, res.Header.Get("Location"))
 	}
@@ -69,7 +70,7 @@ func (b *browser) ssoSignIn(p *oidctest.Provider, username, password string) (*h
 			kept = c
 		}
 	}
-	if kept == nil || !kept.HttpOnly || kept.SameSite != http.SameSiteLaxMode || kept.Path != "/admin/ui/sso" || kept.MaxAge != 600 {
+	if kept == nil || !kept.HttpOnly || kept.SameSite != http.SameSiteLaxMode || kept.Path != "/admin/oidc" || kept.MaxAge != 600 {
 		b.t.Fatalf("the sign-in's cookie: %+v", kept)
 	}
 	back := p.SignIn(b.t, b.client, res.Header.Get("Location"), username, password)
@@ -88,12 +89,12 @@ func TestConsoleSignsPeopleInWithOpenIDConnect(t *testing.T) {
 	a, p, b := setupSSO(t)
 
 	res, page := b.ssoSignIn(p, "ana", "pw-ana")
-	if res.StatusCode != http.StatusOK || !strings.Contains(page, "Signed in as person:ana@example.com (Ana), with the admin role.") ||
+	if res.StatusCode != http.StatusOK || !strings.Contains(page, "Signed in as oidc:ana@example.com, with the admin role.") ||
 		!strings.Contains(page, `<meta http-equiv="refresh" content="0; url=/admin/ui/routes">`) {
 		t.Fatalf("callback = %d:\n%s", res.StatusCode, page)
 	}
 	_, page = b.do("GET", "/admin/ui/routes", nil)
-	if !strings.Contains(page, `<p class="who">person:ana@example.com (Ana) · <span class="role">admin</span></p>`) {
+	if !strings.Contains(page, `<p class="who">oidc:ana@example.com · <span class="role">admin</span></p>`) {
 		t.Fatalf("the routes page does not name Ana:\n%s", page)
 	}
 	res, _ = b.do("POST", "/admin/ui/routes/fwd/pause", url.Values{"csrf": {csrfOf(t, page)}, "reason": {"maintenance"}})
@@ -104,7 +105,7 @@ func TestConsoleSignsPeopleInWithOpenIDConnect(t *testing.T) {
 	if err := a.pool.QueryRow(context.Background(), `SELECT actor FROM hookgate_audit WHERE action = 'pause'`).Scan(&actor); err != nil {
 		t.Fatal(err)
 	}
-	if actor != "person:ana@example.com (Ana)" {
+	if actor != "oidc:ana@example.com" {
 		t.Errorf("the pause is audited as %q", actor)
 	}
 
@@ -141,14 +142,14 @@ func TestConsoleRefusesASignInThatDoesNotVerify(t *testing.T) {
 	}
 
 	res, page := b.ssoSignIn(p, "nick", "pw-nick")
-	if res.StatusCode != http.StatusForbidden || !strings.Contains(page, "hookgate gives you no role") || !strings.Contains(page, "(marketing)") {
+	if res.StatusCode != http.StatusForbidden || !strings.Contains(page, "hookgate gives you no role") || !strings.Contains(page, "(groups: marketing)") {
 		t.Fatalf("Nick's callback = %d:\n%s", res.StatusCode, page)
 	}
 	noSession("an unmapped person", res)
 
 	// Sam's sign-in, its callback with another state.
 	_, _ = b.do("GET", "/admin/ui/login", nil)
-	res, _ = b.do("GET", "/admin/ui/sso/start", nil)
+	res, _ = b.do("GET", "/admin/oidc/login", nil)
 	back := p.SignIn(t, b.client, res.Header.Get("Location"), "sam", "pw-sam")
 	q := back.Query()
 	code := q.Get("code")

@@ -1,8 +1,8 @@
 // Package sso signs people in to the console with OpenID Connect: the
 // authorization code flow with PKCE, a state and a nonce, the ID token
 // verified against the issuer's keys (go-oidc), and the person's role read
-// from a claim of the ID token through the configured mapping. A person
-// whose claim maps to no role is refused. The issuer's discovery document
+// from the ID token's claims through the configured rules. A person no rule
+// gives a role is refused. The issuer's discovery document
 // is read when the first person signs in, not at start, so that a gateway
 // starts (and takes webhooks) while the identity provider is down.
 package sso
@@ -27,9 +27,13 @@ import (
 	"github.com/hookgate/hookgate/internal/access"
 )
 
-// CallbackPath is where the identity provider sends people back, under the
-// gateway's public URL: the redirect URI to register with it.
-const CallbackPath = "/admin/ui/sso/callback"
+// The sign-in's paths. CallbackPath is where the identity provider sends
+// people back, under the gateway's public URL: the redirect URI to
+// register with it. LoginPath starts a sign-in (?next= a console path).
+const (
+	LoginPath    = "/admin/oidc/login"
+	CallbackPath = "/admin/oidc/callback"
+)
 
 // Errors of Finish, for the console to answer.
 var (
@@ -42,7 +46,7 @@ var (
 	// ErrToken means the code could not be exchanged or the ID token does
 	// not verify: issuer, audience, signature, expiry or nonce.
 	ErrToken = errors.New("the identity provider's answer does not verify")
-	// ErrNoRole means a verified person whose claim maps to no role.
+	// ErrNoRole means a verified person no rule gives a role.
 	ErrNoRole = errors.New("no role")
 	// ErrUnavailable means the identity provider could not be reached.
 	ErrUnavailable = errors.New("the identity provider is unavailable")
@@ -60,12 +64,9 @@ type Config struct {
 	RedirectURL string
 	// Scopes are asked for; openid is added when missing.
 	Scopes []string
-	// RolesClaim names the ID token's claim whose value (a string or a
-	// list of strings) the roles map.
-	RolesClaim string
-	// Roles maps the claim's values to roles; a person with several gets
-	// the highest.
-	Roles map[string]access.Role
+	// Roles are the rules that give people roles (ParseRoles); a person
+	// several rules match gets the highest role.
+	Roles []Rule
 	// HTTPClient reaches the provider; nil: one with a 10 s timeout.
 	HTTPClient *http.Client
 }
@@ -78,21 +79,17 @@ type Person struct {
 	Email string
 	// Name is the ID token's name (or preferred_username), when it has one.
 	Name string
-	// Role is the highest role the person's claim maps to.
+	// Role is the highest role the rules give the person.
 	Role access.Role
 }
 
-// Actor names a person in the audit and replay logs: person:<email> (or
-// person:<sub>), then the name in brackets when there is one.
+// Actor names a person in the audit and replay logs: oidc:<email>, or
+// oidc:<sub> when the ID token has no email.
 func (p Person) Actor() string {
-	id := p.Email
-	if id == "" {
-		id = p.Subject
+	if p.Email != "" {
+		return "oidc:" + p.Email
 	}
-	if p.Name == "" {
-		return "person:" + id
-	}
-	return fmt.Sprintf("person:%s (%s)", id, p.Name)
+	return "oidc:" + p.Subject
 }
 
 // SSO signs people in with one identity provider.
@@ -206,34 +203,45 @@ func (s *SSO) Finish(ctx context.Context, query url.Values, a Attempt) (Person, 
 }
 
 // person reads who signed in from the ID token's claims, with the highest
-// role its roles claim maps to.
+// role the rules give.
 func (s *SSO) person(sub string, claims map[string]any) (Person, error) {
 	str := func(name string) string { v, _ := claims[name].(string); return clip(v) }
 	p := Person{Subject: clip(sub), Email: str("email"), Name: str("name")}
 	if p.Name == "" {
 		p.Name = str("preferred_username")
 	}
-	var values []string
-	switch v := claims[s.cfg.RolesClaim].(type) {
+	var seen []string // the values of the claims the rules read, for the refusal
+	for _, r := range s.cfg.Roles {
+		values := claimValues(claims[r.Claim])
+		if r.Claim == "" || slices.Contains(values, r.Value) {
+			p.Role = max(p.Role, r.Role)
+		}
+		if r.Claim != "" && !slices.ContainsFunc(seen, func(v string) bool { return strings.HasPrefix(v, r.Claim+": ") }) {
+			seen = append(seen, r.Claim+": "+clip(strings.Join(values, ", ")))
+		}
+	}
+	if p.Role == 0 {
+		return Person{}, fmt.Errorf("%w: no rule of GATEWAY_OIDC_ROLES matches %s (%s)", ErrNoRole, p.Actor(), strings.Join(seen, "; "))
+	}
+	return p, nil
+}
+
+// claimValues is a claim's value as strings: a string, or the strings of a
+// list.
+func claimValues(v any) []string {
+	switch v := v.(type) {
 	case string:
-		values = []string{v}
+		return []string{v}
 	case []any:
+		var values []string
 		for _, x := range v {
 			if s, ok := x.(string); ok {
 				values = append(values, s)
 			}
 		}
+		return values
 	}
-	for _, v := range values {
-		if r, ok := s.cfg.Roles[v]; ok && r > p.Role {
-			p.Role = r
-		}
-	}
-	if p.Role == 0 {
-		return Person{}, fmt.Errorf("%w: %s's %s claim (%s) maps to no role", ErrNoRole, p.Actor(), s.cfg.RolesClaim,
-			clip(strings.Join(values, ", ")))
-	}
-	return p, nil
+	return nil
 }
 
 // clip keeps what a provider sends, which ends up in pages and logs, short
@@ -258,24 +266,52 @@ func random() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// ParseRoles reads GATEWAY_OIDC_ROLES: value=role pairs, comma-separated
-// (hookgate-admins=admin,sre=operator,support=viewer).
-func ParseRoles(s string) (map[string]access.Role, error) {
-	roles := map[string]access.Role{}
-	for i, pair := range strings.Split(s, ",") {
-		value, name, ok := strings.Cut(strings.TrimSpace(pair), "=")
-		value = strings.TrimSpace(value)
-		if !ok || value == "" {
-			return nil, fmt.Errorf("entry %d is not VALUE=ROLE", i+1)
+// Rule gives Role to people whose ID token's Claim holds Value (a string
+// equal to it, or a list holding it); a rule without a claim (*) gives it
+// to everyone the provider signs in.
+type Rule struct {
+	Claim, Value string
+	Role         access.Role
+}
+
+// ParseRoles reads GATEWAY_OIDC_ROLES: CLAIM:VALUE=ROLE rules,
+// comma-separated, and *=ROLE for everyone
+// (groups:hookgate-admins=admin,groups:sre=operator,*=viewer). The claim is
+// what comes before the first colon, or, for a claim named by a URL
+// (https://example.com/roles:sre=operator), before the first colon after
+// its host.
+func ParseRoles(s string) ([]Rule, error) {
+	var rules []Rule
+	for i, entry := range strings.Split(s, ",") {
+		entry = strings.TrimSpace(entry)
+		eq := strings.LastIndex(entry, "=")
+		if eq < 0 {
+			return nil, fmt.Errorf("entry %d is not CLAIM:VALUE=ROLE or *=ROLE", i+1)
 		}
-		role, err := access.ParseRole(strings.TrimSpace(name))
+		role, err := access.ParseRole(strings.TrimSpace(entry[eq+1:]))
 		if err != nil {
 			return nil, fmt.Errorf("entry %d: %w", i+1, err)
 		}
-		if _, dup := roles[value]; dup {
-			return nil, fmt.Errorf("entry %d maps a value mapped before", i+1)
+		var r Rule
+		if match := strings.TrimSpace(entry[:eq]); match != "*" {
+			from := 0
+			if scheme := strings.Index(match, "://"); scheme >= 0 && (strings.HasPrefix(match, "https://") || strings.HasPrefix(match, "http://")) {
+				from = scheme + len("://")
+			}
+			colon := strings.Index(match[from:], ":")
+			if colon < 0 {
+				return nil, fmt.Errorf("entry %d is not CLAIM:VALUE=ROLE or *=ROLE", i+1)
+			}
+			r.Claim, r.Value = match[:from+colon], match[from+colon+1:]
+			if r.Claim == "" || r.Value == "" {
+				return nil, fmt.Errorf("entry %d is not CLAIM:VALUE=ROLE or *=ROLE", i+1)
+			}
 		}
-		roles[value] = role
+		r.Role = role
+		if slices.ContainsFunc(rules, func(o Rule) bool { return o.Claim == r.Claim && o.Value == r.Value }) {
+			return nil, fmt.Errorf("entry %d matches what an entry before it matches", i+1)
+		}
+		rules = append(rules, r)
 	}
-	return roles, nil
+	return rules, nil
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -34,8 +35,9 @@ func setup(t *testing.T, transport http.RoundTripper) (*oidctest.Provider, *sso.
 	t.Helper()
 	p := oidctest.Start(t, callback, people...)
 	s := sso.New(sso.Config{Issuer: p.Issuer, ClientID: p.ClientID, ClientSecret: p.ClientSecret, RedirectURL: callback,
-		Scopes: []string{"email", "profile"}, RolesClaim: oidctest.GroupsClaim,
-		Roles:      map[string]access.Role{"hookgate-admins": access.Admin, "support": access.Viewer},
+		Scopes: []string{"email", "profile"},
+		Roles: []sso.Rule{{Claim: oidctest.GroupsClaim, Value: "hookgate-admins", Role: access.Admin},
+			{Claim: oidctest.GroupsClaim, Value: "support", Role: access.Viewer}},
 		HTTPClient: &http.Client{Transport: transport, Timeout: 10 * time.Second}})
 	jar, _ := cookiejar.New(nil)
 	return p, s, &http.Client{Jar: jar} // the person's browser
@@ -90,7 +92,7 @@ func TestAPersonSignsInWithTheirRole(t *testing.T) {
 		if got.Subject == "" || got.Email != c.want.Email || got.Name != c.want.Name || got.Role != c.want.Role {
 			t.Errorf("%s signed in as %+v", c.user, got)
 		}
-		if want := "person:" + c.want.Email + " (" + c.want.Name + ")"; got.Actor() != want {
+		if want := "oidc:" + c.want.Email; got.Actor() != want {
 			t.Errorf("actor %q, want %q", got.Actor(), want)
 		}
 		// The code is spent: the same callback again is refused.
@@ -135,7 +137,7 @@ func TestASignInIsRefused(t *testing.T) {
 
 	q, a = signIn(t, p, s, browser, "nick", "pw-nick")
 	_, err := s.Finish(ctx, q, a)
-	if !errors.Is(err, sso.ErrNoRole) || !strings.Contains(err.Error(), "person:nick@example.com (Nick)'s groups claim (marketing) maps to no role") {
+	if !errors.Is(err, sso.ErrNoRole) || !strings.Contains(err.Error(), "no rule of GATEWAY_OIDC_ROLES matches oidc:nick@example.com (groups: marketing)") {
 		t.Errorf("an unmapped person: %v", err)
 	}
 }
@@ -177,21 +179,44 @@ type roundTrip func(*http.Request) (*http.Response, error)
 
 func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// The roles mapping: value=role pairs; a role that is none, a pair without
-// =, and a value mapped twice are errors naming the entry.
+// The rules: CLAIM:VALUE=ROLE and *=ROLE; a claim named by a URL keeps its
+// colon; a role that is none, an entry without = or without a claim, and
+// one that matches what another does are errors naming the entry.
 func TestParseRoles(t *testing.T) {
-	got, err := sso.ParseRoles("hookgate-admins=admin, sre = operator,support=viewer")
-	if err != nil || len(got) != 3 || got["sre"] != access.Operator || got["support"] != access.Viewer || got["hookgate-admins"] != access.Admin {
-		t.Fatalf("%v, %v", got, err)
+	got, err := sso.ParseRoles("groups:hookgate-admins=admin, groups:sre = operator,https://example.com/roles:team:support=viewer,*=viewer")
+	want := []sso.Rule{{Claim: "groups", Value: "hookgate-admins", Role: access.Admin}, {Claim: "groups", Value: "sre", Role: access.Operator},
+		{Claim: "https://example.com/roles", Value: "team:support", Role: access.Viewer}, {Role: access.Viewer}}
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("%+v, %v", got, err)
 	}
 	for in, want := range map[string]string{
-		"a=owner":          "entry 1: no such role",
-		"a=admin,b":        "entry 2 is not VALUE=ROLE",
-		"=admin":           "entry 1 is not VALUE=ROLE",
-		"a=admin,a=viewer": "entry 2 maps a value mapped before",
+		"groups:a=owner":                 "entry 1: no such role",
+		"groups:a=admin,b":               "entry 2 is not CLAIM:VALUE=ROLE or *=ROLE",
+		"a=admin":                        "entry 1 is not CLAIM:VALUE=ROLE or *=ROLE",
+		":a=admin":                       "entry 1 is not CLAIM:VALUE=ROLE or *=ROLE",
+		"groups:=admin":                  "entry 1 is not CLAIM:VALUE=ROLE or *=ROLE",
+		"groups:a=admin,groups:a=viewer": "entry 2 matches what an entry before it matches",
+		"*=viewer,*=admin":               "entry 2 matches what an entry before it matches",
 	} {
 		if _, err := sso.ParseRoles(in); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", in, err, want)
+		}
+	}
+}
+
+// Everyone the provider signs in gets the role of a *= rule, and the
+// highest of those that match.
+func TestAStarRuleGivesEveryoneARole(t *testing.T) {
+	p := oidctest.Start(t, callback, people...)
+	s := sso.New(sso.Config{Issuer: p.Issuer, ClientID: p.ClientID, ClientSecret: p.ClientSecret, RedirectURL: callback,
+		Roles: []sso.Rule{{Role: access.Viewer}, {Claim: oidctest.GroupsClaim, Value: "hookgate-admins", Role: access.Admin}}})
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar}
+	for user, want := range map[string]access.Role{"nick": access.Viewer, "ana": access.Admin} {
+		q, a := signIn(t, p, s, browser, user, "pw-"+user)
+		got, err := s.Finish(context.Background(), q, a)
+		if err != nil || got.Role != want {
+			t.Errorf("%s: %+v, %v", user, got, err)
 		}
 	}
 }
