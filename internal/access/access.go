@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -82,6 +83,13 @@ type Identity struct {
 	// TokenID is the personal token's id; empty for the admin token and a
 	// console session.
 	TokenID string
+	// Person is the person (oidc:<email>) it acts for: one signed in to the
+	// console, or whose token it is; empty for the admin token and tokens
+	// an admin made.
+	Person string
+	// Session says that it acts through a console session (a browser), not
+	// a bearer token.
+	Session bool
 }
 
 type identityKey struct{}
@@ -125,7 +133,25 @@ var (
 	// ErrUnknown means a bearer token that is no live personal token:
 	// never made, revoked or expired.
 	ErrUnknown = errors.New("unknown token")
+	// ErrForbidden means tokens another may not make, see or revoke: only
+	// an admin manages everyone's; a person signed in to the console,
+	// their own.
+	ErrForbidden = errors.New("forbidden")
 )
+
+// managesOwn reports whether id manages tokens of its own only (a person
+// in the console who is no admin), and ErrForbidden when it may manage
+// none.
+func managesOwn(id Identity) (bool, error) {
+	switch {
+	case id.Role.Allows(Admin):
+		return false, nil
+	case id.Session && id.Person != "":
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: tokens are managed by an admin, or by a person for themself from the console; %s has the %s role",
+		ErrForbidden, id.Actor, id.Role)
+}
 
 // Request is a token asked for.
 type Request struct {
@@ -166,9 +192,14 @@ type Made struct {
 	Secret string `json:"token"`
 }
 
-// Create makes a token as asked by maker (its identity acts as the
-// token's person), with its audit entry, in one transaction.
+// Create makes a token as asked by maker, with its audit entry, in one
+// transaction. An admin makes tokens for anyone; a person signed in to the
+// console (maker.Session), for themself, up to their own role. A person's
+// token acts for them (its Person).
 func Create(ctx context.Context, pool *pgxpool.Pool, maker Identity, q Request) (Made, error) {
+	if _, err := managesOwn(maker); err != nil {
+		return Made{}, err
+	}
 	if err := q.Check(maker.Role); err != nil {
 		return Made{}, err
 	}
@@ -179,6 +210,9 @@ func Create(ctx context.Context, pool *pgxpool.Pool, maker Identity, q Request) 
 	sum := sha256.Sum256([]byte(secret))
 	nt := store.NewToken{ID: "tok_" + random(10), Name: q.Name, Role: q.Role.String(), CreatedBy: maker.Actor,
 		SHA256: sum[:], ExpiresIn: q.ExpiresIn}
+	if maker.Session {
+		nt.Person = maker.Person
+	}
 	var made Made
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		t, err := store.InsertTokenTx(ctx, tx, nt)
@@ -195,19 +229,42 @@ func Create(ctx context.Context, pool *pgxpool.Pool, maker Identity, q Request) 
 	return made, nil
 }
 
-// List returns every token, newest first, never the tokens themselves.
-func List(ctx context.Context, db store.Querier) ([]store.Token, error) {
-	return store.Tokens(ctx, db)
+// List returns the tokens by may see, newest first, never the tokens
+// themselves: an admin, every token; a person in the console, theirs.
+func List(ctx context.Context, db store.Querier, by Identity) ([]store.Token, error) {
+	own, err := managesOwn(by)
+	if err != nil {
+		return nil, err
+	}
+	toks, err := store.Tokens(ctx, db)
+	if err != nil || !own {
+		return toks, err
+	}
+	return slices.DeleteFunc(toks, func(t store.Token) bool { return t.Person == nil || *t.Person != by.Person }), nil
 }
 
 // Revoke revokes the token id at once, with an audit entry; revoking a
-// revoked token changes nothing and answers it as it is.
+// revoked token changes nothing and answers it as it is. A person in the
+// console revokes their own tokens only: another's is not found.
 func Revoke(ctx context.Context, pool *pgxpool.Pool, by Identity, id string) (store.Token, error) {
+	own, err := managesOwn(by)
+	if err != nil {
+		return store.Token{}, err
+	}
 	if !idRE.MatchString(id) {
 		return store.Token{}, fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
 	var t store.Token
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if own {
+			person, err := store.TokenPersonTx(ctx, tx, id)
+			if err != nil {
+				return err
+			}
+			if person != by.Person {
+				return store.ErrNoToken
+			}
+		}
 		var now bool
 		var err error
 		if t, now, err = store.RevokeTokenTx(ctx, tx, id, by.Actor); err != nil || !now {
@@ -240,7 +297,11 @@ func Authenticate(ctx context.Context, db store.Querier, secret string) (Identit
 	if err != nil {
 		return Identity{}, fmt.Errorf("token %s: %w", t.ID, err)
 	}
-	return Identity{Actor: ActorOf(t), Role: role, TokenID: t.ID}, nil
+	id := Identity{Actor: ActorOf(t), Role: role, TokenID: t.ID}
+	if t.Person != nil {
+		id.Person = *t.Person
+	}
+	return id, nil
 }
 
 // idRE is what a token's id looks like ("tok_" and random's alphabet):

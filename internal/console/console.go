@@ -194,6 +194,10 @@ func (c *Console) Register(r chi.Router) {
 			operate.Post("/ui/routes/{name}/{action}", c.handleRouteAction)
 			r.Get("/ui/rejections", c.handleRejections)
 			r.Get("/ui/audit", c.handleAudit)
+			// Tokens: package access decides whose (an admin's: all).
+			r.Get("/ui/tokens", c.handleTokens)
+			r.Post("/ui/tokens", c.handleCreateToken)
+			r.Post("/ui/tokens/{id}/revoke", c.handleRevokeToken)
 		})
 	})
 }
@@ -221,6 +225,19 @@ func (c *Console) RiverUI(r *http.Request) (id access.Identity, signedIn, allowe
 	return id, true, c.sameOrigin(r)
 }
 
+// Session returns who the request's console session acts as, and its CSRF
+// token; ok is false without a live session.
+func (c *Console) Session(r *http.Request) (id access.Identity, csrf string, ok bool, err error) {
+	sess, err := c.sessions.get(r.Context(), r)
+	if errors.Is(err, errNoSession) {
+		return access.Identity{}, "", false, nil
+	}
+	if err != nil {
+		return access.Identity{}, "", false, err
+	}
+	return c.identity(sess), sess.csrf, true, nil
+}
+
 // identity is who a session acts as: its person or its personal token,
 // with their role, or the admin.
 func (c *Console) identity(sess session) access.Identity {
@@ -233,11 +250,11 @@ func (c *Console) identity(sess session) access.Identity {
 	}
 	switch {
 	case sess.person != "":
-		return access.Identity{Actor: sess.person, Role: roleOf(sess.personRole)}
+		return access.Identity{Actor: sess.person, Role: roleOf(sess.personRole), Person: sess.person, Session: true}
 	case sess.token.ID != "":
-		return access.Identity{Actor: access.ActorOf(sess.token), Role: roleOf(sess.token.Role), TokenID: sess.token.ID}
+		return access.Identity{Actor: access.ActorOf(sess.token), Role: roleOf(sess.token.Role), TokenID: sess.token.ID, Session: true}
 	}
-	return access.Identity{Actor: c.Actor, Role: access.Admin}
+	return access.Identity{Actor: c.Actor, Role: access.Admin, Session: true}
 }
 
 // need answers 403 to a session whose role is below role.

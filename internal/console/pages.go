@@ -52,6 +52,9 @@ type page struct {
 	// CanOperate says whether the session's role may change anything
 	// (operator or admin): a viewer is shown no form that would.
 	CanOperate bool
+	// CanManageTokens says whether the session may manage tokens: an
+	// admin's, everyone's; a person's, their own.
+	CanManageTokens bool
 	Data       any
 }
 
@@ -67,7 +70,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 	}
 	if p.CSRF != "-" && p.CSRF != "" {
 		id := c.identity(sessionOf(r))
-		p.Who, p.Role, p.CanOperate = id.Actor, id.Role.String(), id.Role.Allows(access.Operator)
+		p.Who, p.Role, p.CanOperate, p.CanManageTokens = id.Actor, id.Role.String(), id.Role.Allows(access.Operator), managesTokens(id)
 	}
 	var buf bytes.Buffer
 	if err := t.Execute(&buf, p); err != nil {

@@ -93,8 +93,8 @@ func (s *server) adminRoutes(r chi.Router) {
 	r.Group(func(r chi.Router) {
 		r.Use(s.bearerOnly)
 		// What each endpoint needs: viewers read, operators act on
-		// deliveries and routes, admins manage tokens.
-		view, operate, administer := r.With(s.need(access.Viewer)), r.With(s.need(access.Operator)), r.With(s.need(access.Admin))
+		// deliveries and routes (and tokens, below, are package access's).
+		view, operate := r.With(s.need(access.Viewer)), r.With(s.need(access.Operator))
 		view.Get("/openapi.json", handleOpenAPI)
 		view.Get("/deliveries", s.handleListDeliveries)
 		view.Get("/deliveries/{provider}/{id}", s.handleShowDelivery)
@@ -117,9 +117,14 @@ func (s *server) adminRoutes(r chi.Router) {
 		view.Get("/audit", s.handleAudit)
 		view.Get("/providers", s.handleListProviders)
 		operate.Post("/recover/{provider}", s.handleRecover)
-		administer.Get("/tokens", s.handleListTokens)
-		administer.Post("/tokens", s.handleCreateToken)
-		administer.Delete("/tokens/{id}", s.handleRevokeToken)
+	})
+	// Tokens: an admin manages everyone's; a person signed in to the
+	// console, their own (package access decides), from its pages.
+	r.Group(func(r chi.Router) {
+		r.Use(s.bearerOrConsole)
+		r.Get("/tokens", s.handleListTokens)
+		r.Post("/tokens", s.handleCreateToken)
+		r.Delete("/tokens/{id}", s.handleRevokeToken)
 	})
 	if s.Admin.RiverUI != nil {
 		r.Group(func(r chi.Router) {
@@ -259,6 +264,39 @@ func (s *server) bearerOnly(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r.WithContext(access.WithIdentity(r.Context(), id)))
 		}
 	})
+}
+
+// bearerOrConsole is bearerOnly, or, for a request without an
+// Authorization header, a console session: one that changes anything must
+// carry the session's CSRF token in X-CSRF-Token (the console's pages hold
+// it in <meta name="csrf-token">), so that no other site can make a
+// signed-in browser act.
+func (s *server) bearerOrConsole(next http.Handler) http.Handler {
+	bearer := s.bearerOnly(next)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "" || s.console == nil {
+			bearer.ServeHTTP(w, r)
+			return
+		}
+		id, csrf, ok, err := s.console.Session(r)
+		switch {
+		case err != nil:
+			writeError(w, r, s.Logger, fmt.Errorf("check the console session: %w", err))
+		case !ok:
+			s.unauthorized(w, r)
+		case r.Method != http.MethodGet && r.Method != http.MethodHead && !sameSecret(r.Header.Get("X-CSRF-Token"), csrf):
+			writeError(w, r, s.Logger, fmt.Errorf("%w: a console session's request needs its CSRF token in X-CSRF-Token", errForbidden))
+		default:
+			next.ServeHTTP(w, r.WithContext(access.WithIdentity(r.Context(), id)))
+		}
+	})
+}
+
+// sameSecret compares two secrets in constant time (of their digests, so
+// that the length does not leak either); an empty one is never the same.
+func sameSecret(a, b string) bool {
+	x, y := sha256.Sum256([]byte(a)), sha256.Sum256([]byte(b))
+	return a != "" && b != "" && subtle.ConstantTimeCompare(x[:], y[:]) == 1
 }
 
 // need answers 403 to a request whose identity's role is below role.

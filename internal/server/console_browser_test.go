@@ -377,6 +377,7 @@ func TestConsoleAtPhoneWidth(t *testing.T) {
 		{"/admin/ui/routes", "routes", "#routes"},
 		{"/admin/ui/rejections", "rejections", "#rejections"},
 		{"/admin/ui/audit", "audit", "#audit"},
+		{"/admin/ui/tokens", "tokens", "#tokens"},
 	} {
 		c.run(chromedp.Navigate(srv.URL+p.path), chromedp.WaitVisible(chromedp.CSS(p.wait)))
 		c.page(p.name)
@@ -440,6 +441,12 @@ func TestConsoleSingleSignOnInABrowser(t *testing.T) {
 		t.Fatalf("the header says %q", who)
 	}
 	c.page("sso-routes", "fwd", "Pause")
+
+	// Ana makes herself a token for the CLI, and sees it once.
+	c.run(chromedp.Navigate(b.srv.URL+"/admin/ui/tokens"), chromedp.WaitVisible(chromedp.ID(`#new-token`)),
+		chromedp.SendKeys(chromedp.CSS(`#new-token input[name=name]`), "Ana's laptop"),
+		chromedp.Click(chromedp.CSS(`#new-token button`)), chromedp.WaitVisible(chromedp.ID(`#token-secret`)))
+	c.page("sso-token-made", "Copy the token now", "hgt_", "oidc:ana@example.com")
 }
 
 // history is a gateway with something on every console page: three

@@ -2,9 +2,12 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -170,5 +173,141 @@ func TestConsoleRefusesASignInThatDoesNotVerify(t *testing.T) {
 	}
 	if r, _ := other.do("GET", "/admin/ui/routes", nil); r.StatusCode != http.StatusSeeOther {
 		t.Errorf("the other browser opens the console: %d", r.StatusCode)
+	}
+}
+
+// api calls the JSON API from the browser (its session cookie), with csrf
+// in X-CSRF-Token when it is not empty.
+func (b *browser) api(method, path, body, csrf string) (int, string) {
+	b.t.Helper()
+	req, err := http.NewRequest(method, b.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if csrf != "" {
+		req.Header.Set("X-CSRF-Token", csrf)
+	}
+	res, err := b.client.Do(req)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	text, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(text)
+}
+
+var metaCSRF = regexp.MustCompile(`<meta name="csrf-token" content="([^"]+)">`)
+
+// A person signed in to the console makes, lists and revokes their own
+// tokens through the JSON API, with the session's CSRF token in
+// X-CSRF-Token: up to their own role, acting for them; they see and revoke
+// no one else's, and their token cannot make tokens. An admin sees all.
+func TestAPersonManagesTheirOwnTokensFromTheConsole(t *testing.T) {
+	t.Parallel()
+	a, p, b := setupSSO(t)
+	adminMade := a.makeToken(t, "", "deploy bot", "operator", "1h")
+	if res, _ := b.ssoSignIn(p, "sam", "pw-sam"); res.StatusCode != http.StatusOK {
+		t.Fatalf("Sam's sign-in = %d", res.StatusCode)
+	}
+	_, page := b.do("GET", "/admin/ui/routes", nil)
+	m := metaCSRF.FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no csrf-token meta in:\n%s", page)
+	}
+	csrf := m[1]
+
+	if status, body := b.api("POST", "/admin/tokens", `{"name":"laptop","role":"viewer"}`, ""); status != http.StatusForbidden ||
+		!strings.Contains(body, "X-CSRF-Token") {
+		t.Errorf("without X-CSRF-Token = %d %s", status, body)
+	}
+	if status, body := b.api("POST", "/admin/tokens", `{"name":"laptop","role":"viewer"}`, "not-the-token"); status != http.StatusForbidden {
+		t.Errorf("with another X-CSRF-Token = %d %s", status, body)
+	}
+	if status, body := b.api("POST", "/admin/tokens", `{"name":"laptop","role":"operator"}`, csrf); status != http.StatusBadRequest ||
+		!strings.Contains(body, "above the maker's own role") {
+		t.Errorf("above Sam's role = %d %s", status, body)
+	}
+	status, body := b.api("POST", "/admin/tokens", `{"name":"laptop","role":"viewer","expires_in":"1h"}`, csrf)
+	var made tokenJSON
+	if status != http.StatusCreated || json.Unmarshal([]byte(body), &made) != nil || !strings.HasPrefix(made.Token, "hgt_") ||
+		made.CreatedBy != "oidc:sam@example.com" || !strings.Contains(body, `"person":"oidc:sam@example.com"`) {
+		t.Fatalf("Sam's token = %d %s", status, body)
+	}
+
+	// Sam sees his own token only, and may revoke it, not another's.
+	if status, body := b.api("GET", "/admin/tokens", "", ""); status != http.StatusOK || !strings.Contains(body, made.ID) || strings.Contains(body, adminMade.ID) {
+		t.Errorf("Sam's list = %d %s", status, body)
+	}
+	if status, _ := b.api("DELETE", "/admin/tokens/"+adminMade.ID, "", csrf); status != http.StatusNotFound {
+		t.Errorf("Sam revoking another's token = %d", status)
+	}
+	// His token reads as he does, and cannot make tokens (only a session can).
+	if status, _, got := a.admin(t, adminReq{method: "GET", path: "/admin/deliveries", token: made.Token}); status != http.StatusOK {
+		t.Errorf("Sam's token reading deliveries = %d %s", status, got)
+	}
+	if status, _, got := a.admin(t, adminReq{method: "POST", path: "/admin/tokens", body: `{"name":"x","role":"viewer"}`, token: made.Token}); status != http.StatusForbidden {
+		t.Errorf("Sam's token making a token = %d %s", status, got)
+	}
+	if status, body := b.api("DELETE", "/admin/tokens/"+made.ID, "", csrf); status != http.StatusOK || !strings.Contains(body, `"revoked_by":"oidc:sam@example.com"`) {
+		t.Errorf("Sam revoking his token = %d %s", status, body)
+	}
+
+	// Ana, an admin, sees every token.
+	ana := b.another()
+	ana.ssoSignIn(p, "ana", "pw-ana")
+	if status, body := ana.api("GET", "/admin/tokens", "", ""); status != http.StatusOK || !strings.Contains(body, made.ID) || !strings.Contains(body, adminMade.ID) {
+		t.Errorf("Ana's list = %d %s", status, body)
+	}
+}
+
+// The console's Tokens page: a person makes a token of at most their role,
+// sees it once, and revokes it; a session of a personal token, no person's,
+// has no Tokens page.
+func TestTheTokensPage(t *testing.T) {
+	t.Parallel()
+	a, p, b := setupSSO(t)
+	b.ssoSignIn(p, "sam", "pw-sam")
+	res, page := b.do("GET", "/admin/ui/tokens", nil)
+	if res.StatusCode != http.StatusOK || !strings.Contains(page, `<a href="/admin/ui/tokens" aria-current="page">Tokens</a>`) ||
+		!strings.Contains(page, `<select name="role"><option>viewer</option></select>`) || !strings.Contains(page, "No tokens yet.") {
+		t.Fatalf("Sam's Tokens page = %d:\n%s", res.StatusCode, page)
+	}
+	csrf := csrfOf(t, page)
+	res, page = b.do("POST", "/admin/ui/tokens", url.Values{"csrf": {csrf}, "name": {"phone"}, "role": {"admin"}, "expires_in": {"1h"}})
+	if res.StatusCode != http.StatusBadRequest || !strings.Contains(page, "above the maker") {
+		t.Errorf("an admin token for Sam = %d:\n%s", res.StatusCode, page)
+	}
+	res, page = b.do("POST", "/admin/ui/tokens", url.Values{"csrf": {csrf}, "name": {"phone"}, "role": {"viewer"}, "expires_in": {"1h"}})
+	secret := regexp.MustCompile(`<code id="token-secret">(hgt_[^<]+)</code>`).FindStringSubmatch(page)
+	if res.StatusCode != http.StatusCreated || secret == nil {
+		t.Fatalf("making a token = %d:\n%s", res.StatusCode, page)
+	}
+	if status, _, got := a.admin(t, adminReq{method: "GET", path: "/admin/routes", token: secret[1]}); status != http.StatusOK {
+		t.Errorf("the token made in the console = %d %s", status, got)
+	}
+	_, page = b.do("GET", "/admin/ui/tokens", nil)
+	if strings.Contains(page, secret[1]) || !strings.Contains(page, "phone") || !strings.Contains(page, "oidc:sam@example.com") {
+		t.Errorf("the Tokens page after:\n%s", page)
+	}
+	id := regexp.MustCompile(`id="token-(tok_[a-z2-7]+)"`).FindStringSubmatch(page)
+	if id == nil {
+		t.Fatalf("no token row:\n%s", page)
+	}
+	res, page = b.do("POST", "/admin/ui/tokens/"+id[1]+"/revoke", url.Values{"csrf": {csrf}})
+	if res.StatusCode != http.StatusOK || !strings.Contains(page, "Revoked "+id[1]) {
+		t.Errorf("revoke = %d:\n%s", res.StatusCode, page)
+	}
+	if status, _, _ := a.admin(t, adminReq{method: "GET", path: "/admin/routes", token: secret[1]}); status != http.StatusUnauthorized {
+		t.Errorf("the revoked token = %d", status)
+	}
+
+	// A session of a personal token is no person's: no Tokens page.
+	tok := a.makeToken(t, "", "ops bot", "operator", "1h")
+	bot := b.another()
+	bot.signIn(tok.Token)
+	res, page = bot.do("GET", "/admin/ui/tokens", nil)
+	if res.StatusCode != http.StatusForbidden || strings.Contains(page, `href="/admin/ui/tokens"`) {
+		t.Errorf("a token's session's Tokens page = %d", res.StatusCode)
 	}
 }

@@ -66,6 +66,7 @@ var errorCodes = []struct {
 	{ingest.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
 	{errUnauthorized, http.StatusUnauthorized, "unauthorized"},
 	{errForbidden, http.StatusForbidden, "forbidden"},
+	{access.ErrForbidden, http.StatusForbidden, "forbidden"},
 	{access.ErrBadToken, http.StatusBadRequest, "bad_request"},
 	{access.ErrBadRole, http.StatusBadRequest, "bad_request"},
 	{access.ErrNotFound, http.StatusNotFound, "not_found"},

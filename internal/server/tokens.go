@@ -67,10 +67,12 @@ type tokensResponse struct {
 	Tokens []store.Token `json:"tokens"`
 }
 
-// handleListTokens lists every token, revoked and expired ones too, never
-// the tokens themselves.
+// handleListTokens lists the tokens the request may see (an admin's, every
+// one; a person's, their own), revoked and expired ones too, never the
+// tokens themselves.
 func (s *server) handleListTokens(w http.ResponseWriter, r *http.Request) {
-	toks, err := access.List(r.Context(), s.Admin.Pool)
+	by, _ := access.IdentityOf(r.Context())
+	toks, err := access.List(r.Context(), s.Admin.Pool, by)
 	if err != nil {
 		writeError(w, r, s.Logger, err)
 		return

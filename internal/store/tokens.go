@@ -129,3 +129,20 @@ func RevokeTokenTx(ctx context.Context, tx pgx.Tx, id, by string) (Token, bool, 
 	}
 	return res.Token, res.Now, nil
 }
+
+// TokenPersonTx returns the person the token id acts for ("" for none), and
+// locks its row until tx ends; ErrNoToken when no token has the id.
+func TokenPersonTx(ctx context.Context, tx pgx.Tx, id string) (string, error) {
+	var person *string
+	err := tx.QueryRow(ctx, `SELECT person FROM hookgate_tokens WHERE id = $1 FOR UPDATE`, id).Scan(&person)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", ErrNoToken
+	}
+	if err != nil {
+		return "", fmt.Errorf("read token: %w", err)
+	}
+	if person == nil {
+		return "", nil
+	}
+	return *person, nil
+}
