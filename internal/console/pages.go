@@ -55,7 +55,7 @@ type page struct {
 	// CanManageTokens says whether the session may manage tokens: an
 	// admin's, everyone's; a person's, their own.
 	CanManageTokens bool
-	Data       any
+	Data            any
 }
 
 // render writes a page with its status.
