@@ -139,6 +139,13 @@ var (
 	ErrForbidden = errors.New("forbidden")
 )
 
+// MayManageTokens reports why id may manage no tokens at all
+// (ErrForbidden), or nil when it may manage some: everyone's or its own.
+func MayManageTokens(id Identity) error {
+	_, err := managesOwn(id)
+	return err
+}
+
 // managesOwn reports whether id manages tokens of its own only (a person
 // in the console who is no admin), and ErrForbidden when it may manage
 // none.

@@ -47,12 +47,16 @@ func (req *createTokenRequest) validate() error {
 // token itself is told. It takes no Idempotency-Key: an answer kept to be
 // sent again would keep the token in the database.
 func (s *server) handleCreateToken(w http.ResponseWriter, r *http.Request) {
+	maker, _ := access.IdentityOf(r.Context())
+	if err := access.MayManageTokens(maker); err != nil {
+		writeError(w, r, s.Logger, err) // before the body: 403 whatever it holds
+		return
+	}
 	var req createTokenRequest
 	if _, err := readAdminBody(w, r, &req); err != nil {
 		writeError(w, r, s.Logger, err)
 		return
 	}
-	maker, _ := access.IdentityOf(r.Context())
 	made, err := access.Create(r.Context(), s.Admin.Pool, maker, req.parsed)
 	if err != nil {
 		writeError(w, r, s.Logger, err)
