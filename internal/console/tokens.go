@@ -73,16 +73,26 @@ func (c *Console) handleCreateToken(w http.ResponseWriter, r *http.Request) {
 		q.ExpiresIn = d
 	}
 	made, err := access.Create(r.Context(), c.Pool, c.identity(sessionOf(r)), q)
-	switch {
-	case errors.Is(err, access.ErrBadToken), errors.Is(err, access.ErrForbidden):
-		status, _ := c.Classify(err)
-		c.renderTokens(w, r, status, nil, "", err.Error())
-		return
-	case err != nil:
-		c.serverError(w, r, err)
+	if c.tokenRefused(w, r, err) {
 		return
 	}
 	c.renderTokens(w, r, http.StatusCreated, &made, "", "")
+}
+
+// tokenRefused answers the error of a token made or revoked on the page: a
+// request the page's person can mend on the page, anything else as the
+// server's failure. It reports whether there was one.
+func (c *Console) tokenRefused(w http.ResponseWriter, r *http.Request, err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, access.ErrBadToken), errors.Is(err, access.ErrForbidden), errors.Is(err, access.ErrNotFound):
+		status, _ := c.Classify(err)
+		c.renderTokens(w, r, status, nil, "", err.Error())
+	default:
+		c.serverError(w, r, err)
+	}
+	return true
 }
 
 // handleRevokeToken revokes a token from the page.
@@ -93,13 +103,7 @@ func (c *Console) handleRevokeToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t, err := access.Revoke(r.Context(), c.Pool, c.identity(sessionOf(r)), id)
-	switch {
-	case errors.Is(err, access.ErrNotFound), errors.Is(err, access.ErrForbidden):
-		status, _ := c.Classify(err)
-		c.renderTokens(w, r, status, nil, "", err.Error())
-		return
-	case err != nil:
-		c.serverError(w, r, err)
+	if c.tokenRefused(w, r, err) {
 		return
 	}
 	c.renderTokens(w, r, http.StatusOK, nil, "Revoked "+t.ID+" ("+t.Name+"): it is refused from now on, on every gateway.", "")
