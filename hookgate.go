@@ -180,7 +180,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		return errors.New("hookgate: a Gateway runs once")
 	}
 	if g.opts.tracer == nil {
-		tp, err := tracing.FromEnv(ctx)
+		tp, err := tracing.FromEnv(ctx, g.opts.logger)
 		if err != nil {
 			return err
 		}

@@ -12,9 +12,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel"
 
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -44,33 +53,115 @@ func Configured(getenv func(string) string) bool {
 	return getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
 }
 
-// Check reports what in the OTEL_* variables the gateway cannot follow:
-// another exporter than otlp, another protocol than http/protobuf.
+// Check reports what in the OTEL_* variables the gateway cannot follow,
+// each variable on a line of its own and never its value (an endpoint or a
+// header may hold a credential): another exporter than otlp, another
+// protocol than http/protobuf, an endpoint that is no http(s) URL or that
+// carries a password, headers, a timeout, a compression or a sampler that
+// do not parse. The OpenTelemetry SDK would otherwise skip such a value
+// with a log line of its own, printing it.
 func Check(getenv func(string) string) error {
-	if !Configured(getenv) {
+	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") || getenv("OTEL_TRACES_EXPORTER") == "none" {
 		return nil
 	}
 	var errs []error
+	bad := func(name, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s: "+format, append([]any{ErrConfig, name}, args...)...))
+	}
 	if e := getenv("OTEL_TRACES_EXPORTER"); e != "" && e != "otlp" {
-		errs = append(errs, fmt.Errorf("%w: OTEL_TRACES_EXPORTER: otlp or none, not %q", ErrConfig, e))
+		bad("OTEL_TRACES_EXPORTER", "otlp or none, not %q", clip(e))
 	}
 	for _, v := range []string{"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"} {
 		if p := getenv(v); p != "" && p != "http/protobuf" {
-			errs = append(errs, fmt.Errorf("%w: %s: hookgate exports over http/protobuf, not %q", ErrConfig, v, p))
+			bad(v, "hookgate exports over http/protobuf, not %q", clip(p))
 		}
+	}
+	for _, v := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} {
+		e := getenv(v)
+		if e == "" {
+			continue
+		}
+		u, err := url.Parse(e)
+		switch {
+		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Port() != "" && !numeric(u.Port()):
+			bad(v, "must be an http:// or https:// URL, such as http://otel-collector:4318")
+		case u.User != nil:
+			bad(v, "must carry no user or password: send a credential with OTEL_EXPORTER_OTLP_HEADERS")
+		}
+	}
+	for _, v := range []string{"OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"} {
+		if h := getenv(v); h != "" && !headersParse(h) {
+			bad(v, "must be name=value pairs, comma-separated, each value percent-encoded")
+		}
+	}
+	for _, v := range []string{"OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"} {
+		if t := getenv(v); t != "" && !numeric(t) {
+			bad(v, "must be a number of milliseconds, such as 10000")
+		}
+	}
+	for _, v := range []string{"OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION"} {
+		if c := getenv(v); c != "" && c != "gzip" && c != "none" {
+			bad(v, "must be gzip or none")
+		}
+	}
+	sampler, arg := getenv("OTEL_TRACES_SAMPLER"), getenv("OTEL_TRACES_SAMPLER_ARG")
+	switch sampler {
+	case "", "always_on", "always_off", "parentbased_always_on", "parentbased_always_off":
+	case "traceidratio", "parentbased_traceidratio":
+		if f, err := strconv.ParseFloat(arg, 64); arg != "" && (err != nil || f < 0 || f > 1) {
+			bad("OTEL_TRACES_SAMPLER_ARG", "must be a ratio from 0 to 1, such as 0.1")
+		}
+	default:
+		bad("OTEL_TRACES_SAMPLER", "must be always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio")
 	}
 	return errors.Join(errs...)
 }
 
+// numeric reports whether s is a whole number, 0 or more.
+func numeric(s string) bool {
+	n, err := strconv.Atoi(s)
+	return err == nil && n >= 0
+}
+
+// headersParse reports whether the SDK reads every pair of an
+// OTEL_EXPORTER_OTLP_HEADERS value (name=value, the value percent-encoded).
+func headersParse(h string) bool {
+	for _, pair := range strings.Split(h, ",") {
+		name, value, ok := strings.Cut(pair, "=")
+		if !ok || strings.TrimSpace(name) == "" || strings.ContainsAny(strings.TrimSpace(name), " \t\r\n\":;") {
+			return false
+		}
+		if _, err := url.PathUnescape(value); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// clip keeps a value told back short and printable.
+func clip(s string) string {
+	if len(s) > 40 || strings.IndexFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0 {
+		return "…"
+	}
+	return s
+}
+
 // FromEnv returns a tracer provider exporting as the OTEL_* variables say;
-// nil when they ask for no traces. Its Shutdown sends what is left.
-func FromEnv(ctx context.Context) (*sdktrace.TracerProvider, error) {
+// nil when they ask for no traces. Its Shutdown sends what is left. What
+// could not be sent is logged to logger.
+func FromEnv(ctx context.Context, logger *slog.Logger) (*sdktrace.TracerProvider, error) {
 	if !Configured(os.Getenv) {
 		return nil, nil
 	}
 	if err := Check(os.Getenv); err != nil {
 		return nil, err
 	}
+	// The SDK's own log lines print what they are about (an endpoint, a
+	// header's value): they are dropped, and its errors (spans that could
+	// not be sent) reach the gateway's log at most once a minute, without
+	// a URL's credentials.
+	otel.SetLogger(logr.Discard())
+	otel.SetErrorHandler(exportErrors(logger))
 	exp, err := otlptracehttp.New(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: the OTLP exporter: %w", ErrConfig, err)
@@ -154,3 +245,25 @@ func Fail(span trace.Span, err error) {
 		span.SetStatus(codes.Error, err.Error())
 	}
 }
+
+// exportErrors logs the SDK's errors (spans that could not be sent: the
+// collector down, say) at most once a minute, with a count, and without the
+// credentials a URL in them might carry.
+func exportErrors(logger *slog.Logger) otel.ErrorHandlerFunc {
+	var mu sync.Mutex
+	var last time.Time
+	var dropped int
+	return func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		dropped++
+		if time.Since(last) < time.Minute {
+			return
+		}
+		logger.Warn("tracing: spans not sent", "error", userinfo.ReplaceAllString(err.Error(), "://"), "errors", dropped)
+		last, dropped = time.Now(), 0
+	}
+}
+
+// userinfo is a URL's user and password, as an error may quote them.
+var userinfo = regexp.MustCompile(`://[^/@\s]*@`)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -54,13 +56,48 @@ func TestCheckRefusesWhatTheGatewayCannotExport(t *testing.T) {
 		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, false},
 		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json"}, false},
 		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_TRACES_EXPORTER": "zipkin"}, false},
-		// Not asked for: nothing to refuse.
-		{map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, true},
+		// Refused without an endpoint too: the next person to set one
+		// would find out only then.
+		{map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, false},
+		// Turned off: nothing to refuse.
+		{map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_SDK_DISABLED": "true"}, true},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_HEADERS": "api-key=abc%20def,x-team=hooks",
+			"OTEL_EXPORTER_OTLP_TIMEOUT": "5000", "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip",
+			"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.25"}, true},
 	} {
 		err := tracing.Check(env(c.vars))
 		if (err == nil) != c.ok || (err != nil && !errors.Is(err, tracing.ErrConfig)) {
 			t.Errorf("%v: %v", c.vars, err)
 		}
+	}
+}
+
+// Values the SDK would skip with a log line printing them are refused at
+// start, each variable named on a line of its own and no value told: an
+// endpoint or a header may carry a credential.
+func TestCheckNamesEveryBadValueAndTellsNone(t *testing.T) {
+	err := tracing.Check(env(map[string]string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT":        "https://u:SECRET1@collector:43x18",
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://u:SECRET2@collector:4318/v1/traces",
+		"OTEL_EXPORTER_OTLP_HEADERS":         "api-key=SECRET3%zz",
+		"OTEL_EXPORTER_OTLP_TIMEOUT":         "SECRET4",
+		"OTEL_EXPORTER_OTLP_COMPRESSION":     "SECRET5",
+		"OTEL_TRACES_SAMPLER":                "SECRET6",
+	}))
+	want := []string{
+		"tracing: OTEL_EXPORTER_OTLP_ENDPOINT: must be an http:// or https:// URL, such as http://otel-collector:4318",
+		"tracing: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: must carry no user or password: send a credential with OTEL_EXPORTER_OTLP_HEADERS",
+		"tracing: OTEL_EXPORTER_OTLP_HEADERS: must be name=value pairs, comma-separated, each value percent-encoded",
+		"tracing: OTEL_EXPORTER_OTLP_TIMEOUT: must be a number of milliseconds, such as 10000",
+		"tracing: OTEL_EXPORTER_OTLP_COMPRESSION: must be gzip or none",
+		"tracing: OTEL_TRACES_SAMPLER: must be always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio",
+	}
+	if err == nil || err.Error() != strings.Join(want, "\n") {
+		t.Fatalf("got:\n%v\nwant:\n%s", err, strings.Join(want, "\n"))
+	}
+	if err := tracing.Check(env(map[string]string{"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "2"})); err == nil ||
+		!strings.Contains(err.Error(), "OTEL_TRACES_SAMPLER_ARG: must be a ratio from 0 to 1") {
+		t.Errorf("a ratio of 2: %v", err)
 	}
 }
 
@@ -97,7 +134,7 @@ func TestFromEnvExportsToTheCollector(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.URL)
 	t.Setenv("OTEL_SERVICE_NAME", "hookgate-test")
 
-	tp, err := tracing.FromEnv(context.Background())
+	tp, err := tracing.FromEnv(context.Background(), slog.New(slog.DiscardHandler))
 	if err != nil || tp == nil {
 		t.Fatalf("FromEnv: %v, %v", tp, err)
 	}
@@ -122,7 +159,7 @@ func TestFromEnvExportsToTheCollector(t *testing.T) {
 func TestFromEnvWithoutAnEndpointIsNothing(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
 	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
-	tp, err := tracing.FromEnv(context.Background())
+	tp, err := tracing.FromEnv(context.Background(), slog.New(slog.DiscardHandler))
 	if tp != nil || err != nil {
 		t.Fatalf("FromEnv: %v, %v", tp, err)
 	}
