@@ -108,7 +108,8 @@ func TestServeReportsEveryErrorOfEveryCheckAtOnce(t *testing.T) {
 			map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "https://alice:PWLEAK@otel.example", "OTEL_TRACES_EXPORTER": "zipkin",
 				"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc", "GATEWAY_WORKERS": "0"},
 			[]string{"configuration: " + workers, `tracing: OTEL_TRACES_EXPORTER: otlp or none, not "zipkin"`,
-				`tracing: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: hookgate exports over http/protobuf, not "grpc"`}},
+				`tracing: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: hookgate exports over http/protobuf, not "grpc"`,
+				"tracing: OTEL_EXPORTER_OTLP_ENDPOINT: must carry no user or password: send a credential with OTEL_EXPORTER_OTLP_HEADERS"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err, lines, _ := serveWith(t, c.vars)
