@@ -100,7 +100,7 @@ func TestServeReportsEveryErrorOfEveryCheckAtOnce(t *testing.T) {
 			[]string{
 				"configuration: GATEWAY_OIDC_ISSUER: must be an https:// URL (http:// for localhost or 127.0.0.1 only) without a user, query or fragment, such as https://accounts.example.com (Config.OIDCIssuer)",
 				"GATEWAY_OIDC_CLIENT_ID: is required with GATEWAY_OIDC_ISSUER (Config.OIDCClientID)",
-				`GATEWAY_OIDC_ROLES: entry 1: no such role: "owner" (viewer, operator or admin) (Config.OIDCRoles)`,
+				"GATEWAY_OIDC_ROLES: entry 1: the role must be viewer, operator or admin (Config.OIDCRoles)",
 				"GATEWAY_OIDC_SCOPES: must hold openid (Config.OIDCScopes)",
 				"GATEWAY_PUBLIC_URL: is required with GATEWAY_OIDC_ISSUER: the identity provider sends people back to it, at /admin/oidc/callback (Config.PublicURL)",
 				"GATEWAY_OIDC_ISSUER: people sign in to the console, which is off (GATEWAY_ADMIN_TOKEN unset, or GATEWAY_CONSOLE=off) (Config.OIDCIssuer)"}},

@@ -183,7 +183,8 @@ func (q *Request) Check(maker Role) error {
 	case q.Role == 0:
 		return fmt.Errorf("%w: role: viewer, operator or admin is required", ErrBadToken)
 	case !maker.Allows(q.Role):
-		return fmt.Errorf("%w: role: %s is above the maker's own role (%s)", ErrBadToken, q.Role, maker)
+		// Beyond the maker's role: refused as any request beyond a role is.
+		return fmt.Errorf("%w: role: %s is above the maker's own role (%s)", ErrForbidden, q.Role, maker)
 	case q.ExpiresIn != 0 && (q.ExpiresIn < MinExpiresIn || q.ExpiresIn > MaxExpiresIn):
 		return fmt.Errorf("%w: expires_in: a duration from %s to %s", ErrBadToken, MinExpiresIn, MaxExpiresIn)
 	}
@@ -234,6 +235,13 @@ func Create(ctx context.Context, pool *pgxpool.Pool, maker Identity, q Request) 
 		return Made{}, fmt.Errorf("create token: %w", err)
 	}
 	return made, nil
+}
+
+// SignedIn caps the tokens of a person who has just signed in at the role
+// the sign-in gave them: a token acts for its person, never above their
+// role as of their latest sign-in. It returns how many tokens it lowered.
+func SignedIn(ctx context.Context, db store.Querier, person string, role Role) (int64, error) {
+	return store.CapPersonTokens(ctx, db, person, role.String())
 }
 
 // List returns the tokens by may see, newest first, never the tokens

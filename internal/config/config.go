@@ -726,7 +726,15 @@ func (c Config) checkOIDC(bad func(name, format string, args ...any)) {
 	const with = "is required with GATEWAY_OIDC_ISSUER"
 	switch {
 	case c.OIDCIssuer == "":
-		bad("GATEWAY_OIDC_ISSUER", "is required with GATEWAY_OIDC_CLIENT_ID, GATEWAY_OIDC_CLIENT_SECRET and GATEWAY_OIDC_ROLES")
+		var set []string
+		for name, v := range map[string]string{"GATEWAY_OIDC_CLIENT_ID": c.OIDCClientID, "GATEWAY_OIDC_CLIENT_SECRET": c.OIDCClientSecret.Value(),
+			"GATEWAY_OIDC_ROLES": c.OIDCRoles} {
+			if v != "" {
+				set = append(set, name)
+			}
+		}
+		slices.Sort(set)
+		bad("GATEWAY_OIDC_ISSUER", "is required with %s", strings.Join(set, " and "))
 	case !issuerURL(c.OIDCIssuer):
 		// Not the value: a URL may carry a password.
 		bad("GATEWAY_OIDC_ISSUER", "must be an https:// URL (http:// for localhost or 127.0.0.1 only) without a user, query or fragment, such as https://accounts.example.com")

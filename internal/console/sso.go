@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/hookgate/hookgate/internal/access"
 	"github.com/hookgate/hookgate/internal/sso"
 )
 
@@ -54,6 +55,14 @@ func (c *Console) handleSSOCallback(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		c.ssoFailed(w, r, a.Next, err)
 		return
+	}
+	lowered, err := access.SignedIn(r.Context(), c.Pool, p.Actor(), p.Role)
+	if err != nil {
+		c.serverError(w, r, err)
+		return
+	}
+	if lowered > 0 {
+		c.Logger.InfoContext(r.Context(), "tokens capped at the person's role", "actor", p.Actor(), "role", p.Role.String(), "tokens", lowered)
 	}
 	id, err := c.sessions.create(r.Context(), owner{person: p.Actor(), role: p.Role.String()})
 	if err != nil {

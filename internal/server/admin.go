@@ -206,7 +206,8 @@ func (s *server) adminOn(next http.Handler) http.Handler {
 // its SHA-256, outside the guard's lock. Either way the comparison is the
 // guard's to make: within the address's failure budgets, a wrong token
 // waiting a wrong guess's cost (see guess.Guard.Check). A request without
-// an Authorization header guessed nothing, and does not wait.
+// a bearer token (no Authorization header, another scheme, an empty token)
+// guessed nothing, and does not wait.
 func (s *server) authenticate(r *http.Request) (id access.Identity, ok bool, err error) {
 	header := r.Header.Get("Authorization")
 	if header == "" {
@@ -214,13 +215,16 @@ func (s *server) authenticate(r *http.Request) (id access.Identity, ok bool, err
 	}
 	// The scheme's name is case-insensitive (RFC 7235: bearer, BEARER).
 	scheme, token, found := strings.Cut(header, " ")
-	found = found && strings.EqualFold(scheme, "Bearer")
+	if !found || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		// Basic credentials, or Bearer with nothing: no token was guessed.
+		return access.Identity{}, false, nil
+	}
 	want := sha256.Sum256([]byte(s.Admin.Token))
 	got := sha256.Sum256([]byte(token))
-	admin := found && subtle.ConstantTimeCompare(got[:], want[:]) == 1
+	admin := subtle.ConstantTimeCompare(got[:], want[:]) == 1
 	var personal access.Identity
 	var known bool
-	if found && !admin && access.IsPersonalToken(token) && s.Admin.Pool != nil {
+	if !admin && access.IsPersonalToken(token) && s.Admin.Pool != nil {
 		personal, err = access.Authenticate(r.Context(), s.Admin.Pool, token)
 		switch {
 		case err == nil:

@@ -24,6 +24,8 @@ var ssoPeople = []oidctest.User{
 	{Username: "ana", Password: "pw-ana", Email: "ana@example.com", Name: "Ana", Groups: []string{"hookgate-admins"}},
 	{Username: "sam", Password: "pw-sam", Email: "sam@example.com", Name: "Sam", Groups: []string{"support"}},
 	{Username: "nick", Password: "pw-nick", Email: "nick@example.com", Name: "Nick", Groups: []string{"marketing"}},
+	// Sam again, while he was still an admin.
+	{Username: "sam-admin", Password: "pw-sam-admin", Email: "sam@example.com", Name: "Sam", Groups: []string{"hookgate-admins"}},
 }
 
 // another is a browser of its own (no cookies) on the same server.
@@ -224,8 +226,8 @@ func TestAPersonManagesTheirOwnTokensFromTheConsole(t *testing.T) {
 	if status, body := b.api("POST", "/admin/tokens", `{"name":"laptop","role":"viewer"}`, "not-the-token"); status != http.StatusForbidden {
 		t.Errorf("with another X-CSRF-Token = %d %s", status, body)
 	}
-	if status, body := b.api("POST", "/admin/tokens", `{"name":"laptop","role":"operator"}`, csrf); status != http.StatusBadRequest ||
-		!strings.Contains(body, "above the maker's own role") {
+	if status, body := b.api("POST", "/admin/tokens", `{"name":"laptop","role":"operator"}`, csrf); status != http.StatusForbidden ||
+		!strings.Contains(body, `"error":"forbidden"`) || !strings.Contains(body, "above the maker's own role") {
 		t.Errorf("above Sam's role = %d %s", status, body)
 	}
 	status, body := b.api("POST", "/admin/tokens", `{"name":"laptop","role":"viewer","expires_in":"1h"}`, csrf)
@@ -275,7 +277,7 @@ func TestTheTokensPage(t *testing.T) {
 	}
 	csrf := csrfOf(t, page)
 	res, page = b.do("POST", "/admin/ui/tokens", url.Values{"csrf": {csrf}, "name": {"phone"}, "role": {"admin"}, "expires_in": {"1h"}})
-	if res.StatusCode != http.StatusBadRequest || !strings.Contains(page, "above the maker") {
+	if res.StatusCode != http.StatusForbidden || !strings.Contains(page, "above the maker") {
 		t.Errorf("an admin token for Sam = %d:\n%s", res.StatusCode, page)
 	}
 	res, page = b.do("POST", "/admin/ui/tokens", url.Values{"csrf": {csrf}, "name": {"phone"}, "role": {"viewer"}, "expires_in": {"1h"}})
@@ -309,5 +311,31 @@ func TestTheTokensPage(t *testing.T) {
 	res, page = bot.do("GET", "/admin/ui/tokens", nil)
 	if res.StatusCode != http.StatusForbidden || strings.Contains(page, `href="/admin/ui/tokens"`) {
 		t.Errorf("a token's session's Tokens page = %d", res.StatusCode)
+	}
+}
+
+// A person's token never acts above the person's role as of their latest
+// sign-in: Sam, an admin, makes an admin token; once the provider makes him
+// a viewer and he signs in again, his token is a viewer's.
+func TestAPersonsTokensFollowTheirRoleDown(t *testing.T) {
+	t.Parallel()
+	a, p, b := setupSSO(t)
+	b.ssoSignIn(p, "sam-admin", "pw-sam-admin")
+	_, page := b.do("GET", "/admin/ui/routes", nil)
+	status, body := b.api("POST", "/admin/tokens", `{"name":"cli","role":"admin","expires_in":"1h"}`, metaCSRF.FindStringSubmatch(page)[1])
+	var made tokenJSON
+	if status != http.StatusCreated || json.Unmarshal([]byte(body), &made) != nil {
+		t.Fatalf("Sam's admin token = %d %s", status, body)
+	}
+	if status, _, got := a.admin(t, adminReq{method: "POST", path: "/admin/routes/fwd/pause", body: `{}`, token: made.Token}); status != http.StatusOK {
+		t.Fatalf("the admin token pausing = %d %s", status, got)
+	}
+
+	b.another().ssoSignIn(p, "sam", "pw-sam") // the provider now says viewer
+	if status, _, got := a.admin(t, adminReq{method: "POST", path: "/admin/routes/fwd/resume", body: `{}`, token: made.Token}); status != http.StatusForbidden {
+		t.Errorf("Sam's token after he became a viewer = %d %s", status, got)
+	}
+	if _, _, got := a.admin(t, adminReq{path: "/admin/tokens"}); !strings.Contains(string(got), `"role":"viewer","person":"oidc:sam@example.com"`) {
+		t.Errorf("the tokens: %s", got)
 	}
 }

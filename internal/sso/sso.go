@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -165,7 +166,12 @@ func (s *SSO) Finish(ctx context.Context, query url.Values, a Attempt) (Person, 
 		return Person{}, ErrState
 	}
 	if e := query.Get("error"); e != "" {
-		return Person{}, fmt.Errorf("%w: %s", ErrDenied, clip(e+" "+query.Get("error_description")))
+		// Only the code, and only one of OAuth's form: anyone can write a
+		// callback link, and its text would show on the gateway's page.
+		if !errorCode.MatchString(e) {
+			e = "an error"
+		}
+		return Person{}, fmt.Errorf("%w: %s", ErrDenied, e)
 	}
 	code := query.Get("code")
 	if code == "" {
@@ -244,6 +250,9 @@ func claimValues(v any) []string {
 	return nil
 }
 
+// errorCode is what an OAuth error code looks like (access_denied).
+var errorCode = regexp.MustCompile(`^[a-z_]{1,40}$`)
+
 // clip keeps what a provider sends, which ends up in pages and logs, short
 // and printable.
 func clip(s string) string {
@@ -282,36 +291,41 @@ type Rule struct {
 // its host.
 func ParseRoles(s string) ([]Rule, error) {
 	var rules []Rule
+	var problems []string // every entry's, never its text: told back in logs
+	const form = "is not CLAIM:VALUE=ROLE or *=ROLE"
 	for i, entry := range strings.Split(s, ",") {
 		entry = strings.TrimSpace(entry)
 		eq := strings.LastIndex(entry, "=")
 		if eq < 0 {
-			return nil, fmt.Errorf("entry %d is not CLAIM:VALUE=ROLE or *=ROLE", i+1)
+			problems = append(problems, fmt.Sprintf("entry %d %s", i+1, form))
+			continue
 		}
 		role, err := access.ParseRole(strings.TrimSpace(entry[eq+1:]))
 		if err != nil {
-			return nil, fmt.Errorf("entry %d: %w", i+1, err)
+			problems = append(problems, fmt.Sprintf("entry %d: the role must be viewer, operator or admin", i+1))
+			continue
 		}
-		var r Rule
+		r := Rule{Role: role}
 		if match := strings.TrimSpace(entry[:eq]); match != "*" {
 			from := 0
 			if scheme := strings.Index(match, "://"); scheme >= 0 && (strings.HasPrefix(match, "https://") || strings.HasPrefix(match, "http://")) {
 				from = scheme + len("://")
 			}
 			colon := strings.Index(match[from:], ":")
-			if colon < 0 {
-				return nil, fmt.Errorf("entry %d is not CLAIM:VALUE=ROLE or *=ROLE", i+1)
+			if colon < 0 || colon == 0 && from == 0 || from+colon+1 == len(match) {
+				problems = append(problems, fmt.Sprintf("entry %d %s", i+1, form))
+				continue
 			}
 			r.Claim, r.Value = match[:from+colon], match[from+colon+1:]
-			if r.Claim == "" || r.Value == "" {
-				return nil, fmt.Errorf("entry %d is not CLAIM:VALUE=ROLE or *=ROLE", i+1)
-			}
 		}
-		r.Role = role
 		if slices.ContainsFunc(rules, func(o Rule) bool { return o.Claim == r.Claim && o.Value == r.Value }) {
-			return nil, fmt.Errorf("entry %d matches what an entry before it matches", i+1)
+			problems = append(problems, fmt.Sprintf("entry %d matches what an entry before it matches", i+1))
+			continue
 		}
 		rules = append(rules, r)
+	}
+	if len(problems) > 0 {
+		return nil, errors.New(strings.Join(problems, "; "))
 	}
 	return rules, nil
 }

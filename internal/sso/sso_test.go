@@ -130,9 +130,15 @@ func TestASignInIsRefused(t *testing.T) {
 		t.Errorf("another PKCE verifier: %v", err)
 	}
 
-	denied := url.Values{"state": {a.State}, "error": {"access_denied"}, "error_description": {"the person cancelled\n<b>"}}
-	if _, err := s.Finish(ctx, denied, a); !errors.Is(err, sso.ErrDenied) || strings.Contains(err.Error(), "\n") {
+	// The provider's error code is told, nothing else of a link anyone
+	// could write.
+	denied := url.Values{"state": {a.State}, "error": {"access_denied"}, "error_description": {"call +1 555 0100 to unlock"}}
+	if _, err := s.Finish(ctx, denied, a); !errors.Is(err, sso.ErrDenied) || err.Error() != "the identity provider refused: access_denied" {
 		t.Errorf("the provider's error: %v", err)
+	}
+	denied.Set("error", "Your account is locked: call +1 555 0100")
+	if _, err := s.Finish(ctx, denied, a); !errors.Is(err, sso.ErrDenied) || err.Error() != "the identity provider refused: an error" {
+		t.Errorf("an error that is no code: %v", err)
 	}
 
 	q, a = signIn(t, p, s, browser, "nick", "pw-nick")
@@ -190,7 +196,8 @@ func TestParseRoles(t *testing.T) {
 		t.Fatalf("%+v, %v", got, err)
 	}
 	for in, want := range map[string]string{
-		"groups:a=owner":                 "entry 1: no such role",
+		"groups:a=owner":                 "entry 1: the role must be viewer, operator or admin",
+		"groups:a=SECRET,b,c:d=admin":    "entry 1: the role must be viewer, operator or admin; entry 2 is not CLAIM:VALUE=ROLE or *=ROLE",
 		"groups:a=admin,b":               "entry 2 is not CLAIM:VALUE=ROLE or *=ROLE",
 		"a=admin":                        "entry 1 is not CLAIM:VALUE=ROLE or *=ROLE",
 		":a=admin":                       "entry 1 is not CLAIM:VALUE=ROLE or *=ROLE",

@@ -146,3 +146,16 @@ func TokenPersonTx(ctx context.Context, tx pgx.Tx, id string) (string, error) {
 	}
 	return *person, nil
 }
+
+// CapPersonTokens lowers to role (viewer, operator or admin) the role of
+// every live token of person whose role is above it, and returns how many
+// it lowered.
+func CapPersonTokens(ctx context.Context, db Querier, person, role string) (int64, error) {
+	const rank = `CASE %s WHEN 'viewer' THEN 1 WHEN 'operator' THEN 2 WHEN 'admin' THEN 3 END`
+	tag, err := db.Exec(ctx, `UPDATE hookgate_tokens SET role = $2
+		WHERE person = $1 AND revoked_at IS NULL AND `+fmt.Sprintf(rank, "role")+` > `+fmt.Sprintf(rank, "$2::text"), person, role)
+	if err != nil {
+		return 0, fmt.Errorf("cap tokens: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
