@@ -191,7 +191,10 @@ func (q *Request) Check(maker Role) error {
 	return nil
 }
 
-func notPrintable(r rune) bool { return !unicode.IsPrint(r) }
+// notPrintable reports a rune a name may not hold: one that does not print,
+// or U+FFFD, which is what bytes that were no text (or a lone surrogate in
+// JSON) decode to.
+func notPrintable(r rune) bool { return !unicode.IsPrint(r) || r == utf8.RuneError }
 
 // Made is a token just made: the only time the token itself is told.
 type Made struct {

@@ -234,6 +234,8 @@ func TestPersonalTokensRequestsRefused(t *testing.T) {
 		`{"name":"x","role":"viewer","expires_in":"1ns"}`,
 		`{"name":"x","role":"viewer","expires_in":"59s"}`,
 		`{"name":" x","role":"viewer"}`,
+		`{"name":"\ud800","role":"viewer"}`, // a lone surrogate, which JSON decodes to U+FFFD
+		`{"name":"x\ufffd","role":"viewer"}`,
 		`{"name":"x","role":"viewer","owner":"me"}`,
 		`{"name":"x","role":3}`,
 	} {
