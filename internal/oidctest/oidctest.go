@@ -36,6 +36,8 @@ type User struct {
 	Username, Password, Email, Name string
 	// Groups are claimed in the ID token's GroupsClaim.
 	Groups []string
+	// Unverified makes the ID token say email_verified false.
+	Unverified bool
 }
 
 // Provider is a running identity provider.
@@ -62,7 +64,7 @@ func Start(t testing.TB, redirectURI string, users ...User) *Provider {
 	people := userStore{byID: map[string]*storage.User{}, groups: map[string][]string{}}
 	for i, u := range users {
 		id := "user-" + string(rune('a'+i))
-		people.byID[id] = &storage.User{ID: id, Username: u.Username, Password: u.Password, Email: u.Email, EmailVerified: true,
+		people.byID[id] = &storage.User{ID: id, Username: u.Username, Password: u.Password, Email: u.Email, EmailVerified: !u.Unverified,
 			FirstName: u.Name, PreferredLanguage: language.English}
 		people.groups[id] = u.Groups
 	}
@@ -143,8 +145,11 @@ func (s *withGroups) SetUserinfoFromRequest(ctx context.Context, info *oidc.User
 		return err
 	}
 	if u := s.people.GetUserByID(req.GetSubject()); u != nil {
-		info.Email, info.EmailVerified, info.Name = u.Email, oidc.Bool(true), u.FirstName
+		info.Email, info.EmailVerified, info.Name = u.Email, oidc.Bool(u.EmailVerified), u.FirstName
 		info.AppendClaims(GroupsClaim, s.people.groups[u.ID])
+		if !u.EmailVerified {
+			info.AppendClaims("email_verified", false) // the field's own false is left out
+		}
 	}
 	return nil
 }

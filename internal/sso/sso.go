@@ -76,7 +76,8 @@ type Config struct {
 type Person struct {
 	// Subject is the ID token's sub, unique at the issuer.
 	Subject string
-	// Email is the ID token's email claim, when it has one.
+	// Email is the ID token's email claim, when it has one that the
+	// provider does not say is unverified (email_verified false).
 	Email string
 	// Name is the ID token's name (or preferred_username), when it has one.
 	Name string
@@ -213,6 +214,12 @@ func (s *SSO) Finish(ctx context.Context, query url.Values, a Attempt) (Person, 
 func (s *SSO) person(sub string, claims map[string]any) (Person, error) {
 	str := func(name string) string { v, _ := claims[name].(string); return clip(v) }
 	p := Person{Subject: clip(sub), Email: str("email"), Name: str("name")}
+	if verified, said := claims["email_verified"].(bool); said && !verified {
+		// An address the provider has not verified could be anyone's: the
+		// person is named by the subject instead, and owns no one else's
+		// tokens through it.
+		p.Email = ""
+	}
 	if p.Name == "" {
 		p.Name = str("preferred_username")
 	}

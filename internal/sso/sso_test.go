@@ -27,6 +27,9 @@ var people = []oidctest.User{
 	{Username: "ana", Password: "pw-ana", Email: "ana@example.com", Name: "Ana", Groups: []string{"support", "hookgate-admins"}},
 	{Username: "sam", Password: "pw-sam", Email: "sam@example.com", Name: "Sam", Groups: []string{"support"}},
 	{Username: "nick", Password: "pw-nick", Email: "nick@example.com", Name: "Nick", Groups: []string{"marketing"}},
+	// Someone who says they are Ana, with an address the provider has not
+	// verified.
+	{Username: "mallory", Password: "pw-mallory", Email: "ana@example.com", Name: "Ana", Groups: []string{"support"}, Unverified: true},
 }
 
 // setup starts a provider and the gateway's sign-in with it; transport,
@@ -225,5 +228,19 @@ func TestAStarRuleGivesEveryoneARole(t *testing.T) {
 		if err != nil || got.Role != want {
 			t.Errorf("%s: %+v, %v", user, got, err)
 		}
+	}
+}
+
+// An email the provider has not verified names no one: the person is named
+// by their subject, and is not Ana however their address reads.
+func TestAnUnverifiedEmailNamesNoOne(t *testing.T) {
+	p, s, browser := setup(t, nil)
+	q, a := signIn(t, p, s, browser, "mallory", "pw-mallory")
+	got, err := s.Finish(context.Background(), q, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Email != "" || got.Actor() != "oidc:"+got.Subject || got.Subject == "" {
+		t.Errorf("an unverified address signed in as %+v (%s)", got, got.Actor())
 	}
 }
