@@ -9,6 +9,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/access"
 	"github.com/hookgate/hookgate/internal/sso"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // ssoCookie keeps a sign-in with the identity provider between its start
@@ -54,6 +55,12 @@ func (c *Console) handleSSOCallback(w http.ResponseWriter, r *http.Request) {
 	p, err := c.SSO.Finish(r.Context(), r.URL.Query(), a)
 	if err != nil {
 		c.ssoFailed(w, r, a.Next, err)
+		return
+	}
+	// The role the provider gives now is the person's everywhere: in their
+	// other browsers' sessions, and as their tokens' cap.
+	if err := store.SetPersonSessionsRole(r.Context(), c.Pool, p.Actor(), p.Role.String()); err != nil {
+		c.serverError(w, r, err)
 		return
 	}
 	lowered, err := access.SignedIn(r.Context(), c.Pool, p.Actor(), p.Role)

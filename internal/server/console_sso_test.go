@@ -332,6 +332,10 @@ func TestAPersonsTokensFollowTheirRoleDown(t *testing.T) {
 	}
 
 	b.another().ssoSignIn(p, "sam", "pw-sam") // the provider now says viewer
+	// His first browser's session is a viewer's too.
+	if _, page := b.do("GET", "/admin/ui/routes", nil); !strings.Contains(page, `<span class="role">viewer</span>`) {
+		t.Errorf("Sam's earlier session after he became a viewer:\n%s", page)
+	}
 	if status, _, got := a.admin(t, adminReq{method: "POST", path: "/admin/routes/fwd/resume", body: `{}`, token: made.Token}); status != http.StatusForbidden {
 		t.Errorf("Sam's token after he became a viewer = %d %s", status, got)
 	}

@@ -167,3 +167,12 @@ func DeleteConsoleSession(ctx context.Context, db Querier, idSHA256 []byte) erro
 	}
 	return nil
 }
+
+// SetPersonSessionsRole gives every console session of person the role,
+// the one their latest sign-in gave them.
+func SetPersonSessionsRole(ctx context.Context, db Querier, person, role string) error {
+	if _, err := db.Exec(ctx, `UPDATE hookgate_console_sessions SET person_role = $2 WHERE person = $1`, person, role); err != nil {
+		return fmt.Errorf("set the role of a person's sessions: %w", err)
+	}
+	return nil
+}
