@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -119,6 +120,9 @@ type process struct {
 	guard    *routes.Guard
 	recorder *rejections.Recorder
 	notifier *notify.Notifier
+	// follower keeps the routes those the database holds; nil when the
+	// configuration owns them.
+	follower *follower
 	riverUI  *riverui.Handler
 	summary  []any             // what the "gateway listening" line says
 	started  func(addr string) // says the gateway serves on addr
@@ -126,8 +130,13 @@ type process struct {
 
 // parts are what ingest, dispatch and the operator API share on one pool.
 type parts struct {
-	pool     *pgxpool.Pool
-	table    fanout.Table
+	pool  *pgxpool.Pool
+	table fanout.Table
+	// live is the table in force, which the database's routes change
+	// while the gateway runs (GATEWAY_ROUTES_FROM=database; see follower).
+	live *fanout.Live
+	// version is the stored routes' version the table was read at.
+	version  int64
 	m        *metrics.Metrics
 	store    *receipts.Store
 	guard    *routes.Guard
@@ -157,13 +166,17 @@ func (g *Gateway) build(ctx context.Context, pool *pgxpool.Pool) (*process, erro
 
 	p := &process{logger: logger, addr: env.Addr, metrics: env.MetricsAddr, m: pt.m, client: client, guard: pt.guard, notifier: pt.notifier,
 		recorder: &rejections.Recorder{Pool: pool, Logger: logger},
-		summary:  []any{"routes", len(pt.table), "operator_endpoints", env.AdminToken != "", "recovery", pt.rec.Providers()},
+		summary:  []any{"routes", len(pt.table), "routes_from", env.RoutesFrom, "operator_endpoints", env.AdminToken != "", "recovery", pt.rec.Providers()},
 		started: func(addr string) {
 			g.mu.Lock()
 			g.pool, g.client, g.addr = pool, client, addr
 			g.mu.Unlock()
 			close(g.started)
 		},
+	}
+	if env.RoutesFrom == "database" {
+		p.follower = newFollower(pt, env, g.handlers.Names(), pt.version, logger)
+		p.follower.client = client
 	}
 	if env.AdminToken != "" {
 		if p.riverUI, err = riverui.NewHandler(&riverui.HandlerOpts{
@@ -195,10 +208,18 @@ func (g *Gateway) build(ctx context.Context, pool *pgxpool.Pool) (*process, erro
 // routes' guard, the enqueuer, ingest and recovery.
 func (g *Gateway) parts(ctx context.Context, pool *pgxpool.Pool) (parts, error) {
 	env, table, logger := g.cfg, g.cfg.Table, g.opts.logger
+	var version int64
+	var retired fanout.Table
+	if env.RoutesFrom == "database" {
+		var err error
+		if table, retired, version, err = storedTable(ctx, pool, env, g.handlers.Names()); err != nil {
+			return parts{}, err
+		}
+	}
 	if err := routes.Sync(ctx, pool, table); err != nil {
 		return parts{}, err
 	}
-	if err := dispatch.QueueByRoute(ctx, pool, table); err != nil {
+	if err := dispatch.QueueByRoute(ctx, pool, slices.Concat(table, retired)); err != nil {
 		return parts{}, err
 	}
 	// The River client that works the jobs needs its workers, and they need
@@ -209,8 +230,9 @@ func (g *Gateway) parts(ctx context.Context, pool *pgxpool.Pool) (parts, error) 
 	if err != nil {
 		return parts{}, err
 	}
-	pt := parts{pool: pool, table: table, m: metrics.New(pool), store: &receipts.Store{Retention: env.Retention, Keys: env.Keys},
-		guard: routes.NewGuard(pool, table, inserter, logger)}
+	live := fanout.NewLive(table, retired)
+	pt := parts{pool: pool, table: table, live: live, version: version, m: metrics.New(pool),
+		store: &receipts.Store{Retention: env.Retention, Keys: env.Keys}, guard: routes.NewGuard(pool, live, inserter, logger)}
 	if env.ArchiveURL != "" {
 		if pt.archive, err = archive.Open(env.ArchiveURL, env.ArchiveEndpoint); err != nil {
 			return parts{}, err
@@ -220,7 +242,7 @@ func (g *Gateway) parts(ctx context.Context, pool *pgxpool.Pool) (parts, error) 
 		return parts{}, err
 	}
 	pt.m.Routes(pt.guard.Gauges)
-	pt.enqueuer = dispatch.NewEnqueuer(inserter, table, dispatch.EnqueuerConfig{MaxAttempts: env.MaxAttempts,
+	pt.enqueuer = dispatch.NewEnqueuer(inserter, live, dispatch.EnqueuerConfig{MaxAttempts: env.MaxAttempts,
 		Filters: &filter.Reporter{Count: pt.m.FilterFailed, Logger: logger}})
 	// Forwarding yields to acknowledgements while the machine is full
 	// (package yield): ingest never waits, and forwarding takes one dispatch
@@ -255,7 +277,7 @@ func (g *Gateway) parts(ctx context.Context, pool *pgxpool.Pool) (parts, error) 
 // periodic jobs (WithRiverWorkers, WithRiverQueues, WithPeriodicJobs).
 func (g *Gateway) riverClient(pt parts) (*river.Client[pgx.Tx], error) {
 	env, logger, pool := g.cfg, g.opts.logger, pt.pool
-	dispatcher := dispatch.NewWorker(pool, pt.table, pt.store, g.handlers, forward.New(env.ForwardSecrets, env.ForwardTimeout, env.Workers),
+	dispatcher := dispatch.NewWorker(pool, pt.live, pt.store, g.handlers, forward.New(env.ForwardSecrets, env.ForwardTimeout, env.Workers),
 		pt.guard, pt.yield, pt.m, logger)
 	if pt.notifier != nil {
 		dispatcher.Events = pt.notifier.Notify
@@ -268,7 +290,7 @@ func (g *Gateway) riverClient(pt parts) (*river.Client[pgx.Tx], error) {
 	}
 	return dispatch.NewClient(pool, dispatch.ClientConfig{
 		Dispatch:       dispatcher,
-		Reconcile:      &dispatch.ReconcileWorker{Pool: pool, Routes: pt.table},
+		Reconcile:      &dispatch.ReconcileWorker{Pool: pool, Routes: pt.live},
 		Workers:        env.Workers,
 		ForwardTimeout: env.ForwardTimeout,
 		Logger:         logger,
@@ -315,6 +337,16 @@ func (g *Gateway) handler(pt parts, p *process) http.Handler {
 	if p.riverUI != nil {
 		riverUI = p.riverUI
 	}
+	var checkRoute func(string, []byte) ([]byte, error)
+	var routesChanged func()
+	if p.follower != nil {
+		names := g.handlers.Names()
+		checkRoute = func(name string, body []byte) ([]byte, error) {
+			_, spec, err := env.LiveRoute(name, body, names)
+			return spec, err
+		}
+		routesChanged = p.follower.Poke
+	}
 	return server.New(server.Config{
 		Logger:                  g.opts.logger,
 		Providers:               env.Providers,
@@ -332,8 +364,8 @@ func (g *Gateway) handler(pt parts, p *process) http.Handler {
 		Events:                  pt.notifier.Notify,
 		Tracer:                  tracing.Tracer(g.opts.tracer),
 		TrustedProxies:          trusted,
-		Admin: server.AdminConfig{Token: env.AdminToken.Value(), Pool: pt.pool, Enqueuer: pt.enqueuer, RiverUI: riverUI, Routes: pt.table,
-			NoConsole: env.Console == "off", PublicURL: env.PublicURL, SSO: signIn(env), Recoverer: pt.rec, SearchBudget: env.SearchBudget,
+		Admin: server.AdminConfig{Token: env.AdminToken.Value(), Pool: pt.pool, Enqueuer: pt.enqueuer, RiverUI: riverUI, Routes: pt.live,
+			NoConsole: env.Console == "off", PublicURL: env.PublicURL, SSO: signIn(env), CheckRoute: checkRoute, RoutesChanged: routesChanged, Recoverer: pt.rec, SearchBudget: env.SearchBudget,
 			Archive: pt.archive, Retention: env.Retention},
 	})
 }
@@ -353,11 +385,19 @@ func (p *process) run(ctx context.Context) error {
 	go func() { p.guard.Run(bgCtx); close(guardDone) }()
 	notifierDone := make(chan struct{})
 	go func() { p.notifier.Run(bgCtx); close(notifierDone) }()
+	followerDone := make(chan struct{})
+	go func() {
+		if p.follower != nil {
+			p.follower.run(bgCtx)
+		}
+		close(followerDone)
+	}()
 	defer func() {
 		stopBackground()
 		<-recorderDone
 		<-guardDone
 		<-notifierDone
+		<-followerDone
 	}()
 	if p.riverUI != nil {
 		if err := p.riverUI.Start(bgCtx); err != nil {

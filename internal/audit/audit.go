@@ -25,6 +25,10 @@ const (
 	// TokenCreate and TokenRevoke are a personal token made and revoked.
 	TokenCreate = "token_create"
 	TokenRevoke = "token_revoke"
+	// RoutePut and RouteDelete are a route the database owns made or
+	// changed, and deleted, with the route before and after.
+	RoutePut    = "route_put"
+	RouteDelete = "route_delete"
 )
 
 // ErrBadCursor means a cursor that List did not make.

@@ -154,6 +154,11 @@ type Config struct {
 	// several rules match gets the highest role; one that none matches is
 	// refused.
 	OIDCRoles string `env:"GATEWAY_OIDC_ROLES"`
+	// RoutesFrom says who owns the routes: "config" (the configuration file
+	// or GATEWAY_ROUTES; the API cannot change them) or "database" (the
+	// API's PUT and DELETE, in force on every gateway within seconds; the
+	// configured routes seed an empty table once). Defaults to config.
+	RoutesFrom string `env:"GATEWAY_ROUTES_FROM" default:"config"`
 	// TrustedProxies are the reverse proxies (CIDRs or addresses,
 	// comma-separated) whose X-Forwarded-For names the remote address that
 	// the rejections log, logs, budgets and guessing limits see. Empty: the
@@ -367,6 +372,7 @@ func (c Config) withDefaults() Config {
 	str(&c.Schema, schema.Default)
 	str(&c.Addr, ":8080")
 	str(&c.Console, "on")
+	str(&c.RoutesFrom, "config")
 	str(&c.OIDCScopes, "openid email profile")
 	str(&c.LogFormat, "text")
 	str(&c.LogLevel, "info")
@@ -443,6 +449,8 @@ type Resolved struct {
 	Providers *providers.Registry
 	// Keys are the search keys indexed at ingest, checked.
 	Keys *searchkeys.Set
+
+	sourceNames []string // the sources' names, as routes may match them
 }
 
 // CheckBuiltins reports a route whose builtin:<name> target names no
@@ -480,6 +488,7 @@ func (c Config) Resolve() (Resolved, error) {
 	r.Providers = reg
 	d := c.RouteDefaults()
 	d.Sources = sourceNames
+	r.sourceNames = sourceNames
 	configured := c.configured(sourceNames)
 	keys, err := searchkeys.New(c.keyPaths(configured, func(err error) { errs = append(errs, c.keysError(err)) }))
 	if err != nil {
@@ -685,6 +694,9 @@ func (c Config) validate() []error {
 	}
 	if c.Workers < 1 || c.Workers > fanout.MaxConcurrency {
 		bad("GATEWAY_WORKERS", "must be 1 to %d, got %d", fanout.MaxConcurrency, c.Workers)
+	}
+	if c.RoutesFrom != "config" && c.RoutesFrom != "database" {
+		bad("GATEWAY_ROUTES_FROM", "must be config or database")
 	}
 	if c.Console != "on" && c.Console != "off" {
 		// Not the value: whatever was pasted there may be a secret.

@@ -63,7 +63,7 @@ type Config struct {
 	// routes' queues and makes retrying dispatches' jobs due now.
 	Enqueuer *dispatch.Enqueuer
 	// Routes is the fan-out table.
-	Routes fanout.Table
+	Routes fanout.Source
 	// Providers are the gateway's providers: the filters' and charts'
 	// choices. Nil: the built-in ones.
 	Providers *providers.Registry
@@ -113,6 +113,9 @@ type Console struct {
 // the binary, so a template that does not parse is a bug (which every test
 // of the console finds): New panics on one.
 func New(cfg Config) *Console {
+	if cfg.Routes == nil {
+		cfg.Routes = fanout.Table(nil) // no routes
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

@@ -236,7 +236,7 @@ func (c *Console) handleOverview(w http.ResponseWriter, r *http.Request) {
 		c.serverError(w, r, err)
 		return
 	}
-	list, err := routes.List(r.Context(), c.Pool, c.Routes)
+	list, err := routes.List(r.Context(), c.Pool, c.Routes.Routes())
 	if err != nil {
 		c.serverError(w, r, err)
 		return
@@ -482,7 +482,7 @@ type replayConfirmData struct {
 func (c *Console) replayForm(v url.Values) (routes []string, force bool, reason string, err error) {
 	routes = v["route"]
 	for _, name := range routes {
-		if _, ok := c.Routes.ByName(name); !ok {
+		if _, ok := c.Routes.Routes().ByName(name); !ok {
 			return nil, false, "", fmt.Errorf("%w: no route %q", replay.ErrUnknownRoute, name)
 		}
 	}
@@ -545,7 +545,7 @@ func (c *Console) handleRetry(w http.ResponseWriter, r *http.Request) {
 		c.failWith(w, r, err)
 		return
 	}
-	res, err := retry.Delivery(r.Context(), c.Pool, c.Enqueuer.Client(), c.Routes, provider, id, nil, retry.Operator{Actor: c.actor(r)})
+	res, err := retry.Delivery(r.Context(), c.Pool, c.Enqueuer.Client(), c.Routes.Routes(), provider, id, nil, retry.Operator{Actor: c.actor(r)})
 	if err != nil {
 		c.failWith(w, r, err)
 		return
@@ -831,7 +831,7 @@ type routeRow struct {
 }
 
 func (c *Console) handleRoutes(w http.ResponseWriter, r *http.Request) {
-	list, err := routes.List(r.Context(), c.Pool, c.Routes)
+	list, err := routes.List(r.Context(), c.Pool, c.Routes.Routes())
 	if err != nil {
 		c.serverError(w, r, err)
 		return
@@ -878,12 +878,12 @@ func (c *Console) handleRouteAction(w http.ResponseWriter, r *http.Request) {
 	var err error
 	switch action {
 	case "pause":
-		_, err = routes.Pause(r.Context(), c.Pool, c.Enqueuer.Client(), c.Routes, name, change)
+		_, err = routes.Pause(r.Context(), c.Pool, c.Enqueuer.Client(), c.Routes.Routes(), name, change)
 	case "resume":
-		_, err = routes.Resume(r.Context(), c.Pool, c.Enqueuer.Client(), c.Routes, name, change)
+		_, err = routes.Resume(r.Context(), c.Pool, c.Enqueuer.Client(), c.Routes.Routes(), name, change)
 	case "retry":
 		var n int
-		n, err = retry.Route(r.Context(), c.Pool, c.Enqueuer.Client(), c.Routes, name, retry.Operator{Actor: c.actor(r), Reason: reason})
+		n, err = retry.Route(r.Context(), c.Pool, c.Enqueuer.Client(), c.Routes.Routes(), name, retry.Operator{Actor: c.actor(r), Reason: reason})
 		done.Set("retried", strconv.Itoa(n))
 	default:
 		c.fail(w, r, http.StatusNotFound, "No such action: routes are paused, resumed or retried.")

@@ -107,12 +107,12 @@ func NewClient(pool *pgxpool.Pool, cfg ClientConfig) (*river.Client[pgx.Tx], err
 		// Not the GIN indexes hookgate's schema drops (migration 0015).
 		ReindexerIndexNames:  schema.RiverReindexed(),
 		JobTimeout:           jobTimeout(cfg.ForwardTimeout),
-		RescueStuckJobsAfter: rescueAfter(cfg.Dispatch.routes.MaxTimeout(cfg.ForwardTimeout)),
+		RescueStuckJobsAfter: rescueAfter(cfg.Dispatch.routes.Routes().MaxTimeout(cfg.ForwardTimeout)),
 		PeriodicJobs:         periodic,
 		// The client's own middleware runs innermost: what the others see
 		// of a job's error is its cleaned text.
 		Middleware: append(slices.Clip(cfg.Middleware), rivertype.Middleware(cleanErrors(cfg.Logger))),
-		Queues:     queues(cfg.Dispatch.routes, cfg.Workers, cfg.Queues),
+		Queues:     queues(cfg.Dispatch.routes.Known(), cfg.Workers, cfg.Queues),
 		Workers:    workers,
 	})
 	if err != nil {
@@ -158,7 +158,7 @@ func queues(table fanout.Table, workers int, extra map[string]river.QueueConfig)
 	}
 	qs[river.QueueDefault] = river.QueueConfig{MaxWorkers: defaultQueueWorkers}
 	for _, r := range table {
-		qs[r.Queue()] = river.QueueConfig{MaxWorkers: cmp.Or(r.Concurrency, workers)}
+		qs[r.Queue()] = RouteQueue(r, workers)
 	}
 	return qs
 }
@@ -176,4 +176,11 @@ func NewInserter(pool *pgxpool.Pool, logger *slog.Logger) (*river.Client[pgx.Tx]
 		return nil, fmt.Errorf("river client: %w", err)
 	}
 	return client, nil
+}
+
+// RouteQueue is the River queue configuration of route r: its concurrency,
+// workers when it sets none. A route added while the gateway runs gets its
+// queue with it (client.Queues().Add).
+func RouteQueue(r fanout.Route, workers int) river.QueueConfig {
+	return river.QueueConfig{MaxWorkers: cmp.Or(r.Concurrency, workers)}
 }

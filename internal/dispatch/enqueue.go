@@ -35,7 +35,7 @@ func (Args) Kind() string { return Kind }
 // transaction.
 type Enqueuer struct {
 	client      *river.Client[pgx.Tx]
-	routes      fanout.Table
+	routes      fanout.Source
 	maxAttempts int
 	filters     *filter.Reporter
 }
@@ -51,9 +51,10 @@ type EnqueuerConfig struct {
 	Filters *filter.Reporter
 }
 
-// NewEnqueuer returns an Enqueuer of table's routes whose jobs client
-// inserts; it may be an insert-only client (NewInserter).
-func NewEnqueuer(client *river.Client[pgx.Tx], table fanout.Table, cfg EnqueuerConfig) *Enqueuer {
+// NewEnqueuer returns an Enqueuer of table's routes (as they are at each
+// decision) whose jobs client inserts; it may be an insert-only client
+// (NewInserter).
+func NewEnqueuer(client *river.Client[pgx.Tx], table fanout.Source, cfg EnqueuerConfig) *Enqueuer {
 	if cfg.Filters == nil {
 		cfg.Filters = &filter.Reporter{}
 	}
@@ -65,8 +66,9 @@ func NewEnqueuer(client *river.Client[pgx.Tx], table fanout.Table, cfg EnqueuerC
 // (bulk replay's).
 func (e *Enqueuer) Client() *river.Client[pgx.Tx] { return e.client }
 
-// Routes is the fan-out table the Enqueuer creates dispatches of.
-func (e *Enqueuer) Routes() fanout.Table { return e.routes }
+// Routes is the fan-out table the Enqueuer creates dispatches of, as it is
+// now.
+func (e *Enqueuer) Routes() fanout.Table { return e.routes.Routes() }
 
 // EnqueueTx creates generation 1 of the dispatch of every route matching the
 // event, with one River job each, and returns how many it created. Routes that
@@ -85,7 +87,7 @@ func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, provider, deliveryI
 // best done before a transaction is open. It returns nil when no filter is
 // involved (the transaction decides by the route table alone, at no cost).
 func (e *Enqueuer) Prematch(ev providers.Delivery) []string {
-	if !e.routes.FiltersFor(ev.Provider, ev.Event) {
+	if !e.routes.Routes().FiltersFor(ev.Provider, ev.Event) {
 		return nil
 	}
 	return append([]string{}, e.Matching(ev)...)
@@ -94,7 +96,7 @@ func (e *Enqueuer) Prematch(ev providers.Delivery) []string {
 // Matching returns the routes that take ev under the route table and its
 // filters as they are now.
 func (e *Enqueuer) Matching(ev providers.Delivery) []string {
-	return e.routes.Matching(input(ev), e.filters.Failed)
+	return e.routes.Routes().Matching(input(ev), e.filters.Failed)
 }
 
 // input is an event as route filters see it.
@@ -140,7 +142,7 @@ func (e *Enqueuer) EnqueueManyTx(ctx context.Context, tx pgx.Tx, events []provid
 // route's attempt limit.
 func (e *Enqueuer) insertOpts(route string) *river.InsertOpts {
 	opts := &river.InsertOpts{MaxAttempts: e.maxAttempts}
-	if r, ok := e.routes.ByName(route); ok {
+	if r, ok := e.routes.Route(route); ok {
 		opts.Queue = r.Queue()
 		if r.MaxAttempts > 0 {
 			opts.MaxAttempts = r.MaxAttempts
@@ -207,7 +209,7 @@ func (e *Enqueuer) CreateTx(ctx context.Context, tx pgx.Tx, want []Created) ([]C
 	var turns []store.DispatchKey
 	for i, k := range inserted {
 		created[i] = Created{Provider: k.Provider, DeliveryID: k.DeliveryID, Route: k.Route, Generation: k.Generation, State: Pending}
-		if r, ok := e.routes.ByName(k.Route); ok && r.OldestFirst() {
+		if r, ok := e.routes.Route(k.Route); ok && r.OldestFirst() {
 			turns = append(turns, k)
 		}
 	}

@@ -24,8 +24,9 @@ type ReconcileWorker struct {
 	// Pool is the database.
 	Pool *pgxpool.Pool
 	// Routes is the fan-out table: waiting dispatch jobs are moved to their
-	// route's queue (see QueueByRoute).
-	Routes fanout.Table
+	// route's queue (see QueueByRoute), a retired route's included. Nil: no
+	// routes.
+	Routes fanout.Source
 }
 
 // Work implements river.Worker. River keeps cancelled jobs for a day, so a
@@ -34,7 +35,11 @@ func (w *ReconcileWorker) Work(ctx context.Context, _ *river.Job[ReconcileArgs])
 	if err := store.RecordRiverEndsOf(ctx, w.Pool, Kind); err != nil {
 		return err
 	}
-	return QueueByRoute(ctx, w.Pool, w.Routes)
+	var known fanout.Table
+	if w.Routes != nil {
+		known = w.Routes.Known()
+	}
+	return QueueByRoute(ctx, w.Pool, known)
 }
 
 // QueueByRoute moves waiting dispatch jobs to the queue of their route:

@@ -53,7 +53,7 @@ type Worker struct {
 	river.WorkerDefaults[Args]
 
 	pool      *pgxpool.Pool
-	routes    fanout.Table
+	routes    fanout.Source
 	handlers  handlers.Registry
 	forwarder *forward.Client
 	receipts  *receipts.Store
@@ -135,7 +135,7 @@ type Admitter interface {
 // dispatches back, up to MaxYield, while ingest is under load
 // (yield.Never holds none). m records final states and forward attempts;
 // logger logs failures, never payloads.
-func NewWorker(pool *pgxpool.Pool, table fanout.Table, rs *receipts.Store, handlers handlers.Registry, forwarder *forward.Client,
+func NewWorker(pool *pgxpool.Pool, table fanout.Source, rs *receipts.Store, handlers handlers.Registry, forwarder *forward.Client,
 	guard Admitter, gate *yield.Gate, m *metrics.Metrics, logger *slog.Logger) *Worker {
 	w := &Worker{pool: pool, routes: table, handlers: handlers, forwarder: forwarder, receipts: rs, logger: logger,
 		metrics: m, guard: guard, yield: gate}
@@ -208,7 +208,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) (err error) {
 // the commit of the receipt or replay that made it. A snooze keeps the
 // attempt count, so the attempt that follows is the first again, and goes.
 func (w *Worker) orderWindow(job *river.Job[Args]) time.Duration {
-	r, ok := w.routes.ByName(job.Args.Route)
+	r, ok := w.routes.Route(job.Args.Route)
 	if !ok || r.OrderWindow <= 0 || job.Attempt > 1 {
 		return 0
 	}
@@ -218,7 +218,7 @@ func (w *Worker) orderWindow(job *river.Job[Args]) time.Duration {
 // Timeout implements river.Worker: the route's attempt time limit and the
 // database work around it.
 func (w *Worker) Timeout(job *river.Job[Args]) time.Duration {
-	if r, ok := w.routes.ByName(job.Args.Route); ok && r.Timeout > 0 {
+	if r, ok := w.routes.Route(job.Args.Route); ok && r.Timeout > 0 {
 		return jobTimeout(r.Timeout)
 	}
 	return 0 // the client's
@@ -234,7 +234,7 @@ func (w *Worker) NextRetry(job *river.Job[Args]) time.Time {
 }
 
 func (w *Worker) work(ctx context.Context, job *river.Job[Args]) error {
-	route, ok := w.routes.ByName(job.Args.Route)
+	route, ok := w.routes.Route(job.Args.Route)
 	if !ok {
 		return fmt.Errorf("%w: route %q is no longer configured", errNoTarget, job.Args.Route)
 	}
@@ -558,7 +558,7 @@ func (w *Worker) leaseTTL() time.Duration {
 	if w.forwarder.Timeout > 0 {
 		timeout = w.forwarder.Timeout
 	}
-	return rescueAfter(w.routes.MaxTimeout(timeout))
+	return rescueAfter(w.routes.Routes().MaxTimeout(timeout))
 }
 
 // dropLease gives back the claim's lease, if it took one.

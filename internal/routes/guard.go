@@ -63,7 +63,7 @@ type state struct {
 // Run must be running for its view of the routes to stay current.
 type Guard struct {
 	pool   *pgxpool.Pool
-	table  fanout.Table
+	table  fanout.Source
 	queues *river.Client[pgx.Tx]
 	logger *slog.Logger
 
@@ -83,7 +83,7 @@ type Guard struct {
 // the River queue of a paused route that was resumed in River UI: its
 // dispatches would otherwise be fetched and put back, over and over, for as
 // long as the route stays paused. logger reports what could not be written.
-func NewGuard(pool *pgxpool.Pool, table fanout.Table, queues *river.Client[pgx.Tx], logger *slog.Logger) *Guard {
+func NewGuard(pool *pgxpool.Pool, table fanout.Source, queues *river.Client[pgx.Tx], logger *slog.Logger) *Guard {
 	return &Guard{pool: pool, table: table, queues: queues, logger: logger}
 }
 
@@ -248,7 +248,7 @@ const queueListMax = 10000
 func (g *Guard) repause(ctx context.Context, m map[string]state) error {
 	var queues []string
 	routeOf := map[string]string{}
-	for _, r := range g.table {
+	for _, r := range g.table.Known() {
 		if m[r.Name].paused {
 			queues = append(queues, r.Queue())
 			routeOf[r.Queue()] = r.Name
@@ -457,8 +457,9 @@ func (g *Guard) permit(ctx context.Context, r fanout.Route) (time.Duration, erro
 // last read them (no query), for the metrics.
 func (g *Guard) Gauges() []metrics.RouteGauge {
 	now := time.Now()
-	gs := make([]metrics.RouteGauge, len(g.table))
-	for i, r := range g.table {
+	table := g.table.Routes()
+	gs := make([]metrics.RouteGauge, len(table))
+	for i, r := range table {
 		s := g.state(r.Name)
 		gs[i] = metrics.RouteGauge{Route: r.Name, Paused: s.paused, Circuit: circuitState(r.Circuit, s.failures, s.probeUntil.After(now))}
 	}

@@ -49,7 +49,7 @@ type AdminConfig struct {
 	RiverUI http.Handler
 	// Routes is the fan-out table, whose routes operators see, pause and
 	// resume (through Enqueuer's River client).
-	Routes fanout.Table
+	Routes fanout.Source
 	// NoConsole turns the browser console off (GATEWAY_CONSOLE=off): the
 	// JSON API and River UI then take the bearer token only.
 	NoConsole bool
@@ -59,6 +59,14 @@ type AdminConfig struct {
 	// SSO signs people in to the console with OpenID Connect; nil: the
 	// console takes tokens only.
 	SSO *sso.SSO
+	// CheckRoute checks a route given to PUT /admin/routes/{name} as the
+	// configuration's are checked, and returns its spec to store; nil: the
+	// configuration owns the routes (GATEWAY_ROUTES_FROM=config), and PUT
+	// and DELETE answer 409 routes_from_config.
+	CheckRoute func(name string, body []byte) ([]byte, error)
+	// RoutesChanged, when set, is told of a route put or deleted here, so
+	// that this gateway follows at once (the others within seconds).
+	RoutesChanged func()
 	// Guesses compares bearer tokens and console sign-ins alike, and charges
 	// wrong ones. Nil: a guess.Guard with its defaults.
 	Guesses *guess.Guard
@@ -114,6 +122,9 @@ func (s *server) adminRoutes(r chi.Router) {
 		operate.Post("/routes/{name}/pause", s.handlePauseRoute)
 		operate.Post("/routes/{name}/resume", s.handleResumeRoute)
 		operate.Post("/routes/{name}/retry", s.handleRetryRoute)
+		administer := r.With(s.need(access.Admin))
+		administer.Put("/routes/{name}", s.handlePutRoute)
+		administer.Delete("/routes/{name}", s.handleDeleteRoute)
 		view.Get("/audit", s.handleAudit)
 		view.Get("/providers", s.handleListProviders)
 		operate.Post("/recover/{provider}", s.handleRecover)

@@ -14,6 +14,7 @@ import (
 	"github.com/hookgate/hookgate/internal/access"
 	"github.com/hookgate/hookgate/internal/archive"
 	"github.com/hookgate/hookgate/internal/audit"
+	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/errtext"
 	"github.com/hookgate/hookgate/internal/idempotency"
@@ -38,6 +39,7 @@ var (
 	errForbidden        = errors.New("forbidden")
 	errOverloaded       = errors.New("overloaded")
 	errRequestTimeout   = errors.New("request timeout")
+	errRoutesFromConfig = errors.New("the configuration owns the routes")
 )
 
 // errorCodes is the one table that turns errors into the contract's status
@@ -76,6 +78,8 @@ var errorCodes = []struct {
 	{replay.ErrNotFound, http.StatusNotFound, "not_found"},
 	{routes.ErrNotFound, http.StatusNotFound, "not_found"},
 	{retry.ErrPaused, http.StatusConflict, "route_paused"},
+	{errRoutesFromConfig, http.StatusConflict, "routes_from_config"},
+	{config.ErrBadLiveRoute, http.StatusBadRequest, "bad_request"},
 	{retry.ErrUnknownRoute, http.StatusBadRequest, "bad_request"},
 	{audit.ErrBadCursor, http.StatusBadRequest, "bad_request"},
 	{idempotency.ErrBadBody, http.StatusBadRequest, "bad_request"},

@@ -35,7 +35,7 @@ func (s *server) handleRetryRoute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := chi.URLParam(r, "name")
-	n, err := retry.Route(r.Context(), s.Admin.Pool, s.Admin.Enqueuer.Client(), s.Admin.Routes, name,
+	n, err := retry.Route(r.Context(), s.Admin.Pool, s.Admin.Enqueuer.Client(), s.Admin.Routes.Routes(), name,
 		retry.Operator{Actor: actor(r), Reason: req.Reason})
 	if err != nil {
 		writeError(w, r, s.Logger, err)
@@ -70,7 +70,7 @@ func (s *server) handleRetryDelivery(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.Logger, err)
 		return
 	}
-	res, err := retry.Delivery(r.Context(), s.Admin.Pool, s.Admin.Enqueuer.Client(), s.Admin.Routes, provider, id, req.Routes,
+	res, err := retry.Delivery(r.Context(), s.Admin.Pool, s.Admin.Enqueuer.Client(), s.Admin.Routes.Routes(), provider, id, req.Routes,
 		retry.Operator{Actor: actor(r), Reason: req.Reason})
 	if err != nil {
 		writeError(w, r, s.Logger, err)
@@ -142,7 +142,7 @@ func (s *server) retryManyTx(ctx context.Context, tx pgx.Tx, f deliveries.Filter
 			return retry.BulkResult{}, ctx.Err()
 		}
 	}
-	return retry.BulkTx(ctx, tx, s.Admin.Enqueuer.Client(), s.Admin.Routes, f, after, s.Admin.SearchBudget, op)
+	return retry.BulkTx(ctx, tx, s.Admin.Enqueuer.Client(), s.Admin.Routes.Routes(), f, after, s.Admin.SearchBudget, op)
 }
 
 // retryMany is retryManyTx in a transaction of its own: the console's bulk

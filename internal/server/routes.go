@@ -15,7 +15,7 @@ import (
 )
 
 func (s *server) handleListRoutes(w http.ResponseWriter, r *http.Request) {
-	list, err := routes.List(r.Context(), s.Admin.Pool, s.Admin.Routes)
+	list, err := routes.List(r.Context(), s.Admin.Pool, s.Admin.Routes.Routes())
 	if err != nil {
 		writeError(w, r, s.Logger, err)
 		return
@@ -24,7 +24,7 @@ func (s *server) handleListRoutes(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) handleShowRoute(w http.ResponseWriter, r *http.Request) {
-	v, err := routes.Get(r.Context(), s.Admin.Pool, s.Admin.Routes, chi.URLParam(r, "name"))
+	v, err := routes.Get(r.Context(), s.Admin.Pool, s.Admin.Routes.Routes(), chi.URLParam(r, "name"))
 	if err != nil {
 		writeError(w, r, s.Logger, err)
 		return
@@ -54,7 +54,7 @@ func (s *server) changeRoute(w http.ResponseWriter, r *http.Request, change func
 		writeError(w, r, s.Logger, err)
 		return
 	}
-	v, err := change(r.Context(), s.Admin.Pool, s.Admin.Enqueuer.Client(), s.Admin.Routes, chi.URLParam(r, "name"),
+	v, err := change(r.Context(), s.Admin.Pool, s.Admin.Enqueuer.Client(), s.Admin.Routes.Routes(), chi.URLParam(r, "name"),
 		routes.Change{Actor: actor(r), Reason: req.Reason})
 	if err != nil {
 		writeError(w, r, s.Logger, err)

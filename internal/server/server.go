@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hookgate/hookgate/internal/console"
+	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/framing"
 	"github.com/hookgate/hookgate/internal/guess"
 	"github.com/hookgate/hookgate/internal/inflight"
@@ -121,6 +122,9 @@ const rejectedLogEvery = 10 * time.Second
 
 // New returns the gateway's HTTP handler with its whole route table.
 func New(cfg Config) http.Handler {
+	if cfg.Admin.Routes == nil {
+		cfg.Admin.Routes = fanout.Table(nil) // no routes
+	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 25 << 20
 	}

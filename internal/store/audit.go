@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -21,6 +22,10 @@ type AuditEntry struct {
 	Provider   *string   `json:"provider"`
 	DeliveryID *string   `json:"delivery_id"`
 	Reason     *string   `json:"reason"`
+	// Before and After are what a change changed (a route's spec), when it
+	// records them.
+	Before json.RawMessage `json:"before,omitempty"`
+	After  json.RawMessage `json:"after,omitempty"`
 	// ReplayID names a replay's entry in the replay log.
 	ReplayID *string `json:"replay_id,omitempty"`
 }
@@ -28,17 +33,28 @@ type AuditEntry struct {
 // NewAuditEntry is an entry to record. An empty field is stored as NULL.
 type NewAuditEntry struct {
 	Actor, Action, Route, Provider, DeliveryID, Reason string
+	// Before and After are what changed, as JSON (a route's spec).
+	Before, After []byte
 }
 
 // InsertAuditEntryTx appends an entry in tx (the transaction of what it
 // records), at the transaction's time.
 func InsertAuditEntryTx(ctx context.Context, tx pgx.Tx, e NewAuditEntry) error {
-	_, err := tx.Exec(ctx, `INSERT INTO hookgate_audit (actor, action, route, provider, delivery_id, reason)
-		VALUES ($1, $2, $3, $4, $5, $6)`, e.Actor, e.Action, nullIfEmpty(e.Route), nullIfEmpty(e.Provider), nullIfEmpty(e.DeliveryID), nullIfEmpty(e.Reason))
+	_, err := tx.Exec(ctx, `INSERT INTO hookgate_audit (actor, action, route, provider, delivery_id, reason, before, after)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, e.Actor, e.Action, nullIfEmpty(e.Route), nullIfEmpty(e.Provider), nullIfEmpty(e.DeliveryID),
+		nullIfEmpty(e.Reason), jsonOrNull(e.Before), jsonOrNull(e.After))
 	if err != nil {
 		return fmt.Errorf("record audit entry: %w", err)
 	}
 	return nil
+}
+
+// jsonOrNull is b as a JSON value, or NULL when b is empty.
+func jsonOrNull(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return string(b)
 }
 
 // nullIfEmpty is s, or NULL when s is empty.
@@ -85,12 +101,12 @@ func AuditLog(ctx context.Context, db Querier, p AuditLogParams) ([]AuditRow, er
 		after = *p.After
 		at = &after.At
 	}
-	rows, err := db.Query(ctx, `SELECT at, actor, action, route, provider, delivery_id, reason, replay_id, kind, id FROM (
-			SELECT at, actor, action, route, provider, delivery_id, reason, NULL::text AS replay_id, 1 AS kind, id::text AS id
+	rows, err := db.Query(ctx, `SELECT at, actor, action, route, provider, delivery_id, reason, before, after, replay_id, kind, id FROM (
+			SELECT at, actor, action, route, provider, delivery_id, reason, before, after, NULL::text AS replay_id, 1 AS kind, id::text AS id
 			FROM hookgate_audit
 		UNION ALL
 			SELECT created_at, actor, 'replay', CASE WHEN jsonb_array_length(coalesce(filter->'routes', '[]')) = 1 THEN filter->'routes'->>0 END,
-				filter->>'provider', filter->>'delivery_id', reason, replay_id, 0, replay_id
+				filter->>'provider', filter->>'delivery_id', reason, NULL, NULL, replay_id, 0, replay_id
 			FROM hookgate_replays
 		) e
 		WHERE $1::timestamptz IS NULL OR (at, kind, id) < ($1, $2, $3)
@@ -100,7 +116,9 @@ func AuditLog(ctx context.Context, db Querier, p AuditLogParams) ([]AuditRow, er
 	}
 	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (AuditRow, error) {
 		var x AuditRow
-		err := row.Scan(&x.At, &x.Actor, &x.Action, &x.Route, &x.Provider, &x.DeliveryID, &x.Reason, &x.ReplayID, &x.Kind, &x.ID)
+		var before, after []byte
+		err := row.Scan(&x.At, &x.Actor, &x.Action, &x.Route, &x.Provider, &x.DeliveryID, &x.Reason, &before, &after, &x.ReplayID, &x.Kind, &x.ID)
+		x.Before, x.After = before, after
 		return x, err
 	})
 	if err != nil {

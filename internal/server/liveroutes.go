@@ -1,0 +1,94 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hookgate/hookgate/internal/audit"
+	"github.com/hookgate/hookgate/internal/routes"
+	"github.com/hookgate/hookgate/internal/store"
+)
+
+// routeSpecResponse is a route as stored: the configuration file's shape.
+type routeSpecResponse struct {
+	Route json.RawMessage `json:"route"`
+	// Created says PUT made it; false: it replaced one.
+	Created *bool `json:"created,omitempty"`
+}
+
+// handlePutRoute makes or replaces a route the database owns, checked as
+// the configuration's routes are at start, with its audit entry (before
+// and after) in one transaction: 201 when made, 200 when replaced. Every
+// gateway puts it in force within seconds (this one at once).
+func (s *server) handlePutRoute(w http.ResponseWriter, r *http.Request) {
+	if s.Admin.CheckRoute == nil {
+		writeError(w, r, s.Logger, fmt.Errorf("%w: GATEWAY_ROUTES_FROM=config: change the configuration file (or GATEWAY_ROUTES) and restart, or set GATEWAY_ROUTES_FROM=database", errRoutesFromConfig))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAdminBody))
+	if err != nil {
+		writeError(w, r, s.Logger, fmt.Errorf("%w: the body is larger than %d bytes", errBodyTooLarge, maxAdminBody))
+		return
+	}
+	name := chi.URLParam(r, "name")
+	spec, err := s.Admin.CheckRoute(name, body)
+	if err != nil {
+		writeError(w, r, s.Logger, err)
+		return
+	}
+	var before []byte
+	err = pgx.BeginFunc(r.Context(), s.Admin.Pool, func(tx pgx.Tx) error {
+		if before, err = store.PutLiveRouteTx(r.Context(), tx, name, spec, actor(r)); err != nil {
+			return err
+		}
+		return audit.Record(r.Context(), tx, audit.NewEntry{Actor: actor(r), Action: audit.RoutePut, Route: name, Before: before, After: spec})
+	})
+	if err != nil {
+		writeError(w, r, s.Logger, err)
+		return
+	}
+	if s.Admin.RoutesChanged != nil {
+		s.Admin.RoutesChanged()
+	}
+	created, status := before == nil, http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, routeSpecResponse{Route: spec, Created: &created})
+}
+
+// handleDeleteRoute deletes a route the database owns, with its audit entry:
+// 200 with the route as it was; 404 for none. Its dispatches already
+// created finish as it was; it takes no new ones.
+func (s *server) handleDeleteRoute(w http.ResponseWriter, r *http.Request) {
+	if s.Admin.CheckRoute == nil {
+		writeError(w, r, s.Logger, fmt.Errorf("%w: GATEWAY_ROUTES_FROM=config: change the configuration file (or GATEWAY_ROUTES) and restart, or set GATEWAY_ROUTES_FROM=database", errRoutesFromConfig))
+		return
+	}
+	name := chi.URLParam(r, "name")
+	var before []byte
+	err := pgx.BeginFunc(r.Context(), s.Admin.Pool, func(tx pgx.Tx) error {
+		var found bool
+		var err error
+		if before, found, err = store.DeleteLiveRouteTx(r.Context(), tx, name); err != nil {
+			return err
+		}
+		if !found {
+			return fmt.Errorf("%w: %s", routes.ErrNotFound, name)
+		}
+		return audit.Record(r.Context(), tx, audit.NewEntry{Actor: actor(r), Action: audit.RouteDelete, Route: name, Before: before})
+	})
+	if err != nil {
+		writeError(w, r, s.Logger, err)
+		return
+	}
+	if s.Admin.RoutesChanged != nil {
+		s.Admin.RoutesChanged()
+	}
+	writeJSON(w, http.StatusOK, routeSpecResponse{Route: before})
+}

@@ -1,0 +1,157 @@
+package hookgate
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/dispatch"
+	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/metrics"
+	"github.com/hookgate/hookgate/internal/routes"
+	"github.com/hookgate/hookgate/internal/store"
+)
+
+// followEvery is how often a gateway whose routes the database owns reads
+// their version: a change is in force on every gateway within it, and the
+// time one takes to sync.
+const followEvery = 2 * time.Second
+
+// storedTable is the table the database holds (GATEWAY_ROUTES_FROM=database),
+// seeded once, when it was never seeded, with the configured routes; and its
+// version. A stored route that does not check here (a target_env this
+// gateway lacks, a builtin it has not) stops the start, as a configured one
+// would.
+func storedTable(ctx context.Context, pool *pgxpool.Pool, env config.Resolved, builtins []string) (fanout.Table, fanout.Table, int64, error) {
+	names, specs := env.SeedSpecs()
+	seed := make([]store.LiveRoute, len(names))
+	for i := range names {
+		seed[i] = store.LiveRoute{Name: names[i], Spec: specs[i]}
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := store.SeedLiveRoutesTx(ctx, tx, seed, "configuration")
+		return err
+	}); err != nil {
+		return nil, nil, 0, err
+	}
+	return readStored(ctx, pool, env, builtins)
+}
+
+// readStored reads the stored routes, checks each as at start, and returns
+// those in force and those deleted (retired: their dispatches already made
+// finish with them; one that no longer checks here is left out).
+func readStored(ctx context.Context, pool *pgxpool.Pool, env config.Resolved, builtins []string) (table, retired fanout.Table, version int64, err error) {
+	stored, version, err := store.LiveRoutes(ctx, pool)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	for _, s := range stored {
+		r, _, err := env.LiveRoute(s.Name, s.Spec, builtins)
+		switch {
+		case s.Deleted && err == nil:
+			retired = append(retired, r)
+		case s.Deleted:
+		case err != nil:
+			return nil, nil, 0, fmt.Errorf("configuration: route %s stored in the database (GATEWAY_ROUTES_FROM=database): %w", s.Name, err)
+		default:
+			table = append(table, r)
+		}
+	}
+	return table, retired, version, nil
+}
+
+// follower keeps a gateway's routes those the database holds: it reads
+// their version every followEvery (or at once when poked, after this
+// gateway's own change) and, when it moved, syncs the new table's routes
+// (their state rows, rate rings and River queues), gives new routes their
+// River queue and metrics, and puts the table in force.
+type follower struct {
+	pool     *pgxpool.Pool
+	env      config.Resolved
+	builtins []string
+	live     *fanout.Live
+	client   *river.Client[pgx.Tx] // the working client, for new routes' queues
+	guard    *routes.Guard
+	m        *metrics.Metrics
+	workers  int
+	logger   *slog.Logger
+
+	version int64
+	queues  map[string]bool // the route queues the working client has
+	poke    chan struct{}
+}
+
+func newFollower(pt parts, env config.Resolved, builtins []string, version int64, logger *slog.Logger) *follower {
+	f := &follower{pool: pt.pool, env: env, builtins: builtins, live: pt.live, guard: pt.guard, m: pt.m, workers: env.Workers,
+		logger: logger, version: version, queues: map[string]bool{}, poke: make(chan struct{}, 1)}
+	for _, r := range pt.live.Known() {
+		f.queues[r.Queue()] = true
+	}
+	return f
+}
+
+// Poke asks for the routes to be read now; it never blocks.
+func (f *follower) Poke() {
+	select {
+	case f.poke <- struct{}{}:
+	default:
+	}
+}
+
+// run follows the routes until ctx ends.
+func (f *follower) run(ctx context.Context) {
+	t := time.NewTicker(followEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-f.poke:
+		}
+		if err := f.follow(ctx); err != nil && ctx.Err() == nil {
+			f.logger.ErrorContext(ctx, "routes not followed; the ones in force stay", "error", err)
+		}
+	}
+}
+
+// follow puts the stored routes in force when their version moved.
+func (f *follower) follow(ctx context.Context) error {
+	v, err := store.LiveRoutesVersion(ctx, f.pool)
+	if err != nil || v == f.version {
+		return err
+	}
+	table, retired, version, err := readStored(ctx, f.pool, f.env, f.builtins)
+	if err != nil {
+		return err
+	}
+	if err := routes.Sync(ctx, f.pool, table); err != nil {
+		return err
+	}
+	var known metrics.Known
+	for _, r := range slices.Concat(table, retired) {
+		if f.queues[r.Queue()] {
+			continue
+		}
+		if err := f.client.Queues().Add(r.Queue(), dispatch.RouteQueue(r, f.workers)); err != nil {
+			return fmt.Errorf("route %s: its queue: %w", r.Name, err)
+		}
+		f.queues[r.Queue()] = true
+		known.Routes = append(known.Routes, r.Name)
+	}
+	f.m.Declare(known)
+	f.live.Set(table, retired)
+	f.version = version
+	if err := f.guard.Refresh(ctx); err != nil {
+		return err
+	}
+	f.logger.InfoContext(ctx, "routes changed", "routes", len(table), "version", version)
+	return nil
+}

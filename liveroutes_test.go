@@ -1,0 +1,214 @@
+package hookgate_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hookgate/hookgate"
+	"github.com/hookgate/hookgate/hookgatetest"
+	"github.com/hookgate/hookgate/internal/dbtest"
+)
+
+// call sends an operator request with the admin token and returns the
+// status and the body.
+func (r *running) call(t *testing.T, method, path, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, "http://"+r.gw.Addr()+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer admin-token")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+// routesOf sends a Stripe invoice to g and returns how many dispatches it
+// created.
+func routesOf(t *testing.T, g *running, id string) int {
+	t.Helper()
+	req, err := hookgatetest.StripeRequest(context.Background(), "http://"+g.gw.Addr()+"/webhooks/stripe", stripeSecret, []byte(invoice(id, "invoice.paid")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var answer struct{ Routes int }
+	if res.StatusCode != http.StatusAccepted || json.NewDecoder(res.Body).Decode(&answer) != nil {
+		t.Fatalf("ingest %s: %s", id, res.Status)
+	}
+	return answer.Routes
+}
+
+// within5s waits, up to 5 s, until a new delivery to g creates want
+// dispatches.
+func within5s(t *testing.T, g *running, want int) {
+	t.Helper()
+	var n atomic.Int64
+	dbtest.Eventually(t, 5*time.Second, fmt.Sprintf("a delivery creates %d dispatches", want), func() error {
+		if got := routesOf(t, g, fmt.Sprintf("live_%d_%d", time.Now().UnixNano(), n.Add(1))); got != want {
+			return fmt.Errorf("it created %d", got)
+		}
+		return nil
+	})
+}
+
+// With GATEWAY_ROUTES_FROM=database, a route put through one gateway's API
+// is in force on another within 5 s, and forwards there; deleted through
+// the other, it is gone from the first within 5 s. Each change is audited
+// with the route before and after.
+func TestLiveRoutesAreInForceOnEveryGatewayWithin5s(t *testing.T) {
+	var got atomic.Int64
+	target := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { got.Add(1) }))
+	t.Cleanup(target.Close)
+	url := hookgate.Secret(dbtest.URL(t))
+	a := runGateway(t, hookgate.Config{DatabaseURL: url, RoutesFrom: "database"})
+	b := runGateway(t, hookgate.Config{DatabaseURL: url, RoutesFrom: "database"})
+
+	status, body := a.call(t, "PUT", "/admin/routes/billing", `{"match":["stripe:invoice.*"],"target":"`+target.URL+`"}`)
+	if status != http.StatusCreated || !strings.Contains(body, `"created":true`) || !strings.Contains(body, `"name":"billing"`) {
+		t.Fatalf("PUT = %d %s", status, body)
+	}
+	within5s(t, b, 1)
+	dbtest.Eventually(t, 10*time.Second, "the target gets a forward", func() error {
+		if got.Load() == 0 {
+			return fmt.Errorf("none yet")
+		}
+		return nil
+	})
+
+	// Replaced: the audit log has it before and after.
+	status, body = a.call(t, "PUT", "/admin/routes/billing", `{"match":["stripe:customer.*"],"target":"`+target.URL+`"}`)
+	if status != http.StatusOK || !strings.Contains(body, `"created":false`) {
+		t.Fatalf("PUT again = %d %s", status, body)
+	}
+	within5s(t, b, 0) // an invoice matches no more
+	var log struct {
+		Entries []struct {
+			Action        string
+			Route         *string
+			Before, After json.RawMessage
+		}
+	}
+	a.admin(t, "/admin/audit", &log)
+	if len(log.Entries) < 2 || log.Entries[0].Action != "route_put" || !strings.Contains(string(log.Entries[0].Before), "stripe:invoice.*") ||
+		!strings.Contains(string(log.Entries[0].After), "stripe:customer.*") || log.Entries[1].Before != nil {
+		t.Errorf("the audit log: %+v", log.Entries)
+	}
+
+	status, body = b.call(t, "DELETE", "/admin/routes/billing", "")
+	if status != http.StatusOK || !strings.Contains(body, "stripe:customer.*") {
+		t.Fatalf("DELETE = %d %s", status, body)
+	}
+	if status, _ := b.call(t, "DELETE", "/admin/routes/billing", ""); status != http.StatusNotFound {
+		t.Errorf("DELETE again = %d", status)
+	}
+	if status, body := a.call(t, "GET", "/admin/routes/billing", ""); status != http.StatusNotFound {
+		// The deleting gateway follows at once; the other within 5 s.
+		dbtest.Eventually(t, 5*time.Second, "the route is gone from the other gateway", func() error {
+			if s, _ := a.call(t, "GET", "/admin/routes/billing", ""); s != http.StatusNotFound {
+				return fmt.Errorf("GET = %d %s", s, body)
+			}
+			return nil
+		})
+	}
+}
+
+// A route given to the API is checked as the configuration file's are at
+// start: 400 naming each key that is wrong, nothing stored; with the
+// routes owned by the configuration (the default), PUT and DELETE are 409
+// routes_from_config.
+func TestLiveRoutesAreCheckedAsAtStart(t *testing.T) {
+	g := runGateway(t, hookgate.Config{RoutesFrom: "database"})
+	for body, want := range map[string]string{
+		`{"match":["stripe:invoice.*"],"target":"ftp://x"}`:                            "key target",
+		`{"match":[],"target":"http://127.0.0.1:1/x"}`:                                 "key match",
+		`{"match":["stripe:invoice.*"],"target":"http://127.0.0.1:1/x","nope":1}`:      "nope",
+		`{"match":["stripe:x"],"target":"http://127.0.0.1:1/x","filter":"payload.(("}`: "key filter",
+		`{"match":["stripe:x"],"target":"builtin:nosuch"}`:                             "nosuch",
+		`{"name":"other","match":["stripe:x"],"target":"http://127.0.0.1:1/x"}`:        "key name",
+		`[1]`: "JSON object",
+	} {
+		status, got := g.call(t, "PUT", "/admin/routes/r1", body)
+		if status != http.StatusBadRequest || !strings.Contains(got, want) || !strings.Contains(got, `"error":"bad_request"`) {
+			t.Errorf("PUT %s = %d %s, want 400 naming %q", body, status, got, want)
+		}
+	}
+	if status, got := g.call(t, "GET", "/admin/routes/r1", ""); status != http.StatusNotFound {
+		t.Errorf("a refused route was stored: %d %s", status, got)
+	}
+
+	c := runGateway(t, hookgate.Config{})
+	for _, method := range []string{"PUT", "DELETE"} {
+		status, got := c.call(t, method, "/admin/routes/r1", `{"match":["stripe:x"],"target":"http://127.0.0.1:1/x"}`)
+		if status != http.StatusConflict || !strings.Contains(got, `"error":"routes_from_config"`) {
+			t.Errorf("%s with GATEWAY_ROUTES_FROM=config = %d %s", method, status, got)
+		}
+	}
+}
+
+// With GATEWAY_ROUTES_FROM=database, the configured routes seed an empty
+// table once; a later start with other configured routes changes nothing.
+func TestConfiguredRoutesSeedTheDatabaseOnce(t *testing.T) {
+	url := hookgate.Secret(dbtest.URL(t))
+	first := runGateway(t, hookgate.Config{DatabaseURL: url, RoutesFrom: "database",
+		Routes: []hookgate.Route{{Name: "seeded", Match: []string{"stripe:invoice.*"}, Target: "http://127.0.0.1:1/x"}}})
+	if status, body := first.call(t, "GET", "/admin/routes/seeded", ""); status != http.StatusOK {
+		t.Fatalf("the seeded route = %d %s", status, body)
+	}
+	if _, err := first.stop(); err != nil {
+		t.Fatal(err)
+	}
+	again := runGateway(t, hookgate.Config{DatabaseURL: url, RoutesFrom: "database",
+		Routes: []hookgate.Route{{Name: "other", Match: []string{"stripe:invoice.*"}, Target: "http://127.0.0.1:1/x"}}})
+	var list struct{ Routes []struct{ Name string } }
+	again.admin(t, "/admin/routes", &list)
+	if len(list.Routes) != 1 || list.Routes[0].Name != "seeded" {
+		t.Errorf("after a second start: %+v", list.Routes)
+	}
+}
+
+// Deleting a route leaves its dispatches already made to finish: a forward
+// that failed is retried, and succeeds, after its route was deleted.
+func TestADeletedRoutesDispatchesFinish(t *testing.T) {
+	var got atomic.Int64
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if got.Add(1) == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	t.Cleanup(target.Close)
+	g := runGateway(t, hookgate.Config{RoutesFrom: "database"})
+	if status, body := g.call(t, "PUT", "/admin/routes/billing", `{"match":["stripe:invoice.*"],"target":"`+target.URL+`"}`); status != http.StatusCreated {
+		t.Fatalf("PUT = %d %s", status, body)
+	}
+	within5s(t, g, 1)
+	dbtest.Eventually(t, 10*time.Second, "the first attempt fails", func() error {
+		if got.Load() == 0 {
+			return fmt.Errorf("no attempt yet")
+		}
+		return nil
+	})
+	if status, body := g.call(t, "DELETE", "/admin/routes/billing", ""); status != http.StatusOK {
+		t.Fatalf("DELETE = %d %s", status, body)
+	}
+	within5s(t, g, 0)
+	dbtest.Eventually(t, 30*time.Second, "the deleted route's dispatch is retried", func() error {
+		if got.Load() < 2 {
+			return fmt.Errorf("%d attempts", got.Load())
+		}
+		return nil
+	})
+}
