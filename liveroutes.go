@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -68,7 +69,7 @@ func readStored(ctx context.Context, pool *pgxpool.Pool, env config.Resolved, bu
 }
 
 // follower keeps a gateway's routes those the database holds: it reads
-// their version every followEvery (or at once when poked, after this
+// their version every followEvery (and at once, with Now, after this
 // gateway's own change) and, when it moved, syncs the new table's routes
 // (their state rows, rate rings and River queues), gives new routes their
 // River queue and metrics, and puts the table in force.
@@ -83,25 +84,27 @@ type follower struct {
 	workers  int
 	logger   *slog.Logger
 
+	mu      sync.Mutex // one follow at a time
 	version int64
 	queues  map[string]bool // the route queues the working client has
-	poke    chan struct{}
 }
 
 func newFollower(pt parts, env config.Resolved, builtins []string, version int64, logger *slog.Logger) *follower {
 	f := &follower{pool: pt.pool, env: env, builtins: builtins, live: pt.live, guard: pt.guard, m: pt.m, workers: env.Workers,
-		logger: logger, version: version, queues: map[string]bool{}, poke: make(chan struct{}, 1)}
+		logger: logger, version: version, queues: map[string]bool{}}
 	for _, r := range pt.live.Known() {
 		f.queues[r.Queue()] = true
 	}
 	return f
 }
 
-// Poke asks for the routes to be read now; it never blocks.
-func (f *follower) Poke() {
-	select {
-	case f.poke <- struct{}{}:
-	default:
+// Now follows the routes at once: after a change made through this
+// gateway, which is then in force here when its answer is sent.
+func (f *follower) Now() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.follow(ctx); err != nil {
+		f.logger.ErrorContext(ctx, "routes not followed; the ones in force stay", "error", err)
 	}
 }
 
@@ -114,7 +117,6 @@ func (f *follower) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-f.poke:
 		}
 		if err := f.follow(ctx); err != nil && ctx.Err() == nil {
 			f.logger.ErrorContext(ctx, "routes not followed; the ones in force stay", "error", err)
@@ -124,6 +126,8 @@ func (f *follower) run(ctx context.Context) {
 
 // follow puts the stored routes in force when their version moved.
 func (f *follower) follow(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	v, err := store.LiveRoutesVersion(ctx, f.pool)
 	if err != nil || v == f.version {
 		return err

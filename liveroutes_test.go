@@ -4,9 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"html"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/url"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -211,4 +215,83 @@ func TestADeletedRoutesDispatchesFinish(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// consoleOf signs in to g's console with the admin token and returns a
+// client that keeps its session, and the CSRF token of its forms.
+func consoleOf(t *testing.T, g *running) (*http.Client, string) {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	base := "http://" + g.gw.Addr()
+	page := func(res *http.Response, err error) string {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return string(b)
+	}
+	csrf := regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+	login := page(c.Get(base + "/admin/ui/login"))
+	page(c.PostForm(base+"/admin/ui/login", url.Values{"csrf": {csrf.FindStringSubmatch(login)[1]}, "token": {"admin-token"}}))
+	routesPage := page(c.Get(base + "/admin/ui/routes"))
+	m := csrf.FindStringSubmatch(routesPage)
+	if m == nil {
+		t.Fatalf("not signed in:\n%s", routesPage)
+	}
+	return c, m[1]
+}
+
+// An admin edits the database's routes in the console: a filter that does
+// not compile comes back in the editor, as typed, with its CEL error; a
+// good route is saved, in force at once, audited, and can be deleted.
+func TestTheConsoleEditsLiveRoutes(t *testing.T) {
+	g := runGateway(t, hookgate.Config{RoutesFrom: "database"})
+	c, csrf := consoleOf(t, g)
+	base := "http://" + g.gw.Addr()
+	post := func(path string, form url.Values) (int, string) {
+		t.Helper()
+		form.Set("csrf", csrf)
+		res, err := c.PostForm(base+path, form)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	bad := `{"match":["stripe:invoice.*"],"target":"http://127.0.0.1:1/x","filter":"payload.data.object.amount_due >"}`
+	status, page := post("/admin/ui/route-editor", url.Values{"name": {"billing"}, "spec": {bad}})
+	if status != http.StatusBadRequest || !strings.Contains(page, "key filter") || !strings.Contains(page, html.EscapeString(bad)) {
+		t.Fatalf("a filter that does not compile = %d:\n%s", status, page)
+	}
+	good := `{"match":["stripe:invoice.*"],"target":"http://127.0.0.1:1/x","filter":"payload.data.object.id != \"\""}`
+	if status, page := post("/admin/ui/route-editor", url.Values{"name": {"billing"}, "spec": {good}}); status != http.StatusSeeOther {
+		t.Fatalf("save = %d:\n%s", status, page)
+	}
+	if n := routesOf(t, g, "console_1"); n != 1 {
+		t.Errorf("the saved route is not in force: %d dispatches", n)
+	}
+	res, err := c.Get(base + "/admin/ui/route-editor/billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || !strings.Contains(string(b), "stripe:invoice.*") || !strings.Contains(string(b), "Delete billing") {
+		t.Fatalf("the editor of billing = %d:\n%s", res.StatusCode, b)
+	}
+	if status, page := post("/admin/ui/route-editor/billing/delete", url.Values{}); status != http.StatusSeeOther {
+		t.Fatalf("delete = %d:\n%s", status, page)
+	}
+	if n := routesOf(t, g, "console_2"); n != 0 {
+		t.Errorf("the deleted route is in force: %d dispatches", n)
+	}
+	var log struct{ Entries []struct{ Actor, Action string } }
+	g.admin(t, "/admin/audit", &log)
+	if len(log.Entries) < 2 || log.Entries[0].Action != "route_delete" || log.Entries[1].Action != "route_put" {
+		t.Errorf("the audit log: %+v", log.Entries)
+	}
 }

@@ -345,7 +345,7 @@ func (g *Gateway) handler(pt parts, p *process) http.Handler {
 			_, spec, err := env.LiveRoute(name, body, names)
 			return spec, err
 		}
-		routesChanged = p.follower.Poke
+		routesChanged = p.follower.Now
 	}
 	return server.New(server.Config{
 		Logger:                  g.opts.logger,

@@ -93,6 +93,13 @@ type Config struct {
 	Retry func(ctx context.Context, f deliveries.Filter, after *deliveries.Cursor, op retry.Operator) (retry.BulkResult, error)
 	// SSO signs people in with OpenID Connect; nil: tokens only.
 	SSO *sso.SSO
+	// CheckRoute checks a route of the database's as the configuration's
+	// are checked, and returns its spec to store; nil: the configuration
+	// owns the routes, and the console edits none.
+	CheckRoute func(name string, body []byte) ([]byte, error)
+	// RoutesChanged, when set, returns once this gateway follows a route
+	// saved or deleted here.
+	RoutesChanged func()
 	// PublicURL is GATEWAY_PUBLIC_URL, an http(s) origin: the origin a
 	// request from the console's own pages comes from, and, when https, its
 	// cookies are Secure. Empty: the request's own host, and Secure over TLS.
@@ -195,6 +202,13 @@ func (c *Console) Register(r chi.Router) {
 			r.Get("/ui/replays/{replay_id}", c.handleReplayProgress)
 			r.Get("/ui/routes", c.handleRoutes)
 			operate.Post("/ui/routes/{name}/{action}", c.handleRouteAction)
+			// Routes of the database's are an admin's to edit.
+			administer := r.With(c.need(access.Admin))
+			administer.Get("/ui/route-editor", c.handleRouteEditor)
+			administer.Post("/ui/route-editor", c.handleSaveRoute)
+			administer.Get("/ui/route-editor/{name}", c.handleRouteEditor)
+			administer.Post("/ui/route-editor/{name}", c.handleSaveRoute)
+			administer.Post("/ui/route-editor/{name}/delete", c.handleDeleteRoute)
 			r.Get("/ui/rejections", c.handleRejections)
 			r.Get("/ui/audit", c.handleAudit)
 			// Tokens: package access decides whose (an admin's: all).

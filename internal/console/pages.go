@@ -821,6 +821,9 @@ func (c *Console) handleReplayProgress(w http.ResponseWriter, r *http.Request) {
 
 type routesData struct {
 	Routes []routeRow
+	// Editable says the session may edit the routes: an admin's, the
+	// database owning them.
+	Editable bool
 }
 
 type routeRow struct {
@@ -836,7 +839,7 @@ func (c *Console) handleRoutes(w http.ResponseWriter, r *http.Request) {
 		c.serverError(w, r, err)
 		return
 	}
-	d := routesData{}
+	d := routesData{Editable: c.CheckRoute != nil && c.identity(sessionOf(r)).Role.Allows(access.Admin)}
 	for _, v := range list {
 		row := routeRow{View: v, SuccessRate: "-"}
 		if n := v.Succeeded5m + v.Failed5m; n > 0 {
@@ -851,6 +854,10 @@ func (c *Console) handleRoutes(w http.ResponseWriter, r *http.Request) {
 		p.Notice = "Paused " + q.Get("route") + "."
 	case "resume":
 		p.Notice = "Resumed " + q.Get("route") + "."
+	case "made", "saved":
+		p.Notice = "Saved " + q.Get("route") + ": in force here now, on every gateway within 5 s."
+	case "deleted":
+		p.Notice = "Deleted " + q.Get("route") + ": it takes no new deliveries; its dispatches already made finish."
 	case "retry":
 		if n, _ := strconv.Atoi(q.Get("retried")); n > 0 {
 			p.Notice = "Retrying " + count(n, "dispatch", "dispatches") + " of " + q.Get("route") + " now, within its limits."

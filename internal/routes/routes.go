@@ -297,3 +297,35 @@ func List(ctx context.Context, db *pgxpool.Pool, table fanout.Table) ([]View, er
 	}
 	return views, nil
 }
+
+// Put stores a route the database owns (spec, checked by the caller as the
+// configuration's routes are), with its audit entry keeping the route before
+// and after, in one transaction; created says it was new.
+func Put(ctx context.Context, db *pgxpool.Pool, name string, spec []byte, actor string) (created bool, err error) {
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		before, err := store.PutLiveRouteTx(ctx, tx, name, spec, actor)
+		if err != nil {
+			return err
+		}
+		created = before == nil
+		return audit.Record(ctx, tx, audit.NewEntry{Actor: actor, Action: audit.RoutePut, Route: name, Before: before, After: spec})
+	})
+	return created, err
+}
+
+// Delete deletes a route the database owns, with its audit entry keeping
+// the route before, and returns it; ErrNotFound for none. Its dispatches
+// already made finish with it.
+func Delete(ctx context.Context, db *pgxpool.Pool, name, actor string) (before []byte, err error) {
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var found bool
+		if before, found, err = store.DeleteLiveRouteTx(ctx, tx, name); err != nil {
+			return err
+		}
+		if !found {
+			return fmt.Errorf("%w: %s", ErrNotFound, name)
+		}
+		return audit.Record(ctx, tx, audit.NewEntry{Actor: actor, Action: audit.RouteDelete, Route: name, Before: before})
+	})
+	return before, err
+}

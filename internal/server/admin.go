@@ -64,8 +64,8 @@ type AdminConfig struct {
 	// configuration owns the routes (GATEWAY_ROUTES_FROM=config), and PUT
 	// and DELETE answer 409 routes_from_config.
 	CheckRoute func(name string, body []byte) ([]byte, error)
-	// RoutesChanged, when set, is told of a route put or deleted here, so
-	// that this gateway follows at once (the others within seconds).
+	// RoutesChanged, when set, is told of a route put or deleted here, and
+	// returns once this gateway follows (the others do within seconds).
 	RoutesChanged func()
 	// Guesses compares bearer tokens and console sign-ins alike, and charges
 	// wrong ones. Nil: a guess.Guard with its defaults.

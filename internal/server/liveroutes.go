@@ -7,11 +7,8 @@ import (
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/jackc/pgx/v5"
 
-	"github.com/hookgate/hookgate/internal/audit"
 	"github.com/hookgate/hookgate/internal/routes"
-	"github.com/hookgate/hookgate/internal/store"
 )
 
 // routeSpecResponse is a route as stored: the configuration file's shape.
@@ -41,13 +38,7 @@ func (s *server) handlePutRoute(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.Logger, err)
 		return
 	}
-	var before []byte
-	err = pgx.BeginFunc(r.Context(), s.Admin.Pool, func(tx pgx.Tx) error {
-		if before, err = store.PutLiveRouteTx(r.Context(), tx, name, spec, actor(r)); err != nil {
-			return err
-		}
-		return audit.Record(r.Context(), tx, audit.NewEntry{Actor: actor(r), Action: audit.RoutePut, Route: name, Before: before, After: spec})
-	})
+	created, err := routes.Put(r.Context(), s.Admin.Pool, name, spec, actor(r))
 	if err != nil {
 		writeError(w, r, s.Logger, err)
 		return
@@ -55,7 +46,7 @@ func (s *server) handlePutRoute(w http.ResponseWriter, r *http.Request) {
 	if s.Admin.RoutesChanged != nil {
 		s.Admin.RoutesChanged()
 	}
-	created, status := before == nil, http.StatusOK
+	status := http.StatusOK
 	if created {
 		status = http.StatusCreated
 	}
@@ -71,18 +62,7 @@ func (s *server) handleDeleteRoute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := chi.URLParam(r, "name")
-	var before []byte
-	err := pgx.BeginFunc(r.Context(), s.Admin.Pool, func(tx pgx.Tx) error {
-		var found bool
-		var err error
-		if before, found, err = store.DeleteLiveRouteTx(r.Context(), tx, name); err != nil {
-			return err
-		}
-		if !found {
-			return fmt.Errorf("%w: %s", routes.ErrNotFound, name)
-		}
-		return audit.Record(r.Context(), tx, audit.NewEntry{Actor: actor(r), Action: audit.RouteDelete, Route: name, Before: before})
-	})
+	before, err := routes.Delete(r.Context(), s.Admin.Pool, name, actor(r))
 	if err != nil {
 		writeError(w, r, s.Logger, err)
 		return

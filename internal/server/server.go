@@ -189,7 +189,7 @@ func New(cfg Config) http.Handler {
 				Token: cfg.Admin.Token, Actor: Actor(cfg.Admin.Token), Pool: cfg.Admin.Pool, Enqueuer: cfg.Admin.Enqueuer,
 				Routes: cfg.Admin.Routes, Providers: cfg.Providers, Keys: cfg.Keys, Logger: cfg.Logger, Now: cfg.Now, Classify: classify,
 				Sessions: sessions, Guesses: cfg.Admin.Guesses, PublicURL: cfg.Admin.PublicURL, Search: s.search, Retry: s.retryMany,
-				SSO: cfg.Admin.SSO,
+				SSO: cfg.Admin.SSO, CheckRoute: cfg.Admin.CheckRoute, RoutesChanged: cfg.Admin.RoutesChanged,
 			})
 		}
 	}

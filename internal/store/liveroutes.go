@@ -114,3 +114,16 @@ func DeleteLiveRouteTx(ctx context.Context, tx pgx.Tx, name string) (before []by
 	}
 	return before, true, nil
 }
+
+// LiveRouteSpec returns the spec of the route name, unless it is deleted;
+// found is false for none.
+func LiveRouteSpec(ctx context.Context, db Querier, name string) (spec []byte, found bool, err error) {
+	err = db.QueryRow(ctx, `SELECT spec FROM hookgate_live_routes WHERE name = $1 AND deleted_at IS NULL`, name).Scan(&spec)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("read route %s: %w", name, err)
+	}
+	return spec, true, nil
+}
