@@ -289,7 +289,9 @@ func TestTheConsoleEditsLiveRoutes(t *testing.T) {
 	if n := routesOf(t, g, "console_2"); n != 0 {
 		t.Errorf("the deleted route is in force: %d dispatches", n)
 	}
-	var log struct{ Entries []struct{ Actor, Action string } }
+	var log struct {
+		Entries []struct{ Actor, Action string }
+	}
 	g.admin(t, "/admin/audit", &log)
 	if len(log.Entries) < 2 || log.Entries[0].Action != "route_delete" || log.Entries[1].Action != "route_put" {
 		t.Errorf("the audit log: %+v", log.Entries)
