@@ -297,3 +297,24 @@ func TestTheConsoleEditsLiveRoutes(t *testing.T) {
 		t.Errorf("the audit log: %+v", log.Entries)
 	}
 }
+
+// A target's credential never shows: not in the API's answers, nor in the
+// audit log's before and after, which a viewer reads.
+func TestALiveRoutesCredentialNeverShows(t *testing.T) {
+	g := runGateway(t, hookgate.Config{RoutesFrom: "database"})
+	const target = "https://hooks.internal.example/in?token=QLEAK"
+	status, body := g.call(t, "PUT", "/admin/routes/secretive", `{"match":["stripe:invoice.*"],"target":"`+target+`"}`)
+	if status != http.StatusCreated {
+		t.Fatalf("PUT = %d %s", status, body)
+	}
+	_, deleted := g.call(t, "DELETE", "/admin/routes/secretive", "")
+	_, audit := g.call(t, "GET", "/admin/audit", "")
+	for what, text := range map[string]string{"PUT's answer": body, "DELETE's answer": deleted, "the audit log": audit} {
+		if strings.Contains(text, "QLEAK") {
+			t.Errorf("%s shows the credential: %s", what, text)
+		}
+		if !strings.Contains(text, "hooks.internal.example/in?token=") {
+			t.Errorf("%s does not show the target without it: %s", what, text)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -12,6 +13,9 @@ import (
 
 	"github.com/hookgate/hookgate/internal/fanout"
 )
+
+// lineNumber is the "line N: " the configuration file's errors start with.
+var lineNumber = regexp.MustCompile(`line \d+: `)
 
 // ErrBadLiveRoute means a route given to the API (GATEWAY_ROUTES_FROM=
 // database) that is not one the configuration file could hold.
@@ -47,7 +51,9 @@ func (r Resolved) LiveRoute(name string, body []byte, builtins []string) (fanout
 	configured := slices.Concat(builtins, r.sourceNames)
 	route, errs := readRoute(doc.Content[0], r.sourceNames, configured, os.LookupEnv)
 	if len(errs) > 0 {
-		return fanout.Route{}, nil, bad("%s", strings.ReplaceAll(errors.Join(errs...).Error(), "\n", "; "))
+		// The YAML reader's line numbers mean nothing in a JSON body.
+		text := lineNumber.ReplaceAllString(strings.ReplaceAll(errors.Join(errs...).Error(), "\n", "; "), "")
+		return fanout.Route{}, nil, bad("%s", text)
 	}
 	d := r.RouteDefaults()
 	d.Sources = r.sourceNames

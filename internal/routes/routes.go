@@ -3,8 +3,10 @@ package routes
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -308,7 +310,7 @@ func Put(ctx context.Context, db *pgxpool.Pool, name string, spec []byte, actor 
 			return err
 		}
 		created = before == nil
-		return audit.Record(ctx, tx, audit.NewEntry{Actor: actor, Action: audit.RoutePut, Route: name, Before: before, After: spec})
+		return audit.Record(ctx, tx, audit.NewEntry{Actor: actor, Action: audit.RoutePut, Route: name, Before: Redacted(before), After: Redacted(spec)})
 	})
 	return created, err
 }
@@ -325,7 +327,25 @@ func Delete(ctx context.Context, db *pgxpool.Pool, name, actor string) (before [
 		if !found {
 			return fmt.Errorf("%w: %s", ErrNotFound, name)
 		}
-		return audit.Record(ctx, tx, audit.NewEntry{Actor: actor, Action: audit.RouteDelete, Route: name, Before: before})
+		return audit.Record(ctx, tx, audit.NewEntry{Actor: actor, Action: audit.RouteDelete, Route: name, Before: Redacted(before)})
 	})
 	return before, err
+}
+
+// Redacted is a stored route's spec as the audit log and the API show it:
+// its target without what may be a credential (fanout.RedactURL). A
+// credential belongs in target_env, whose name alone is stored.
+func Redacted(spec []byte) []byte {
+	if len(spec) == 0 {
+		return spec
+	}
+	var m map[string]any
+	if json.Unmarshal(spec, &m) != nil {
+		return nil
+	}
+	if t, ok := m["target"].(string); ok && !strings.HasPrefix(t, "builtin:") {
+		m["target"] = fanout.RedactURL(t)
+	}
+	b, _ := json.Marshal(m)
+	return b
 }

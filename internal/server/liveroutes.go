@@ -50,7 +50,7 @@ func (s *server) handlePutRoute(w http.ResponseWriter, r *http.Request) {
 	if created {
 		status = http.StatusCreated
 	}
-	writeJSON(w, status, routeSpecResponse{Route: spec, Created: &created})
+	writeJSON(w, status, routeSpecResponse{Route: routes.Redacted(spec), Created: &created})
 }
 
 // handleDeleteRoute deletes a route the database owns, with its audit entry:
@@ -70,5 +70,5 @@ func (s *server) handleDeleteRoute(w http.ResponseWriter, r *http.Request) {
 	if s.Admin.RoutesChanged != nil {
 		s.Admin.RoutesChanged()
 	}
-	writeJSON(w, http.StatusOK, routeSpecResponse{Route: before})
+	writeJSON(w, http.StatusOK, routeSpecResponse{Route: routes.Redacted(before)})
 }
