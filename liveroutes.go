@@ -42,13 +42,17 @@ func storedTable(ctx context.Context, pool *pgxpool.Pool, env config.Resolved, b
 	}); err != nil {
 		return nil, nil, 0, err
 	}
-	return readStored(ctx, pool, env, builtins)
+	return readStored(ctx, pool, env, builtins, nil)
 }
 
 // readStored reads the stored routes, checks each as at start, and returns
 // those in force and those deleted (retired: their dispatches already made
-// finish with them; one that no longer checks here is left out).
-func readStored(ctx context.Context, pool *pgxpool.Pool, env config.Resolved, builtins []string) (table, retired fanout.Table, version int64, err error) {
+// finish with them; one that no longer checks here is left out). A route in
+// force that does not check here is an error, unless unchecked is given
+// (a running gateway's): it is told of the route, and says what to keep in
+// its place, if anything.
+func readStored(ctx context.Context, pool *pgxpool.Pool, env config.Resolved, builtins []string,
+	unchecked func(name string, err error) (fanout.Route, bool)) (table, retired fanout.Table, version int64, err error) {
 	stored, version, err := store.LiveRoutes(ctx, pool)
 	if err != nil {
 		return nil, nil, 0, err
@@ -59,8 +63,12 @@ func readStored(ctx context.Context, pool *pgxpool.Pool, env config.Resolved, bu
 		case s.Deleted && err == nil:
 			retired = append(retired, r)
 		case s.Deleted:
-		case err != nil:
+		case err != nil && unchecked == nil:
 			return nil, nil, 0, fmt.Errorf("configuration: route %s stored in the database (GATEWAY_ROUTES_FROM=database): %w", s.Name, err)
+		case err != nil:
+			if kept, ok := unchecked(s.Name, err); ok {
+				table = append(table, kept)
+			}
 		default:
 			table = append(table, r)
 		}
@@ -132,7 +140,13 @@ func (f *follower) follow(ctx context.Context) error {
 	if err != nil || v == f.version {
 		return err
 	}
-	table, retired, version, err := readStored(ctx, f.pool, f.env, f.builtins)
+	current := f.live.Routes()
+	table, retired, version, err := readStored(ctx, f.pool, f.env, f.builtins, func(name string, err error) (fanout.Route, bool) {
+		// One route this gateway cannot take (a target_env it lacks) holds
+		// back no other change: it keeps the route as it has it, if at all.
+		f.logger.ErrorContext(ctx, "route not followed: it does not check on this gateway", "route", name, "error", err)
+		return current.ByName(name)
+	})
 	if err != nil {
 		return err
 	}

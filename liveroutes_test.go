@@ -108,7 +108,7 @@ func TestLiveRoutesAreInForceOnEveryGatewayWithin5s(t *testing.T) {
 	}
 	a.admin(t, "/admin/audit", &log)
 	if len(log.Entries) < 2 || log.Entries[0].Action != "route_put" || !strings.Contains(string(log.Entries[0].Before), "stripe:invoice.*") ||
-		!strings.Contains(string(log.Entries[0].After), "stripe:customer.*") || log.Entries[1].Before != nil {
+		!strings.Contains(string(log.Entries[0].After), "stripe:customer.*") || string(log.Entries[1].Before) != "null" {
 		t.Errorf("the audit log: %+v", log.Entries)
 	}
 
@@ -144,6 +144,12 @@ func TestLiveRoutesAreCheckedAsAtStart(t *testing.T) {
 		`{"match":["stripe:x"],"target":"builtin:nosuch"}`:                             "nosuch",
 		`{"name":"other","match":["stripe:x"],"target":"http://127.0.0.1:1/x"}`:        "key name",
 		`[1]`: "JSON object",
+		// Every key of the wrong kind, unknown or given twice, at once.
+		`{"match":"stripe:x","target":"http://127.0.0.1:1/x","concurrency":"8","nope":1,"other":2}`:    "key concurrency: must be a whole number; key match: must be a list of strings; key nope: not a key of a route",
+		`{"match":["stripe:x",null],"target":"http://127.0.0.1:1/x"}`:                                  "key match: must be a list of strings",
+		`{"match":["stripe:x"],"target":"http://127.0.0.1:1/x","match":["github:x"]}`:                  "key match: given twice",
+		`{"match":["stripe:x"],"target":"http://127.0.0.1:1/x","circuit":{"failures":1,"failures":2}}`: "key circuit.failures: given twice",
+		`{"match":["stripe"],"target":"http://127.0.0.1:1/x"}`:                                         "provider stripe or *",
 	} {
 		status, got := g.call(t, "PUT", "/admin/routes/r1", body)
 		if status != http.StatusBadRequest || !strings.Contains(got, want) || !strings.Contains(got, `"error":"bad_request"`) {
@@ -152,6 +158,57 @@ func TestLiveRoutesAreCheckedAsAtStart(t *testing.T) {
 	}
 	if status, got := g.call(t, "GET", "/admin/routes/r1", ""); status != http.StatusNotFound {
 		t.Errorf("a refused route was stored: %d %s", status, got)
+	}
+	for _, name := range []string{"a%00", "a%C3", "a%FF"} {
+		if status, got := g.call(t, "DELETE", "/admin/routes/"+name, ""); status != http.StatusNotFound {
+			t.Errorf("DELETE %s = %d %s", name, status, got)
+		}
+	}
+
+	// Made by many at once, a route is made once and replaced after: one
+	// 201, and each audit entry's before is the after of the one before it.
+	var made atomic.Int64
+	done := make(chan struct{})
+	for i := range 8 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			status, _ := g.call(t, "PUT", "/admin/routes/raced", fmt.Sprintf(`{"match":["stripe:x"],"target":"http://127.0.0.1:1/r%d"}`, i))
+			if status == http.StatusCreated {
+				made.Add(1)
+			}
+		}()
+	}
+	for range 8 {
+		<-done
+	}
+	if made.Load() != 1 {
+		t.Errorf("%d PUTs made the route", made.Load())
+	}
+	var log struct {
+		Entries []struct {
+			Action        string
+			Before, After json.RawMessage
+		}
+	}
+	g.admin(t, "/admin/audit?limit=100", &log)
+	var chain []struct{ Before, After string }
+	for i := len(log.Entries) - 1; i >= 0; i-- {
+		e := log.Entries[i]
+		if e.Action == "route_put" {
+			chain = append(chain, struct{ Before, After string }{string(e.Before), string(e.After)})
+		}
+	}
+	if len(chain) != 8 || chain[0].Before != "null" {
+		t.Fatalf("%d route_put entries: %v", len(chain), chain)
+	}
+	for i := 1; i < len(chain); i++ {
+		if chain[i].Before != chain[i-1].After {
+			t.Errorf("entry %d's before %s is not the after before it, %s", i, chain[i].Before, chain[i-1].After)
+		}
+	}
+	_, stored := g.call(t, "GET", "/admin/audit?limit=1", "")
+	if !strings.Contains(stored, `"after":`) {
+		t.Errorf("the newest entry: %s", stored)
 	}
 
 	c := runGateway(t, hookgate.Config{})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/errtext"
+	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/routes"
 	"github.com/hookgate/hookgate/internal/store"
 )
@@ -52,6 +53,10 @@ func (c *Console) handleRouteEditor(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "name")
 	if name == "" {
 		c.renderEditor(w, r, http.StatusOK, editorData{New: true, Spec: newRouteSpec}, "")
+		return
+	}
+	if fanout.CheckName(name) != nil {
+		c.fail(w, r, http.StatusNotFound, "No route of that name is stored.")
 		return
 	}
 	spec, found, err := store.LiveRouteSpec(r.Context(), c.Pool, name)
@@ -103,6 +108,16 @@ func (c *Console) handleSaveRoute(w http.ResponseWriter, r *http.Request) {
 		d.New, d.Name = true, strings.TrimSpace(r.PostForm.Get("name"))
 	}
 	spec, err := c.CheckRoute(d.Name, []byte(d.Spec))
+	if err == nil && d.New {
+		// A new route's name must be new: the editor of the one there
+		// replaces it, knowingly.
+		if _, exists, lerr := store.LiveRouteSpec(r.Context(), c.Pool, d.Name); lerr != nil {
+			err = lerr
+		} else if exists {
+			c.renderEditor(w, r, http.StatusConflict, d, "A route named "+d.Name+" exists: edit it from the routes page, or choose another name.")
+			return
+		}
+	}
 	if errors.Is(err, config.ErrBadLiveRoute) {
 		c.renderEditor(w, r, http.StatusBadRequest, d, errtext.Clean(err.Error()))
 		return

@@ -310,7 +310,8 @@ func Put(ctx context.Context, db *pgxpool.Pool, name string, spec []byte, actor 
 			return err
 		}
 		created = before == nil
-		return audit.Record(ctx, tx, audit.NewEntry{Actor: actor, Action: audit.RoutePut, Route: name, Before: Redacted(before), After: Redacted(spec)})
+		return audit.Record(ctx, tx, audit.NewEntry{Actor: actor, Action: audit.RoutePut, Route: name, Before: Redacted(before), After: Redacted(spec),
+			Ordered: true})
 	})
 	return created, err
 }
@@ -319,6 +320,9 @@ func Put(ctx context.Context, db *pgxpool.Pool, name string, spec []byte, actor 
 // the route before, and returns it; ErrNotFound for none. Its dispatches
 // already made finish with it.
 func Delete(ctx context.Context, db *pgxpool.Pool, name, actor string) (before []byte, err error) {
+	if fanout.CheckName(name) != nil {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, name) // no route's name: not sent to the database
+	}
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var found bool
 		if before, found, err = store.DeleteLiveRouteTx(ctx, tx, name); err != nil {
@@ -327,7 +331,7 @@ func Delete(ctx context.Context, db *pgxpool.Pool, name, actor string) (before [
 		if !found {
 			return fmt.Errorf("%w: %s", ErrNotFound, name)
 		}
-		return audit.Record(ctx, tx, audit.NewEntry{Actor: actor, Action: audit.RouteDelete, Route: name, Before: Redacted(before)})
+		return audit.Record(ctx, tx, audit.NewEntry{Actor: actor, Action: audit.RouteDelete, Route: name, Before: Redacted(before), Ordered: true})
 	})
 	return before, err
 }

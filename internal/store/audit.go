@@ -24,8 +24,8 @@ type AuditEntry struct {
 	Reason     *string   `json:"reason"`
 	// Before and After are what a change changed (a route's spec), when it
 	// records them.
-	Before json.RawMessage `json:"before,omitempty"`
-	After  json.RawMessage `json:"after,omitempty"`
+	Before json.RawMessage `json:"before"`
+	After  json.RawMessage `json:"after"`
 	// ReplayID names a replay's entry in the replay log.
 	ReplayID *string `json:"replay_id,omitempty"`
 }
@@ -35,14 +35,19 @@ type NewAuditEntry struct {
 	Actor, Action, Route, Provider, DeliveryID, Reason string
 	// Before and After are what changed, as JSON (a route's spec).
 	Before, After []byte
+	// Ordered takes the entry's time from its statement, not from its
+	// transaction's start: entries recorded under a lock (a route's
+	// changes) are then in the order the lock was taken.
+	Ordered bool
 }
 
 // InsertAuditEntryTx appends an entry in tx (the transaction of what it
 // records), at the transaction's time.
 func InsertAuditEntryTx(ctx context.Context, tx pgx.Tx, e NewAuditEntry) error {
-	_, err := tx.Exec(ctx, `INSERT INTO hookgate_audit (actor, action, route, provider, delivery_id, reason, before, after)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, e.Actor, e.Action, nullIfEmpty(e.Route), nullIfEmpty(e.Provider), nullIfEmpty(e.DeliveryID),
-		nullIfEmpty(e.Reason), jsonOrNull(e.Before), jsonOrNull(e.After))
+	_, err := tx.Exec(ctx, `INSERT INTO hookgate_audit (at, actor, action, route, provider, delivery_id, reason, before, after)
+		VALUES (CASE WHEN $9 THEN statement_timestamp() ELSE now() END, $1, $2, $3, $4, $5, $6, $7, $8)`,
+		e.Actor, e.Action, nullIfEmpty(e.Route), nullIfEmpty(e.Provider), nullIfEmpty(e.DeliveryID),
+		nullIfEmpty(e.Reason), jsonOrNull(e.Before), jsonOrNull(e.After), e.Ordered)
 	if err != nil {
 		return fmt.Errorf("record audit entry: %w", err)
 	}

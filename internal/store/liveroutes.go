@@ -79,9 +79,22 @@ func SeedLiveRoutesTx(ctx context.Context, tx pgx.Tx, routes []LiveRoute, by str
 	return true, nil
 }
 
+// lockLiveRoutesTx takes the routes' state row until tx ends: changes to
+// the routes are made one at a time, so that each sees the one before it
+// (a route made twice at once is made once, then replaced).
+func lockLiveRoutesTx(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM hookgate_live_routes_state FOR UPDATE`); err != nil {
+		return fmt.Errorf("lock the routes: %w", err)
+	}
+	return nil
+}
+
 // PutLiveRouteTx stores a route's spec, made or replaced, moves the version
 // and returns the spec before (nil when the route is new).
 func PutLiveRouteTx(ctx context.Context, tx pgx.Tx, name string, spec []byte, by string) ([]byte, error) {
+	if err := lockLiveRoutesTx(ctx, tx); err != nil {
+		return nil, err
+	}
 	var before []byte
 	err := tx.QueryRow(ctx, `SELECT spec FROM hookgate_live_routes WHERE name = $1 AND deleted_at IS NULL FOR UPDATE`, name).Scan(&before)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
@@ -101,6 +114,9 @@ func PutLiveRouteTx(ctx context.Context, tx pgx.Tx, name string, spec []byte, by
 // DeleteLiveRouteTx marks a route deleted, moves the version and returns
 // its spec; found is false when there is no such route.
 func DeleteLiveRouteTx(ctx context.Context, tx pgx.Tx, name string) (before []byte, found bool, err error) {
+	if err := lockLiveRoutesTx(ctx, tx); err != nil {
+		return nil, false, err
+	}
 	err = tx.QueryRow(ctx, `UPDATE hookgate_live_routes SET deleted_at = now() WHERE name = $1 AND deleted_at IS NULL RETURNING spec`,
 		name).Scan(&before)
 	if errors.Is(err, pgx.ErrNoRows) {
