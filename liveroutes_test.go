@@ -346,6 +346,15 @@ func TestTheConsoleEditsLiveRoutes(t *testing.T) {
 	if n := routesOf(t, g, "console_2"); n != 0 {
 		t.Errorf("the deleted route is in force: %d dispatches", n)
 	}
+	res, err = c.Get(base + "/admin/ui/audit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	if !strings.Contains(string(b), `<pre class="before">`) || !strings.Contains(string(b), "stripe:invoice.*") {
+		t.Errorf("the console's audit log shows no route before and after:\n%s", b)
+	}
 	var log struct {
 		Entries []struct{ Actor, Action string }
 	}

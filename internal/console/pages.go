@@ -924,6 +924,8 @@ type auditData struct {
 type auditRow struct {
 	audit.Entry
 	Selected string
+	// Before and After are a route's change, indented ("" for none).
+	Before, After string
 }
 
 // auditRows adds to the entries what their bulk replays selected, read in
@@ -933,6 +935,7 @@ func (c *Console) auditRows(ctx context.Context, entries []audit.Entry) ([]audit
 	var bulk []string
 	for i, e := range entries {
 		rows[i].Entry = e
+		rows[i].Before, rows[i].After = indented(e.Before), indented(e.After)
 		if e.ReplayID != nil && e.DeliveryID == nil {
 			bulk = append(bulk, *e.ReplayID)
 		}
@@ -954,6 +957,16 @@ func (c *Console) auditRows(ctx context.Context, entries []audit.Entry) ([]audit
 		}
 	}
 	return rows, nil
+}
+
+// indented is a JSON value of the audit log as a person reads it; "" for
+// none.
+func indented(v json.RawMessage) string {
+	var b bytes.Buffer
+	if len(v) == 0 || string(v) == "null" || json.Indent(&b, v, "", "  ") != nil {
+		return ""
+	}
+	return b.String()
 }
 
 func (c *Console) handleAudit(w http.ResponseWriter, r *http.Request) {
