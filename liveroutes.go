@@ -2,6 +2,7 @@ package hookgate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -97,9 +98,9 @@ type follower struct {
 	queues  map[string]bool // the route queues the working client has
 }
 
-func newFollower(pt parts, env config.Resolved, builtins []string, version int64, logger *slog.Logger) *follower {
-	f := &follower{pool: pt.pool, env: env, builtins: builtins, live: pt.live, guard: pt.guard, m: pt.m, workers: env.Workers,
-		logger: logger, version: version, queues: map[string]bool{}}
+func newFollower(pt parts, client *river.Client[pgx.Tx], env config.Resolved, builtins []string, logger *slog.Logger) *follower {
+	f := &follower{pool: pt.pool, env: env, builtins: builtins, live: pt.live, client: client, guard: pt.guard, m: pt.m, workers: env.Workers,
+		logger: logger, version: pt.version, queues: map[string]bool{}}
 	for _, r := range pt.live.Known() {
 		f.queues[r.Queue()] = true
 	}
@@ -111,7 +112,13 @@ func newFollower(pt parts, env config.Resolved, builtins []string, version int64
 func (f *follower) Now() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := f.follow(ctx); err != nil {
+	f.followOrSay(ctx)
+}
+
+// followOrSay follows the routes, logging why it could not, unless ctx
+// was cancelled (the gateway stopping).
+func (f *follower) followOrSay(ctx context.Context) {
+	if err := f.follow(ctx); err != nil && !errors.Is(ctx.Err(), context.Canceled) {
 		f.logger.ErrorContext(ctx, "routes not followed; the ones in force stay", "error", err)
 	}
 }
@@ -126,9 +133,7 @@ func (f *follower) run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if err := f.follow(ctx); err != nil && ctx.Err() == nil {
-			f.logger.ErrorContext(ctx, "routes not followed; the ones in force stay", "error", err)
-		}
+		f.followOrSay(ctx)
 	}
 }
 

@@ -175,8 +175,7 @@ func (g *Gateway) build(ctx context.Context, pool *pgxpool.Pool) (*process, erro
 		},
 	}
 	if env.RoutesFrom == "database" {
-		p.follower = newFollower(pt, env, g.handlers.Names(), pt.version, logger)
-		p.follower.client = client
+		p.follower = newFollower(pt, client, env, g.handlers.Names(), logger)
 	}
 	if env.AdminToken != "" {
 		if p.riverUI, err = riverui.NewHandler(&riverui.HandlerOpts{

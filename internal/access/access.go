@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/base32"
 	"errors"
 	"fmt"
@@ -195,6 +196,13 @@ func (q *Request) Check(maker Role) error {
 // or U+FFFD, which is what bytes that were no text (or a lone surrogate in
 // JSON) decode to.
 func notPrintable(r rune) bool { return !unicode.IsPrint(r) || r == utf8.RuneError }
+
+// SameSecret compares two secrets in constant time, of their digests, so
+// that neither's length leaks; an empty one is never the same.
+func SameSecret(a, b string) bool {
+	x, y := sha256.Sum256([]byte(a)), sha256.Sum256([]byte(b))
+	return a != "" && b != "" && subtle.ConstantTimeCompare(x[:], y[:]) == 1
+}
 
 // Made is a token just made: the only time the token itself is told.
 type Made struct {

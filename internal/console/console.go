@@ -227,11 +227,10 @@ func (c *Console) Register(r chi.Router) {
 // the console's CSRF token; SameSite=Strict and the browser's
 // Sec-Fetch-Site or Origin stand in for it).
 func (c *Console) RiverUI(r *http.Request) (id access.Identity, signedIn, allowed bool) {
-	sess, err := c.sessions.get(r.Context(), r)
-	if err != nil {
+	id, _, ok, err := c.Session(r)
+	if err != nil || !ok {
 		return access.Identity{}, false, false
 	}
-	id = c.identity(sess)
 	if !id.Role.Allows(access.Operator) {
 		return id, true, false
 	}
@@ -329,7 +328,7 @@ func (c *Console) signedIn(next http.Handler) http.Handler {
 				c.fail(w, r, http.StatusBadRequest, "The form could not be read.")
 				return
 			}
-			if !sameToken(r.PostForm.Get("csrf"), sess.csrf) {
+			if !access.SameSecret(r.PostForm.Get("csrf"), sess.csrf) {
 				c.fail(w, r, http.StatusForbidden, "This form is missing its CSRF token or carries a stale one: reload the page and try again.")
 				return
 			}

@@ -70,7 +70,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 	}
 	if p.CSRF != "-" && p.CSRF != "" {
 		id := c.identity(sessionOf(r))
-		p.Who, p.Role, p.CanOperate, p.CanManageTokens = id.Actor, id.Role.String(), id.Role.Allows(access.Operator), managesTokens(id)
+		p.Who, p.Role, p.CanOperate, p.CanManageTokens = id.Actor, id.Role.String(), id.Role.Allows(access.Operator), access.MayManageTokens(id) == nil
 	}
 	var buf bytes.Buffer
 	if err := t.Execute(&buf, p); err != nil {
@@ -169,13 +169,13 @@ func (c *Console) handleLogin(w http.ResponseWriter, r *http.Request) {
 	}
 	next := r.PostForm.Get("next")
 	lc, err := r.Cookie(loginCookie)
-	if err != nil || !sameToken(r.PostForm.Get("csrf"), lc.Value) {
+	if err != nil || !access.SameSecret(r.PostForm.Get("csrf"), lc.Value) {
 		c.render(w, r, http.StatusForbidden, "error", page{Title: "Forbidden", CSRF: "-",
 			Problem: "The sign-in form is missing its CSRF token or it has expired: open the sign-in page again."})
 		return
 	}
 	secret := r.PostForm.Get("token")
-	admin := sameToken(secret, c.Token)
+	admin := access.SameSecret(secret, c.Token)
 	var personal access.Identity
 	if !admin && access.IsPersonalToken(secret) {
 		var err error

@@ -187,13 +187,6 @@ func (s *Sessions) remove(ctx context.Context, r *http.Request) error {
 	return store.DeleteConsoleSession(ctx, s.pool, digest(c.Value))
 }
 
-// sameToken compares two tokens in constant time (of their digests, so that
-// the length does not leak either).
-func sameToken(a, b string) bool {
-	x, y := sha256.Sum256([]byte(a)), sha256.Sum256([]byte(b))
-	return a != "" && subtle.ConstantTimeCompare(x[:], y[:]) == 1
-}
-
 // cookie returns a console cookie: HttpOnly, SameSite=Strict, for /admin
 // only, and Secure when the request came over TLS or the public URL is
 // https. maxAge 0 makes a cookie that ends with the browser; -1 deletes it.

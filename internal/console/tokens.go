@@ -22,12 +22,6 @@ type tokensData struct {
 	Now    time.Time
 }
 
-// managesTokens reports whether the session's identity may manage tokens:
-// an admin everyone's, a person their own.
-func managesTokens(id access.Identity) bool {
-	return id.Role.Allows(access.Admin) || id.Session && id.Person != ""
-}
-
 // handleTokens shows the Tokens page.
 func (c *Console) handleTokens(w http.ResponseWriter, r *http.Request) {
 	c.renderTokens(w, r, http.StatusOK, nil, "", "")

@@ -97,14 +97,7 @@ func (w *Worker) attemptSpan(ctx context.Context, job *river.Job[Args]) (context
 // step starts a span of part of an attempt, and returns what ends it; with
 // tracing off, both do nothing.
 func (w *Worker) step(ctx context.Context, name string) func(error) {
-	if w.Tracer == nil {
-		return func(error) {}
-	}
-	_, span := w.Tracer.Start(ctx, name)
-	return func(err error) {
-		tracing.Fail(span, err)
-		span.End()
-	}
+	return tracing.Step(w.Tracer, ctx, name)
 }
 
 // discarded tells Events of a dispatch discarded for err.

@@ -299,19 +299,12 @@ func (s *server) bearerOrConsole(next http.Handler) http.Handler {
 			writeError(w, r, s.Logger, fmt.Errorf("check the console session: %w", err))
 		case !ok:
 			s.unauthorized(w, r)
-		case r.Method != http.MethodGet && r.Method != http.MethodHead && !sameSecret(r.Header.Get("X-CSRF-Token"), csrf):
+		case r.Method != http.MethodGet && r.Method != http.MethodHead && !access.SameSecret(r.Header.Get("X-CSRF-Token"), csrf):
 			writeError(w, r, s.Logger, fmt.Errorf("%w: a console session's request needs its CSRF token in X-CSRF-Token", errForbidden))
 		default:
 			next.ServeHTTP(w, r.WithContext(access.WithIdentity(r.Context(), id)))
 		}
 	})
-}
-
-// sameSecret compares two secrets in constant time (of their digests, so
-// that the length does not leak either); an empty one is never the same.
-func sameSecret(a, b string) bool {
-	x, y := sha256.Sum256([]byte(a)), sha256.Sum256([]byte(b))
-	return a != "" && b != "" && subtle.ConstantTimeCompare(x[:], y[:]) == 1
 }
 
 // need answers 403 to a request whose identity's role is below role.

@@ -18,13 +18,22 @@ type routeSpecResponse struct {
 	Created *bool `json:"created,omitempty"`
 }
 
+// routesFromDatabase answers 409 routes_from_config when the configuration
+// owns the routes, and reports whether the database does.
+func (s *server) routesFromDatabase(w http.ResponseWriter, r *http.Request) bool {
+	if s.Admin.CheckRoute == nil {
+		writeError(w, r, s.Logger, fmt.Errorf("%w: GATEWAY_ROUTES_FROM=config: change the configuration file (or GATEWAY_ROUTES) and restart, or set GATEWAY_ROUTES_FROM=database", errRoutesFromConfig))
+		return false
+	}
+	return true
+}
+
 // handlePutRoute makes or replaces a route the database owns, checked as
 // the configuration's routes are at start, with its audit entry (before
 // and after) in one transaction: 201 when made, 200 when replaced. Every
 // gateway puts it in force within seconds (this one at once).
 func (s *server) handlePutRoute(w http.ResponseWriter, r *http.Request) {
-	if s.Admin.CheckRoute == nil {
-		writeError(w, r, s.Logger, fmt.Errorf("%w: GATEWAY_ROUTES_FROM=config: change the configuration file (or GATEWAY_ROUTES) and restart, or set GATEWAY_ROUTES_FROM=database", errRoutesFromConfig))
+	if !s.routesFromDatabase(w, r) {
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAdminBody))
@@ -57,8 +66,7 @@ func (s *server) handlePutRoute(w http.ResponseWriter, r *http.Request) {
 // 200 with the route as it was; 404 for none. Its dispatches already
 // created finish as it was; it takes no new ones.
 func (s *server) handleDeleteRoute(w http.ResponseWriter, r *http.Request) {
-	if s.Admin.CheckRoute == nil {
-		writeError(w, r, s.Logger, fmt.Errorf("%w: GATEWAY_ROUTES_FROM=config: change the configuration file (or GATEWAY_ROUTES) and restart, or set GATEWAY_ROUTES_FROM=database", errRoutesFromConfig))
+	if !s.routesFromDatabase(w, r) {
 		return
 	}
 	name := chi.URLParam(r, "name")

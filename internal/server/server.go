@@ -352,14 +352,7 @@ func endIngestSpan(span trace.Span, status int, outcome string, err error) {
 // step starts a span of part of an ingest request, and returns what ends
 // it; with tracing off, both do nothing.
 func (s *server) step(r *http.Request, name string) func(error) {
-	if s.Tracer == nil {
-		return func(error) {}
-	}
-	_, span := s.Tracer.Start(r.Context(), name)
-	return func(err error) {
-		tracing.Fail(span, err)
-		span.End()
-	}
+	return tracing.Step(s.Tracer, r.Context(), name)
 }
 
 // metricProvider keeps the provider label's values few: names from the URL

@@ -73,7 +73,7 @@ func SeedLiveRoutesTx(ctx context.Context, tx pgx.Tx, routes []LiveRoute, by str
 			return false, fmt.Errorf("seed route %s: %w", r.Name, err)
 		}
 	}
-	if _, err := tx.Exec(ctx, `UPDATE hookgate_live_routes_state SET seeded_at = now(), version = version + 1`); err != nil {
+	if err := bumpLiveRoutesTx(ctx, tx); err != nil {
 		return false, fmt.Errorf("seed the routes: %w", err)
 	}
 	return true, nil
@@ -87,6 +87,13 @@ func lockLiveRoutesTx(ctx context.Context, tx pgx.Tx) error {
 		return fmt.Errorf("lock the routes: %w", err)
 	}
 	return nil
+}
+
+// bumpLiveRoutesTx moves the routes' version, and marks them seeded: once
+// changed, the configured routes never seed them.
+func bumpLiveRoutesTx(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `UPDATE hookgate_live_routes_state SET seeded_at = coalesce(seeded_at, now()), version = version + 1`)
+	return err
 }
 
 // PutLiveRouteTx stores a route's spec, made or replaced, moves the version
@@ -105,7 +112,7 @@ func PutLiveRouteTx(ctx context.Context, tx pgx.Tx, name string, spec []byte, by
 		name, spec, by); err != nil {
 		return nil, fmt.Errorf("put route %s: %w", name, err)
 	}
-	if _, err := tx.Exec(ctx, `UPDATE hookgate_live_routes_state SET seeded_at = coalesce(seeded_at, now()), version = version + 1`); err != nil {
+	if err := bumpLiveRoutesTx(ctx, tx); err != nil {
 		return nil, fmt.Errorf("put route %s: %w", name, err)
 	}
 	return before, nil
@@ -125,7 +132,7 @@ func DeleteLiveRouteTx(ctx context.Context, tx pgx.Tx, name string) (before []by
 	if err != nil {
 		return nil, false, fmt.Errorf("delete route %s: %w", name, err)
 	}
-	if _, err := tx.Exec(ctx, `UPDATE hookgate_live_routes_state SET seeded_at = coalesce(seeded_at, now()), version = version + 1`); err != nil {
+	if err := bumpLiveRoutesTx(ctx, tx); err != nil {
 		return nil, false, fmt.Errorf("delete route %s: %w", name, err)
 	}
 	return before, true, nil

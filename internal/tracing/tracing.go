@@ -238,6 +238,20 @@ func FromMetadata(ctx context.Context, metadata []byte) context.Context {
 	return propagator.Extract(ctx, propagation.MapCarrier{metadataKey: s})
 }
 
+// Step starts a span named name, a part of ctx's, with tracer, and returns
+// what ends it, failed with its error if any; with no tracer (tracing
+// off), both do nothing.
+func Step(tracer trace.Tracer, ctx context.Context, name string) func(error) {
+	if tracer == nil {
+		return func(error) {}
+	}
+	_, span := tracer.Start(ctx, name)
+	return func(err error) {
+		Fail(span, err)
+		span.End()
+	}
+}
+
 // Fail marks span failed with err, when err is not nil.
 func Fail(span trace.Span, err error) {
 	if err != nil {
