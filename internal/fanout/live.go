@@ -1,6 +1,9 @@
 package fanout
 
-import "sync/atomic"
+import (
+	"slices"
+	"sync/atomic"
+)
 
 // Source gives the fan-out table in force: a Table is its own, fixed; a
 // *Live changes while the gateway runs (routes edited through the API).
@@ -77,27 +80,16 @@ func (l *Live) Known() Table {
 // lacks are retired too: Route still finds them, for the dispatches they
 // left.
 func (l *Live) Set(t, retired Table) {
-	old := l.p.Load()
-	next := &liveTable{table: t}
-	for _, r := range retired {
-		if _, kept := t.ByName(r.Name); !kept {
-			next.retired = append(next.retired, r)
-		}
+	gone := retired
+	if old := l.p.Load(); old != nil {
+		gone = slices.Concat(retired, old.table, old.retired)
 	}
-	if old != nil {
-		for _, r := range old.table {
-			_, kept := t.ByName(r.Name)
-			_, already := next.retired.ByName(r.Name)
-			if !kept && !already {
-				next.retired = append(next.retired, r)
-			}
-		}
-		for _, r := range old.retired {
-			_, kept := t.ByName(r.Name)
-			_, again := next.retired.ByName(r.Name)
-			if !kept && !again {
-				next.retired = append(next.retired, r)
-			}
+	next := &liveTable{table: t}
+	for _, r := range gone {
+		_, kept := t.ByName(r.Name)
+		_, already := next.retired.ByName(r.Name)
+		if !kept && !already {
+			next.retired = append(next.retired, r)
 		}
 	}
 	l.p.Store(next)
