@@ -242,7 +242,7 @@ func (g *Gateway) parts(ctx context.Context, pool *pgxpool.Pool) (parts, error) 
 	}
 	pt.m.Routes(pt.guard.Gauges)
 	pt.enqueuer = dispatch.NewEnqueuer(inserter, live, dispatch.EnqueuerConfig{MaxAttempts: env.MaxAttempts,
-		Filters: &filter.Reporter{Count: pt.m.FilterFailed, Logger: logger}})
+		Filters: &filter.Reporter{Count: pt.m.FilterFailed, Logger: logger}, Schemas: env.Schemas})
 	// Forwarding yields to acknowledgements while the machine is full
 	// (package yield): ingest never waits, and forwarding takes one dispatch
 	// per yield.AcksPerDispatch acknowledgements until a core is free or

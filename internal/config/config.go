@@ -31,6 +31,7 @@ import (
 	"unicode"
 
 	"github.com/hookgate/hookgate/internal/archive"
+	"github.com/hookgate/hookgate/internal/eventschema"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/notify"
 	"github.com/hookgate/hookgate/internal/providers"
@@ -108,6 +109,12 @@ type Config struct {
 	// search_keys): per provider, each key's name and the dot-separated
 	// JSON path of its value in the payload. None: no key is indexed.
 	SearchKeys searchkeys.Paths `env:"-"`
+	// Schemas are the JSON Schemas deliveries are checked against (the
+	// configuration file's schemas): provider:pattern to a schema file's
+	// path. A delivery that fails one of its event's is stored, acknowledged
+	// and dispatched to no route (package eventschema). None: nothing is
+	// checked.
+	Schemas map[string]string `env:"-"`
 	// Notifications send operators' events to people and systems (the
 	// configuration file's notifications). A webhook notification is
 	// signed with ForwardSecrets, which must then be set.
@@ -219,6 +226,9 @@ type Config struct {
 	// SearchKeys from it, and keyLines each provider's line there.
 	keysFile string
 	keyLines map[string]int
+	// schemasFile is the configuration file's path when FromEnv read
+	// Schemas from it.
+	schemasFile string
 	// unread is what FromEnv could not read, which Resolve reports first;
 	// unreadSources are the names of the configuration file's sources it
 	// could not read, which a route may name without a second error.
@@ -449,6 +459,8 @@ type Resolved struct {
 	Providers *providers.Registry
 	// Keys are the search keys indexed at ingest, checked.
 	Keys *searchkeys.Set
+	// Schemas are the JSON Schemas deliveries are checked against, compiled.
+	Schemas *eventschema.Set
 
 	sourceNames []string // the sources' names, as routes may match them
 }
@@ -495,6 +507,11 @@ func (c Config) Resolve() (Resolved, error) {
 		errs = append(errs, c.keysError(fmt.Errorf("search_keys: %w", err)))
 	}
 	r.Keys = keys
+	schemas, err := eventschema.Compile(c.Schemas, sourceNames)
+	if err != nil {
+		errs = append(errs, c.schemasError(fmt.Errorf("schemas: %w", err)))
+	}
+	r.Schemas = schemas
 	errs = append(errs, c.checkNotifications()...)
 	seen := map[string]bool{}
 	for i, route := range c.Routes {
@@ -573,6 +590,15 @@ func (c Config) keysError(err error) error {
 		return err
 	}
 	return fmt.Errorf("%w %s: %w", ErrBadFile, c.keysFile, err)
+}
+
+// schemasError is err, of the schemas, as an error of the configuration
+// file (ErrBadFile, naming the file) when they came from there.
+func (c Config) schemasError(err error) error {
+	if c.schemasFile == "" {
+		return err
+	}
+	return fmt.Errorf("%w %s: %w", ErrBadFile, c.schemasFile, err)
 }
 
 // routeError is err, of a route, as an error of the configuration file

@@ -44,6 +44,9 @@ func FromEnv(lookup Lookup) (Config, error) {
 	if len(read.routes) > 0 {
 		c.routesFrom, c.routesFile = read.from, read.file
 	}
+	if read.schemas != nil {
+		c.Schemas, c.schemasFile = read.schemas, path
+	}
 	c.Notifications = read.notifications
 	return c, errors.Join(errs...)
 }

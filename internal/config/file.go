@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -29,7 +30,7 @@ var ErrBadFile = errors.New("configuration file")
 
 // The keys each level of the file may hold; anything else is refused.
 var (
-	fileKeys   = []string{"routes", "sources", "search_keys", "notifications"}
+	fileKeys   = []string{"routes", "sources", "search_keys", "schemas", "notifications"}
 	sourceKeys = []string{"name", "kind", "secret_env", "tolerance", "order", "signature_header", "algorithm", "encoding", "prefix",
 		"timestamp_header", "id_header", "id_field", "event_header", "event_field"}
 	orderKeys   = []string{"entity", "time"}
@@ -75,6 +76,9 @@ type read struct {
 	// their providers), and keyLines each provider's line.
 	searchKeys searchkeys.Paths
 	keyLines   map[string]int
+	// schemas are the file's JSON Schemas, provider:pattern to a file's
+	// path (Resolve compiles them).
+	schemas map[string]string
 	// notifications are the file's notifications that could be read.
 	notifications []notify.Notification
 }
@@ -96,7 +100,7 @@ func routesAndSources(spec, path string, lookup Lookup, builtins []string) (read
 	}
 	f, err := readFile(path, lookup, builtins)
 	r := read{sources: f.sources, unreadSources: f.unreadSources, searchKeys: f.searchKeys, keyLines: f.keyLines,
-		notifications: f.notifications}
+		schemas: f.schemas, notifications: f.notifications}
 	if !f.routesListed {
 		rs, serr := parseSpec(spec)
 		r.routes, r.from = rs, routesVariable
@@ -123,6 +127,9 @@ type file struct {
 	// right, and keyLines each provider's line.
 	searchKeys searchkeys.Paths
 	keyLines   map[string]int
+	// schemas are the file's JSON Schemas, provider:pattern to a file's
+	// path, relative ones made relative to the configuration file's folder.
+	schemas map[string]string
 	// notifications are those that could be read, checked but for their
 	// signing secret (Resolve's).
 	notifications []notify.Notification
@@ -168,6 +175,7 @@ func readFile(path string, lookup Lookup, builtins []string) (file, error) {
 	var errs []error
 	names := f.readSources(value(top, "sources"), lookup, func(err error) { errs = append(errs, bad("%w", err)) })
 	f.searchKeys, f.keyLines = readSearchKeys(value(top, "search_keys"), func(err error) { errs = append(errs, bad("%w", err)) })
+	f.schemas = readSchemas(value(top, "schemas"), filepath.Dir(path), func(err error) { errs = append(errs, bad("%w", err)) })
 	f.notifications = readNotifications(value(top, "notifications"), lookup, func(err error) { errs = append(errs, bad("%w", err)) })
 	list := value(top, "routes")
 	if list == nil {
@@ -281,6 +289,37 @@ func readSearchKeys(n *yaml.Node, report func(error)) (searchkeys.Paths, map[str
 		}
 	}
 	return paths, lines
+}
+
+// readSchemas reads the file's schemas (n, when the file has them): a
+// mapping of provider:pattern to a JSON Schema file's path, a relative path
+// being relative to dir, the configuration file's folder. Each mistake of
+// shape is passed to report with its line; whether a pattern and a file can
+// be used is Resolve's to say (it compiles them).
+func readSchemas(n *yaml.Node, dir string, report func(error)) map[string]string {
+	if n == nil {
+		return nil
+	}
+	const shape = "schemas maps provider:pattern to a JSON Schema file, such as github:pull_request: schemas/pull_request.json"
+	if n.Kind != yaml.MappingNode {
+		report(fmt.Errorf("line %d: %s", n.Line, shape))
+		return nil
+	}
+	files := map[string]string{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		switch {
+		case k.Kind != yaml.ScalarNode || v.Kind != yaml.ScalarNode || strings.TrimSpace(v.Value) == "":
+			report(fmt.Errorf("line %d: %s", k.Line, shape))
+		case files[k.Value] != "":
+			report(fmt.Errorf("line %d: schemas: %q given twice", k.Line, k.Value))
+		case filepath.IsAbs(v.Value):
+			files[k.Value] = v.Value
+		default:
+			files[k.Value] = filepath.Join(dir, v.Value)
+		}
+	}
+	return files
 }
 
 // itemName names the i-th item of a list for messages: by its name and line

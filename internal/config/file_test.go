@@ -401,6 +401,42 @@ search_keys:
 	}
 }
 
+// schemas map provider:pattern to a JSON Schema file, a relative path
+// being the configuration file's folder's; each mistake is named with its
+// line, or with its pattern and file when the schema cannot be compiled.
+func TestReadFileSchemas(t *testing.T) {
+	path := writeFile(t, "schemas:\n  stripe:invoice.*: schemas/invoice.json\n")
+	if err := os.MkdirAll(filepath.Join(filepath.Dir(path), "schemas"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	schema := filepath.Join(filepath.Dir(path), "schemas", "invoice.json")
+	if err := os.WriteFile(schema, []byte(`{"required": ["data"]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := load(t, "", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Schemas.Len() != 1 || cfg.Config.Schemas["stripe:invoice.*"] != schema {
+		t.Fatalf("schemas = %v", cfg.Config.Schemas)
+	}
+	if e := cfg.Schemas.Check(providers.Delivery{Provider: "stripe", Event: "invoice.paid", Body: []byte(`{"id":"evt_1"}`)}); e == nil || e.Rule != "required" {
+		t.Errorf("an invoice without data: %+v", e)
+	}
+	for _, tt := range []struct{ text, want string }{
+		{"schemas: [a]\n", `line 1: schemas maps provider:pattern`},
+		{"schemas:\n  stripe:invoice.*: [a]\n", `line 2: schemas maps provider:pattern`},
+		{"schemas:\n  stripe:invoice.*: a.json\n  stripe:invoice.*: b.json\n", `line 3: schemas: "stripe:invoice.*" given twice`},
+		{"schemas:\n  gitlab:push: a.json\n", `schemas: bad schema "gitlab:push": a match must be provider:pattern`},
+		{"schemas:\n  stripe:invoice.*: nowhere.json\n", `schemas: bad schema "stripe:invoice.*": `},
+	} {
+		_, err := load(t, "", writeFile(t, tt.text))
+		if !errors.Is(err, config.ErrBadFile) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q:\n got %v\nwant ... %s", tt.text, err, tt.want)
+		}
+	}
+}
+
 // notifications send operators' events: a Slack one's URL from the variable
 // url_env names (a secret), a webhook one's signed with
 // GATEWAY_FORWARD_SECRET; each mistake is named with its line, never a URL.

@@ -177,7 +177,7 @@ func scale(v int64) (top, step int64) {
 
 // chartStates are the delivery states a chart stacks, bottom up.
 var chartStates = []string{dispatch.Succeeded, dispatch.Superseded, dispatch.Pending, dispatch.Running,
-	dispatch.Retrying, dispatch.Cancelled, dispatch.Discarded, "stored"}
+	dispatch.Retrying, dispatch.Cancelled, dispatch.Discarded, "stored", deliveries.Invalid}
 
 // readCharts reads the range's counts: deliveries by the minute of their
 // first receipt, provider and present state (store.DeliveriesPerBucket);

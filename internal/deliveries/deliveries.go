@@ -40,12 +40,19 @@ type DB = store.Querier
 // among the latest dispatches of its routes: the first one present wins.
 var summaryOrder = []string{dispatch.Discarded, dispatch.Retrying, dispatch.Running, dispatch.Pending, dispatch.Cancelled, dispatch.Succeeded, dispatch.Superseded}
 
+// Invalid is the state of a delivery whose payload failed its schema: it
+// was stored and acknowledged, and dispatched to no route.
+const Invalid = "invalid"
+
 // States are the values the state filter accepts.
-var States = append(slices.Clone(summaryOrder), "stored")
+var States = append(slices.Clone(summaryOrder), "stored", Invalid)
 
 // Summary returns a delivery's state from its routes' latest dispatch states:
-// "stored" when it has none.
-func Summary(states []string) string {
+// "stored" when it has none, "invalid" when its payload failed its schema.
+func Summary(states []string, invalid bool) string {
+	if invalid {
+		return Invalid
+	}
 	for _, s := range summaryOrder {
 		if slices.Contains(states, s) {
 			return s
@@ -62,7 +69,8 @@ type Filter struct {
 	// dot-separated prefix of; "*" matches any run of characters.
 	Event string `json:"event,omitempty"`
 	// State matches a delivery when the latest dispatch of any of its routes is
-	// in that state; "stored" matches deliveries without dispatches.
+	// in that state; "stored" matches deliveries without dispatches, and
+	// "invalid" those whose payload failed its schema.
 	State string `json:"state,omitempty"`
 	// Since (inclusive) and Until (exclusive) bound the first receipt's time.
 	Since *time.Time `json:"since,omitempty"`
@@ -338,7 +346,7 @@ func List(ctx context.Context, db DB, f Filter, limit int, after *Cursor) ([]Ite
 		return nil, nil, err
 	}
 	for i := range items {
-		items[i].State = Summary(items[i].States)
+		items[i].State = Summary(items[i].States, items[i].Invalid)
 	}
 	var next *Cursor
 	if len(items) > limit {
@@ -480,7 +488,7 @@ func (s *search) look(it Item, c store.Content) bool {
 	if !ok {
 		return false
 	}
-	it.State = Summary(it.States)
+	it.State = Summary(it.States, it.Invalid)
 	s.res.Items = append(s.res.Items, it)
 	if len(s.res.Items) == s.limit {
 		s.res.Next = s.after
@@ -531,6 +539,9 @@ type Detail struct {
 	EventTime  *time.Time       `json:"event_time"`
 	Receipts   []Receipt        `json:"receipts"`
 	Dispatches []store.Dispatch `json:"dispatches"`
+	// SchemaError, when set, is why the payload failed its schema: the
+	// delivery was dispatched to no route (its state is invalid).
+	SchemaError *providers.SchemaError `json:"schema_error"`
 	// Expired says retention deleted the delivery's receipts and
 	// dispatches; its id is kept (GATEWAY_ID_RETENTION), with the first
 	// receipt's body hash, when it was received and when it expired, so the
@@ -569,6 +580,9 @@ func Show(ctx context.Context, db DB, provider, deliveryID string) (Detail, erro
 		return expired(ctx, db, d)
 	}
 	if d.Dispatches, err = store.DispatchesOf(ctx, db, provider, deliveryID); err != nil {
+		return Detail{}, err
+	}
+	if d.SchemaError, err = store.SchemaErrorOf(ctx, db, provider, deliveryID); err != nil {
 		return Detail{}, err
 	}
 	return d, nil

@@ -22,18 +22,20 @@ func TestMain(m *testing.M) { dbtest.Main(m) }
 func TestSummary(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
-		states []string
-		want   string
+		states  []string
+		invalid bool
+		want    string
 	}{
-		{nil, "stored"},
-		{[]string{"succeeded", "discarded"}, "discarded"},
-		{[]string{"superseded", "succeeded"}, "succeeded"},
-		{[]string{"pending", "retrying", "running"}, "retrying"},
-		{[]string{"cancelled", "pending"}, "pending"},
-		{[]string{"superseded"}, "superseded"},
+		{nil, false, "stored"},
+		{nil, true, "invalid"},
+		{[]string{"succeeded", "discarded"}, false, "discarded"},
+		{[]string{"superseded", "succeeded"}, false, "succeeded"},
+		{[]string{"pending", "retrying", "running"}, false, "retrying"},
+		{[]string{"cancelled", "pending"}, false, "pending"},
+		{[]string{"superseded"}, false, "superseded"},
 	} {
-		if got := deliveries.Summary(tt.states); got != tt.want {
-			t.Errorf("Summary(%v) = %s, want %s", tt.states, got, tt.want)
+		if got := deliveries.Summary(tt.states, tt.invalid); got != tt.want {
+			t.Errorf("Summary(%v, %v) = %s, want %s", tt.states, tt.invalid, got, tt.want)
 		}
 	}
 }
@@ -151,7 +153,7 @@ func TestDispatchStatesAreOneList(t *testing.T) {
 			t.Errorf("the state filter does not know %s", s)
 		}
 	}
-	if len(deliveries.States) != len(all)+1 { // and "stored"
+	if len(deliveries.States) != len(all)+2 { // and "stored", "invalid"
 		t.Errorf("the state filter has %v, the dispatch states are %v", deliveries.States, all)
 	}
 	pool := dbtest.NewPool(t)

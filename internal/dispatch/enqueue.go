@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/hookgate/hookgate/internal/eventschema"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/filter"
 	"github.com/hookgate/hookgate/internal/providers"
@@ -38,6 +39,7 @@ type Enqueuer struct {
 	routes      fanout.Source
 	maxAttempts int
 	filters     *filter.Reporter
+	schemas     *eventschema.Set
 }
 
 // EnqueuerConfig are an Enqueuer's settings; the zero EnqueuerConfig is the
@@ -49,6 +51,9 @@ type EnqueuerConfig struct {
 	// Filters hears of route filters that failed on a delivery. Defaults to
 	// a Reporter that counts and logs nothing.
 	Filters *filter.Reporter
+	// Schemas are the JSON Schemas events are checked against: an event
+	// that fails one is dispatched to no route. Defaults to none.
+	Schemas *eventschema.Set
 }
 
 // NewEnqueuer returns an Enqueuer of table's routes (as they are at each
@@ -58,7 +63,7 @@ func NewEnqueuer(client *river.Client[pgx.Tx], table fanout.Source, cfg Enqueuer
 	if cfg.Filters == nil {
 		cfg.Filters = &filter.Reporter{}
 	}
-	return &Enqueuer{client: client, routes: table, maxAttempts: cfg.MaxAttempts, filters: cfg.Filters}
+	return &Enqueuer{client: client, routes: table, maxAttempts: cfg.MaxAttempts, filters: cfg.Filters, schemas: cfg.Schemas}
 }
 
 // Client is the River client that inserts the jobs; it pauses and resumes
@@ -73,9 +78,9 @@ func (e *Enqueuer) Routes() fanout.Table { return e.routes.Routes() }
 // EnqueueTx creates generation 1 of the dispatch of every route matching the
 // event, with one River job each, and returns how many it created. Routes that
 // already have a generation 1 for this event (another hook delivered it first)
-// get none.
+// get none. Without its payload, the event is checked against no schema.
 func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, provider, deliveryID, event string) (int, error) {
-	n, err := e.EnqueueManyTx(ctx, tx, []providers.Delivery{{Provider: provider, DeliveryID: deliveryID, Event: event}})
+	n, err := e.EnqueueManyTx(ctx, tx, []providers.Delivery{{Provider: provider, DeliveryID: deliveryID, Event: event, Checked: true}})
 	if err != nil {
 		return 0, err
 	}
@@ -87,10 +92,23 @@ func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, provider, deliveryI
 // best done before a transaction is open. It returns nil when no filter is
 // involved (the transaction decides by the route table alone, at no cost).
 func (e *Enqueuer) Prematch(ev providers.Delivery) []string {
+	if ev.Invalid != nil {
+		return []string{} // dispatched to no route
+	}
 	if !e.routes.Routes().FiltersFor(ev.Provider, ev.Event) {
 		return nil
 	}
 	return append([]string{}, e.Matching(ev)...)
+}
+
+// Check checks ev's payload against the JSON Schemas of its event and
+// returns it marked checked, with why it fails one (Invalid) if it does.
+// Like Prematch, it is work best done before a transaction is open.
+func (e *Enqueuer) Check(ev providers.Delivery) providers.Delivery {
+	if !ev.Checked {
+		ev.Checked, ev.Invalid = true, e.schemas.Check(ev)
+	}
+	return ev
 }
 
 // Matching returns the routes that take ev under the route table and its
@@ -109,7 +127,13 @@ func input(ev providers.Delivery) *filter.Input {
 // gets them on its first listing.
 func (e *Enqueuer) EnqueueManyTx(ctx context.Context, tx pgx.Tx, events []providers.Delivery) ([]int, error) {
 	var want []Created
+	var invalid []store.InvalidDelivery
 	for _, ev := range events {
+		// An event checked before its transaction keeps that decision.
+		if ev = e.Check(ev); ev.Invalid != nil {
+			invalid = append(invalid, store.InvalidDelivery{Provider: ev.Provider, DeliveryID: ev.DeliveryID, Error: *ev.Invalid})
+			continue
+		}
 		routes := ev.Routes
 		if routes == nil {
 			routes = e.Matching(ev)
@@ -119,6 +143,9 @@ func (e *Enqueuer) EnqueueManyTx(ctx context.Context, tx pgx.Tx, events []provid
 		}
 	}
 	counts := make([]int, len(events))
+	if err := store.InsertSchemaErrorsTx(ctx, tx, invalid); err != nil {
+		return nil, err
+	}
 	if len(want) == 0 {
 		return counts, nil
 	}

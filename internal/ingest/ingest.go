@@ -61,6 +61,9 @@ type Result struct {
 	// Routes is how many dispatches the receipt created: 0 for a duplicate,
 	// and 0 for another hook's copy of an event already dispatched.
 	Routes int
+	// Invalid, for a delivery accepted now, is why its payload failed its
+	// schema: it was stored and dispatched to no route.
+	Invalid *providers.SchemaError
 }
 
 // Outcome is one delivery's result in a batch: a Result, or an error
@@ -151,9 +154,10 @@ func NewIngester(pool *pgxpool.Pool, rs *receipts.Store, enqueuer *dispatch.Enqu
 func (in *Ingester) Accept(ctx context.Context, d providers.Delivery) (Result, error) {
 	in.acks.Arrived()
 	defer in.acks.Acked()
-	// Route filters read the payload: they run here, before the delivery
-	// joins a transaction, so that a costly filter never holds its
+	// Schemas and route filters read the payload: they run here, before
+	// the delivery joins a transaction, so that a costly one never holds its
 	// batch-mates' commit.
+	d = in.enqueuer.Check(d)
 	d.Routes = in.enqueuer.Prematch(d)
 	// So are its search keys, read from the payload likewise.
 	d.Keys = in.receipts.KeysOf(d)
@@ -294,9 +298,10 @@ func (in *Ingester) AcceptManyTx(ctx context.Context, tx pgx.Tx, ds []providers.
 	for i, k := range kinds {
 		switch k {
 		case receipts.New:
-			events = append(events, ds[i])
+			ev := in.enqueuer.Check(ds[i])
+			events = append(events, ev)
 			newIdx = append(newIdx, i)
-			outcomes[i].Result.Status = Accepted
+			outcomes[i].Result.Status, outcomes[i].Result.Invalid = Accepted, ev.Invalid
 		case receipts.Duplicate:
 			outcomes[i].Result.Status = Duplicate
 		case receipts.Conflict:

@@ -39,6 +39,7 @@ type Metrics struct {
 	recovery   *prometheus.CounterVec
 	runs       *prometheus.CounterVec
 	filters    *prometheus.CounterVec
+	invalid    *prometheus.CounterVec
 	queue      *queueCollector // nil without a pool
 }
 
@@ -86,6 +87,10 @@ func New(pool *pgxpool.Pool) *Metrics {
 		Name: "hookgate_filter_failures_total",
 		Help: "Deliveries on which a route's filter could not be evaluated (a field missing, the cost limit, a payload that is not JSON), by route: the route did not take them.",
 	}, []string{"route"})
+	m.invalid = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hookgate_deliveries_invalid_total",
+		Help: "Deliveries accepted whose payload failed its JSON Schema, by provider: stored and acknowledged, dispatched to no route (state invalid).",
+	}, []string{"provider"})
 	m.archive = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "hookgate_archive_days_total",
 		Help: "Days of one provider's deliveries the archive was asked to take, by provider and result: ok (written and read back against its manifest), failed (kept, tried again at retention's next run). Alert when failed grows.",
@@ -94,7 +99,7 @@ func New(pool *pgxpool.Pool) *Metrics {
 		Name: "hookgate_notifications_total",
 		Help: "Events sent to a notification, by notification and result: sent, failed (an attempt that failed; River tries again), suppressed (sent less than 10 minutes before), dropped (not queued).",
 	}, []string{"notification", "result"})
-	m.registry.MustRegister(m.ingest, m.secondary, m.ack, m.dispatches, m.toSuccess, m.attempts, m.recovery, m.runs, m.filters, m.archive, m.notices,
+	m.registry.MustRegister(m.ingest, m.secondary, m.ack, m.dispatches, m.toSuccess, m.attempts, m.recovery, m.runs, m.filters, m.invalid, m.archive, m.notices,
 		buildInfo(version.Get()), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if pool != nil {
 		c := &queueCollector{pool: pool,
@@ -163,6 +168,7 @@ func (m *Metrics) Declare(k Known) {
 		}
 		m.ack.WithLabelValues(p)
 		m.secondary.WithLabelValues(p)
+		m.invalid.WithLabelValues(p)
 		// Whether or not an archive is configured: one configured later
 		// starts from zero too.
 		m.archive.WithLabelValues(p, "ok")
@@ -300,6 +306,11 @@ func (m *Metrics) ArchivedDay(provider string, ok bool) {
 // suppressed or dropped.
 func (m *Metrics) Notification(notification, result string) {
 	m.notices.WithLabelValues(notification, result).Inc()
+}
+
+// Invalid counts one delivery accepted whose payload failed its schema.
+func (m *Metrics) Invalid(provider string) {
+	m.invalid.WithLabelValues(provider).Inc()
 }
 
 // FilterFailed counts one delivery on which a route's filter failed.

@@ -77,6 +77,12 @@ type Delivery struct {
 	// Keys, when not nil, are the delivery's search keys, read before its
 	// transaction (package searchkeys); nil leaves them to the transaction.
 	Keys []SearchKey
+	// Checked says the delivery's payload was checked against the JSON
+	// Schemas of its event (package eventschema) before its transaction;
+	// Invalid, when set, is why it failed one: it is stored, acknowledged and
+	// dispatched to no route. Unchecked, the transaction checks it.
+	Checked bool
+	Invalid *SchemaError
 	// Trace, when set, is the W3C traceparent of the request that brought
 	// the delivery (package tracing): its dispatches join that trace.
 	Trace string
@@ -84,6 +90,20 @@ type Delivery struct {
 	// asks to be answered with this value (Slack's url_verification): the
 	// gateway answers it and stores nothing.
 	Challenge string
+}
+
+// SchemaError is why a delivery's payload fails a JSON Schema of its event
+// (package eventschema).
+type SchemaError struct {
+	// Schema is the schema's provider:pattern, as configured.
+	Schema string `json:"schema"`
+	// Path is the failing value's JSON Pointer in the payload ("" for the
+	// whole payload).
+	Path string `json:"path"`
+	// Rule is the schema keyword that failed, such as required or type.
+	Rule string `json:"rule"`
+	// Message says what is wrong, in the validator's words.
+	Message string `json:"message"`
 }
 
 // SearchKey is one search key's value in a delivery (package searchkeys).

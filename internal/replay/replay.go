@@ -57,7 +57,10 @@ type Result struct {
 // the request selects, with its River job. Routes are those that match the
 // event under the current route table; a route whose pattern matches but
 // whose filter is now false is skipped, as is one whose latest dispatch is
-// still in progress or (without Force) did not end discarded or cancelled.
+// still in progress or (without Force) did not end discarded or cancelled;
+// every route is skipped when the payload fails its schema as the schemas
+// are now. A delivery that failed its schema at ingest is no longer invalid
+// once a replay creates a dispatch of it.
 func RedispatchTx(ctx context.Context, tx pgx.Tx, e *dispatch.Enqueuer, provider, deliveryID string, req Request) (Result, error) {
 	res := Result{Created: []dispatch.Created{}, Skipped: []Skip{}}
 	// The CLI passes ids as typed: one the database cannot hold names nothing.
@@ -83,6 +86,16 @@ func RedispatchTx(ctx context.Context, tx pgx.Tx, e *dispatch.Enqueuer, provider
 	if len(routes) == 0 {
 		return res, nil
 	}
+	// The schemas as they are now decide, as the filters do: a payload that
+	// fails one is dispatched to no route; one that passes again leaves the
+	// invalid state when a forced replay dispatches it.
+	if ev = e.Check(ev); ev.Invalid != nil {
+		for _, r := range routes {
+			res.Skipped = append(res.Skipped, Skip{Route: r, Reason: fmt.Sprintf("the payload fails its schema %s at %q (%s): %s",
+				ev.Invalid.Schema, ev.Invalid.Path, ev.Invalid.Rule, ev.Invalid.Message)})
+		}
+		return res, nil
+	}
 
 	last, err := store.LatestOf(ctx, tx, provider, deliveryID, routes)
 	if err != nil {
@@ -99,7 +112,7 @@ func RedispatchTx(ctx context.Context, tx pgx.Tx, e *dispatch.Enqueuer, provider
 		case ok:
 			res.Skipped = append(res.Skipped, Skip{Route: r, Reason: fmt.Sprintf("its latest dispatch %s; force replays it", l.State)})
 		default:
-			res.Skipped = append(res.Skipped, Skip{Route: r, Reason: "it was never dispatched (a route added since); force dispatches it"})
+			res.Skipped = append(res.Skipped, Skip{Route: r, Reason: "it was never dispatched (a route added since, or the payload failed its schema then); force dispatches it"})
 		}
 	}
 	if len(want) == 0 {
@@ -112,6 +125,11 @@ func RedispatchTx(ctx context.Context, tx pgx.Tx, e *dispatch.Enqueuer, provider
 		return res, err
 	}
 	res.Created = created
+	if len(created) > 0 {
+		if err := store.DeleteSchemaErrorTx(ctx, tx, provider, deliveryID); err != nil {
+			return res, err
+		}
+	}
 	for _, w := range want {
 		if !slices.ContainsFunc(created, func(c dispatch.Created) bool { return c.Route == w.Route }) {
 			res.Skipped = append(res.Skipped, Skip{Route: w.Route, Reason: "another replay created this generation first"})

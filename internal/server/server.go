@@ -322,6 +322,9 @@ func (s *server) handleIngest(w http.ResponseWriter, r *http.Request) {
 		Status: res.Status, Provider: d.Provider, DeliveryID: d.DeliveryID, Event: d.Event, Routes: res.Routes,
 	})
 	s.Metrics.Ingest(d.Provider, string(res.Status), secretIndex, time.Since(start))
+	if res.Invalid != nil {
+		s.Metrics.Invalid(s.metricProvider(d.Provider))
+	}
 }
 
 // ingestSpan starts an ingest request's span, continuing the sender's

@@ -29,7 +29,8 @@ type DeliveriesBucket struct {
 	Bucket   int
 	Provider string
 	// Rank is the rank in States (from 1) of the first state among their
-	// routes' latest dispatches, 0 for a delivery with none.
+	// routes' latest dispatches; for a delivery with none, the rank of
+	// "invalid" when its payload failed its schema, else 0.
 	Rank  int
 	Count int64
 }
@@ -56,8 +57,10 @@ const DeliveriesPerBucketSQL = `
 			ORDER BY d.provider, d.delivery_id, d.route, d.generation DESC) l
 		GROUP BY provider, delivery_id
 	)
-	SELECT floor(extract(epoch FROM r.t - $1) / $2)::int AS bucket, r.provider, coalesce(s.rank, 0), count(*)
+	SELECT floor(extract(epoch FROM r.t - $1) / $2)::int AS bucket, r.provider,
+		coalesce(s.rank, CASE WHEN e.provider IS NULL THEN 0 ELSE array_position($3::text[], 'invalid') END, 0), count(*)
 	FROM r LEFT JOIN s ON s.provider = r.provider AND s.delivery_id = r.delivery_id
+		LEFT JOIN hookgate_schema_errors e ON e.provider = r.provider AND e.delivery_id = r.delivery_id
 	GROUP BY 1, 2, 3`
 
 // DeliveriesPerBucket counts the deliveries received since p.Since, in the

@@ -81,12 +81,18 @@ func (f DeliveryFilter) where(args []any) (string, []any) {
 	switch f.State {
 	case "":
 	case "stored":
-		conds = append(conds, "NOT EXISTS (SELECT 1 FROM hookgate_dispatches d WHERE d.provider = r.provider AND d.delivery_id = r.delivery_id)")
+		conds = append(conds, "NOT EXISTS (SELECT 1 FROM hookgate_dispatches d WHERE d.provider = r.provider AND d.delivery_id = r.delivery_id)",
+			"NOT "+invalidSQL)
+	case "invalid":
+		conds = append(conds, invalidSQL)
 	default:
 		conds = append(conds, "EXISTS (SELECT 1 FROM hookgate_latest_states(r.provider, r.delivery_id) l(state) WHERE l.state = "+arg(f.State)+")")
 	}
 	return strings.Join(conds, " AND "), args
 }
+
+// invalidSQL is true for a delivery r whose payload failed its schema.
+const invalidSQL = "EXISTS (SELECT 1 FROM hookgate_schema_errors s WHERE s.provider = r.provider AND s.delivery_id = r.delivery_id)"
 
 // DeliveryCursor is a position in the newest-first order of deliveries.
 type DeliveryCursor struct {
@@ -108,6 +114,8 @@ type Item struct {
 	State string `json:"state"`
 	// States are the live states of the latest dispatch of each route.
 	States []string `json:"-"`
+	// Invalid says its payload failed its schema.
+	Invalid bool `json:"-"`
 }
 
 // planned returns a statement's arguments so that a filter with keys is
@@ -171,7 +179,8 @@ func ListDeliveries(ctx context.Context, db Querier, f DeliveryFilter, limit int
 	rows, err := db.Query(ctx, `
 		SELECT r.provider, r.delivery_id, r.event, r.entity, `+at+`.received_at,
 			(SELECT count(*) FROM hookgate_receipts c WHERE c.provider = r.provider AND c.delivery_id = r.delivery_id),
-			ARRAY(SELECT l.state FROM hookgate_latest_states(r.provider, r.delivery_id) l(state))
+			ARRAY(SELECT l.state FROM hookgate_latest_states(r.provider, r.delivery_id) l(state)),
+			`+invalidSQL+`
 		FROM `+from+`
 		WHERE `+where+`
 		ORDER BY `+at+`.received_at DESC, `+at+`.provider DESC, `+at+`.delivery_id DESC
@@ -182,7 +191,7 @@ func ListDeliveries(ctx context.Context, db Querier, f DeliveryFilter, limit int
 	items := []Item{}
 	for rows.Next() {
 		var it Item
-		if err := rows.Scan(&it.Provider, &it.DeliveryID, &it.Event, &it.Entity, &it.ReceivedAt, &it.Receipts, &it.States); err != nil {
+		if err := rows.Scan(&it.Provider, &it.DeliveryID, &it.Event, &it.Entity, &it.ReceivedAt, &it.Receipts, &it.States, &it.Invalid); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("list deliveries: %w", err)
 		}

@@ -145,7 +145,7 @@ func InsertDispatchesTx(ctx context.Context, tx pgx.Tx, keys []DispatchKey, jobI
 	return inserted, ids, nil
 }
 
-// DeleteRowsOfGoneTx deletes, in tx, the dispatches and search keys of the
+// DeleteRowsOfGoneTx deletes, in tx, the dispatches, search keys and schema errors of the
 // events (providers[i], ids[i]) that have no receipt left: an event's rows
 // go with its last receipt. One statement.
 func DeleteRowsOfGoneTx(ctx context.Context, tx pgx.Tx, providers, ids []string) error {
@@ -154,7 +154,9 @@ func DeleteRowsOfGoneTx(ctx context.Context, tx pgx.Tx, providers, ids []string)
 			SELECT g.provider, g.delivery_id FROM unnest($1::text[], $2::text[]) AS g(provider, delivery_id)
 			WHERE NOT EXISTS (SELECT 1 FROM hookgate_receipts r WHERE r.provider = g.provider AND r.delivery_id = g.delivery_id)),
 		keys AS (
-			DELETE FROM hookgate_search_keys k USING gone g WHERE k.provider = g.provider AND k.delivery_id = g.delivery_id)
+			DELETE FROM hookgate_search_keys k USING gone g WHERE k.provider = g.provider AND k.delivery_id = g.delivery_id),
+		schema_errors AS (
+			DELETE FROM hookgate_schema_errors s USING gone g WHERE s.provider = g.provider AND s.delivery_id = g.delivery_id)
 		DELETE FROM hookgate_dispatches d USING gone g WHERE d.provider = g.provider AND d.delivery_id = g.delivery_id`,
 		providers, ids)
 	if err != nil {
