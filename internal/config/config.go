@@ -297,6 +297,11 @@ type Route struct {
 	// Filter is a CEL expression over the delivery's provider, event,
 	// headers and payload that must be true for it. Empty: none.
 	Filter string
+	// Transform is a CEL expression over the same variables as Filter
+	// that yields a map of what an attempt sends an http(s) target: body,
+	// headers, path, skip (package transform). Empty: the delivery as it
+	// came.
+	Transform string
 	// Order is what order means for the target, per entity: "latest" (an
 	// event older than the newest one the target accepted is superseded),
 	// "all" (every event handled, one at a time per entity, oldest first;

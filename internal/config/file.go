@@ -34,7 +34,7 @@ var (
 	sourceKeys = []string{"name", "kind", "secret_env", "tolerance", "order", "signature_header", "algorithm", "encoding", "prefix",
 		"timestamp_header", "id_header", "id_field", "event_header", "event_field"}
 	orderKeys   = []string{"entity", "time"}
-	routeKeys   = []string{"name", "match", "target", "target_env", "concurrency", "rate", "timeout", "max_attempts", "circuit", "filter", "order", "order_window"}
+	routeKeys   = []string{"name", "match", "target", "target_env", "concurrency", "rate", "timeout", "max_attempts", "circuit", "filter", "transform", "order", "order_window"}
 	circuitKeys = []string{"failures", "cooldown"}
 	notifyKeys  = []string{"name", "kind", "url", "url_env", "events"}
 )
@@ -55,6 +55,7 @@ type fileRoute struct {
 		Cooldown string `yaml:"cooldown"`
 	} `yaml:"circuit"`
 	Filter      *string `yaml:"filter"`
+	Transform   *string `yaml:"transform"`
 	Order       string  `yaml:"order"`
 	OrderWindow string  `yaml:"order_window"`
 }
@@ -463,6 +464,12 @@ func readRoute(n *yaml.Node, sources, configured []string, lookup Lookup) (Route
 			bad("filter", "is empty: give a CEL expression, or leave the key out")
 		}
 		r.Filter = *f.Filter
+	}
+	if f.Transform != nil {
+		if strings.TrimSpace(*f.Transform) == "" {
+			bad("transform", "is empty: give a CEL expression, or leave the key out")
+		}
+		r.Transform = *f.Transform
 	}
 	r.Order = f.Order
 	r.OrderWindow = readDuration(f.OrderWindow, "order_window", -1, fanout.MaxOrderWindow, bad)

@@ -78,7 +78,7 @@ func (r Resolved) LiveRoute(name string, body []byte, builtins []string) (fanout
 // routeKeyKinds are the JSON kinds of a route's keys: "strings" a list of
 // strings, "int" a whole number, "object" the circuit.
 var routeKeyKinds = map[string]string{"name": "string", "match": "strings", "target": "string", "target_env": "string",
-	"concurrency": "int", "rate": "string", "timeout": "string", "max_attempts": "int", "circuit": "object", "filter": "string",
+	"concurrency": "int", "rate": "string", "timeout": "string", "max_attempts": "int", "circuit": "object", "filter": "string", "transform": "string",
 	"order": "string", "order_window": "string"}
 
 // shapeProblems names every key of a route's JSON body that is unknown,
@@ -206,6 +206,9 @@ func (r Resolved) SeedSpecs() (names []string, specs [][]byte) {
 		}
 		if route.Filter != "" {
 			s["filter"] = route.Filter
+		}
+		if route.Transform != "" {
+			s["transform"] = route.Transform
 		}
 		if route.Order != "" {
 			s["order"] = route.Order

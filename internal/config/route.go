@@ -12,6 +12,7 @@ import (
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/filter"
 	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/transform"
 )
 
 // KeyError is what is wrong with one key of a route: the configuration
@@ -90,6 +91,16 @@ func resolveRoute(r Route, d fanout.Defaults, configured []string) (fanout.Route
 			bad("filter", "%v", err)
 		}
 		fr.Filter = f
+	}
+	if r.Transform != "" {
+		if strings.HasPrefix(r.Target, "builtin:") {
+			bad("transform", "shapes what is sent to an http(s) target; a builtin handler reads the delivery itself")
+		}
+		t, err := transform.Compile(r.Transform)
+		if err != nil {
+			bad("transform", "%v", err)
+		}
+		fr.Transform = t
 	}
 	switch o := fanout.Order(r.Order); o {
 	case "":

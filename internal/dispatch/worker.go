@@ -20,6 +20,7 @@ import (
 	"github.com/hookgate/hookgate/internal/batch"
 	"github.com/hookgate/hookgate/internal/errtext"
 	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/filter"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/metrics"
@@ -28,6 +29,7 @@ import (
 	"github.com/hookgate/hookgate/internal/routes"
 	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/tracing"
+	"github.com/hookgate/hookgate/internal/transform"
 	"github.com/hookgate/hookgate/internal/yield"
 )
 
@@ -442,7 +444,26 @@ func (w *Worker) forward(ctx context.Context, job *river.Job[Args], route fanout
 		m := markOf(a, c.r)
 		o.mark = &m
 	}
-	if o.state == Succeeded {
+	target, headers := route.Target, map[string]string(nil)
+	if o.state == Succeeded && route.Transform != nil {
+		res, err := route.Transform.Apply(&filter.Input{Provider: d.Provider, Event: d.Event, Headers: d.Headers, ContentType: d.ContentType, Body: d.Body})
+		if err == nil {
+			target, err = transform.Target(route.Target, res.Path)
+		}
+		if err != nil {
+			// The attempt fails, and is retried like a target's failure
+			// (the lease kept likewise); the route's circuit does not count
+			// it: the target was not asked.
+			w.metrics.ForwardAttempt(a.Route, "transform_failed")
+			return err
+		}
+		d.Body, d.ContentType, headers = res.Body, res.ContentType, res.Headers
+		if res.Skip {
+			w.metrics.ForwardAttempt(a.Route, "skipped")
+			o.skipped = true
+		}
+	}
+	if o.state == Succeeded && !o.skipped {
 		ticket, err := w.admit(ctx, route, c.paused)
 		if err != nil {
 			// Not admitted (paused, circuit open, over its rate): nothing
@@ -457,7 +478,7 @@ func (w *Worker) forward(ctx context.Context, job *river.Job[Args], route fanout
 		if w.Tracer != nil {
 			fctx, span = w.Tracer.Start(ctx, "hookgate.dispatch.forward", trace.WithSpanKind(trace.SpanKindClient))
 		}
-		err = w.forwarder.ForwardWithin(fctx, route.Target, route.Timeout, d)
+		err = w.forwarder.ForwardWith(fctx, target, route.Timeout, d, headers)
 		if span != nil {
 			span.SetAttributes(attribute.String("hookgate.forward.outcome", forward.Outcome(err)))
 			tracing.Fail(span, err)
@@ -655,6 +676,9 @@ type outcome struct {
 	// supersededBy is the delivery whose newer event superseded a superseded one.
 	supersededBy string
 	turn         bool // the dispatch's turn row goes with its outcome
+	// skipped says the route's transformation asked for no request: the
+	// dispatch succeeds without one.
+	skipped bool
 }
 
 // record writes the outcome in the next batch and returns once it is committed.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/filter"
 	"github.com/hookgate/hookgate/internal/providers"
+	"github.com/hookgate/hookgate/internal/transform"
 )
 
 // Limits on what a route may ask for, so that a typo cannot exhaust a process
@@ -85,6 +86,10 @@ type Route struct {
 	// CEL expression over the delivery's provider, event, headers and
 	// payload (configuration file only).
 	Filter *filter.Filter
+	// Transform, when set, shapes what an attempt sends to an http(s)
+	// target: its body, added headers, a path, or no request at all
+	// (package transform).
+	Transform *transform.Transform
 	// Order is what order means for the route's target; "" is OrderLatest.
 	Order Order
 	// OrderWindow holds each new dispatch back this long, so that an older

@@ -134,6 +134,22 @@ var ErrInvalid = errors.New("invalid filter")
 
 // Compile compiles a filter. Its errors say where in the text it fails.
 func Compile(src string) (*Filter, error) {
+	return compile(src, func(t *cel.Type) error {
+		if !t.IsExactType(cel.BoolType) {
+			return fmt.Errorf("its type is %s, not bool (compare the field, or wrap it: payload.draft == true)", t)
+		}
+		return nil
+	})
+}
+
+// CompileExpr compiles an expression over the same variables as a filter
+// (a route's transformation), whose output type typeOK accepts; Eval
+// evaluates it, bounded as filters are.
+func CompileExpr(src string, typeOK func(*cel.Type) error) (*Filter, error) {
+	return compile(src, typeOK)
+}
+
+func compile(src string, typeOK func(*cel.Type) error) (*Filter, error) {
 	if strings.TrimSpace(src) == "" {
 		return nil, fmt.Errorf("%w: empty", ErrInvalid)
 	}
@@ -151,8 +167,8 @@ func Compile(src string) (*Filter, error) {
 	if err := checkPatterns(ast); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if t := ast.OutputType(); !t.IsExactType(cel.BoolType) {
-		return nil, fmt.Errorf("%w: its type is %s, not bool (compare the field, or wrap it: payload.draft == true)", ErrInvalid, t)
+	if err := typeOK(ast.OutputType()); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	prg, err := e.Program(ast, cel.CostLimit(CostLimit), cel.InterruptCheckFrequency(100))
 	if err != nil {
@@ -202,9 +218,26 @@ func checkPatterns(a *cel.Ast) error {
 // that ran past its scan budget is false with ErrScanLimit, whatever CEL
 // made of the errors the view gave it.
 func (f *Filter) Match(in *Input) (bool, error) {
+	var b bool
+	err := f.Eval(in, func(out ref.Val) error {
+		var ok bool
+		if b, ok = out.Value().(bool); !ok {
+			return fmt.Errorf("the filter gave %v, not a bool", out.Value())
+		}
+		return nil
+	})
+	return b && err == nil, err
+}
+
+// Eval evaluates the expression on the delivery and passes its value to
+// use, while the payload's view is still the evaluation's: use may read
+// the value's views (RawJSON), charged to the same scan budget. An error
+// says why it could not be evaluated, or is use's; past its scan budget it
+// is ErrScanLimit, whatever CEL made of the errors the view gave it.
+func (f *Filter) Eval(in *Input, use func(ref.Val) error) error {
 	vars, err := in.activation()
 	if err != nil {
-		return false, err
+		return err
 	}
 	in.eval.Lock()
 	defer in.eval.Unlock()
@@ -219,16 +252,16 @@ func (f *Filter) Match(in *Input) (bool, error) {
 		out, _, err = f.prg.Eval(vars)
 	}
 	if in.view.s.over {
-		return false, in.view.s.failure()
+		return in.view.s.failure()
 	}
 	if err != nil {
-		return false, err
+		return err
 	}
-	b, ok := out.Value().(bool)
-	if !ok {
-		return false, fmt.Errorf("the filter gave %v, not a bool", out.Value())
+	err = use(out)
+	if in.view.s.over {
+		return in.view.s.failure()
 	}
-	return b, nil
+	return err
 }
 
 // Reporter is told of filters that failed on a delivery: it counts each

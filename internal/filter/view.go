@@ -681,3 +681,16 @@ func (it *iterator) ConvertToType(ref.Type) ref.Val {
 func (it *iterator) Equal(ref.Val) ref.Val { return types.False }
 func (it *iterator) Type() ref.Type        { return types.IteratorType }
 func (it *iterator) Value() any            { return nil }
+
+// RawJSON returns the JSON text of an object or array of the payload that
+// an evaluation reached, byte for byte, and whether v is one: a
+// transformation that sends part of the payload sends it as it came.
+func RawJSON(v ref.Val) (string, bool) {
+	switch x := v.(type) {
+	case *object:
+		return x.raw, true
+	case *list:
+		return x.raw, true
+	}
+	return "", false
+}

@@ -113,6 +113,13 @@ func (f *Client) Forward(ctx context.Context, target string, d handlers.Delivery
 // ForwardWithin is Forward with a time limit of its own (a route's timeout);
 // 0 is the Client's.
 func (f *Client) ForwardWithin(ctx context.Context, target string, timeout time.Duration, d handlers.Delivery) error {
+	return f.ForwardWith(ctx, target, timeout, d, nil)
+}
+
+// ForwardWith is ForwardWithin with headers of the route's own added (a
+// transformation's, package transform): hookgate's headers and signatures
+// are set after them, so none of them can be replaced.
+func (f *Client) ForwardWith(ctx context.Context, target string, timeout time.Duration, d handlers.Delivery, headers map[string]string) error {
 	timeout = cmp.Or(timeout, f.Timeout, 10*time.Second)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -122,6 +129,9 @@ func (f *Client) ForwardWithin(ctx context.Context, target string, timeout time.
 		return &Error{Permanent: true, Detail: "bad target " + fanout.RedactURL(target)}
 	}
 	h := req.Header
+	for k, v := range headers {
+		h.Set(k, v)
+	}
 	h.Set("Content-Type", d.ContentType)
 	h.Set("User-Agent", userAgent)
 	key := IdempotencyKey(d.Provider, d.DeliveryID, d.Route)

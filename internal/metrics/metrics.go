@@ -73,7 +73,7 @@ func New(pool *pgxpool.Pool) *Metrics {
 	}
 	m.attempts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "hookgate_forward_attempts_total",
-		Help: "Forward attempts by route and outcome: succeeded, status_4xx, status_5xx, timeout, connection (no answer).",
+		Help: "Forward attempts by route and outcome: succeeded, status_4xx, status_5xx, timeout, connection (no answer); skipped (the route's transformation asked for no request), transform_failed (it failed on the delivery; nothing was sent).",
 	}, []string{"route", "outcome"})
 	m.recovery = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "hookgate_recovery_total",
@@ -151,7 +151,7 @@ type Known struct {
 var (
 	declaredIngest   = []string{"accepted", "duplicate", "unavailable", "overloaded", "invalid_signature"}
 	declaredStates   = []string{"succeeded", "superseded", "discarded"}
-	declaredForward  = []string{"succeeded", "status_4xx", "status_5xx", "timeout", "connection"}
+	declaredForward  = []string{"succeeded", "status_4xx", "status_5xx", "timeout", "connection", "skipped", "transform_failed"}
 	declaredRecovery = []string{"found", "failed"}
 	declaredNotices  = []string{"sent", "failed", "suppressed", "dropped"}
 )

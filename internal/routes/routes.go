@@ -194,6 +194,8 @@ type View struct {
 	MaxAttempts int     `json:"max_attempts"`
 	// Filter is the route's CEL filter, null when it has none.
 	Filter *string `json:"filter"`
+	// Transform is the route's transformation, null when it has none.
+	Transform *string `json:"transform"`
 	// Order is what order means for the route's target: latest, all or
 	// none; OrderWindow how long it holds each new dispatch ("0s": none).
 	Order       string `json:"order"`
@@ -253,6 +255,10 @@ func List(ctx context.Context, db *pgxpool.Pool, table fanout.Table) ([]View, er
 		}
 		if rate := r.Rate.String(); rate != "" {
 			v.Rate = &rate
+		}
+		if r.Transform != nil {
+			src := r.Transform.String()
+			v.Transform = &src
 		}
 		if r.Filter != nil {
 			src := r.Filter.String()

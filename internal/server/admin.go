@@ -122,6 +122,7 @@ func (s *server) adminRoutes(r chi.Router) {
 		operate.Post("/routes/{name}/pause", s.handlePauseRoute)
 		operate.Post("/routes/{name}/resume", s.handleResumeRoute)
 		operate.Post("/routes/{name}/retry", s.handleRetryRoute)
+		operate.Post("/routes/{name}/transform", s.handleTryTransform)
 		administer := r.With(s.need(access.Admin))
 		administer.Put("/routes/{name}", s.handlePutRoute)
 		administer.Delete("/routes/{name}", s.handleDeleteRoute)
@@ -643,9 +644,14 @@ func (s *server) idempotent(w http.ResponseWriter, r *http.Request, operation st
 // refused) and validates it. It returns the body as received, which the
 // idempotency hash covers.
 func readAdminBody(w http.ResponseWriter, r *http.Request, req adminRequest) ([]byte, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAdminBody))
+	return readAdminBodyUpTo(w, r, req, maxAdminBody)
+}
+
+// readAdminBodyUpTo is readAdminBody for a body of up to limit bytes.
+func readAdminBodyUpTo(w http.ResponseWriter, r *http.Request, req adminRequest, limit int64) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
-		return nil, fmt.Errorf("%w: the body is larger than %d bytes", errBodyTooLarge, maxAdminBody)
+		return nil, fmt.Errorf("%w: the body is larger than %d bytes", errBodyTooLarge, limit)
 	}
 	if !utf8.Valid(body) {
 		// encoding/json would quietly turn such bytes into U+FFFD.
