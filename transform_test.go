@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -142,5 +143,35 @@ func TestATransformationShapesTheForward(t *testing.T) {
 	}
 	if status, body := g.call(t, "POST", "/admin/routes/billing/transform", `{"provider":"stripe"}`); status != http.StatusBadRequest {
 		t.Errorf("no delivery: %d %s; want 400", status, body)
+	}
+
+	// The console's editor shows the route's transformation and what it
+	// sends for a stored delivery; a text being written that does not
+	// compile comes back with its line and column.
+	c, csrf := consoleOf(t, g)
+	base := "http://" + g.gw.Addr()
+	read := func(res *http.Response, err error) (int, string) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	status, page := read(c.Get(base + "/admin/ui/transform?route=billing&provider=stripe&delivery_id=evt_t1"))
+	if status != http.StatusOK || !strings.Contains(page, "/invoices/in_t1") ||
+		!strings.Contains(page, `&#34;invoice&#34;: &#34;in_t1&#34;`) || !strings.Contains(page, "X-Tenant") {
+		t.Errorf("the editor on a stored delivery: %d\n%s", status, page)
+	}
+	status, page = read(c.PostForm(base+"/admin/ui/transform", url.Values{"csrf": {csrf}, "route": {"billing"}, "provider": {"stripe"},
+		"delivery_id": {"evt_t1"}, "transform": {"{\"body\": nothere}"}}))
+	if status != http.StatusUnprocessableEntity || !strings.Contains(page, "Line 1, column 10") {
+		t.Errorf("the editor with a text that does not compile: %d\n%s", status, page)
+	}
+	status, page = read(c.PostForm(base+"/admin/ui/transform", url.Values{"csrf": {csrf}, "route": {"billing"}, "provider": {"stripe"},
+		"delivery_id": {"evt_t1"}, "transform": {`{"skip": true}`}}))
+	if status != http.StatusOK || !strings.Contains(page, `id="skipped"`) {
+		t.Errorf("the editor with skip: %d\n%s", status, page)
 	}
 }

@@ -201,6 +201,8 @@ func (c *Console) Register(r chi.Router) {
 			operate.Post("/ui/retry", c.handleBulkRetry)
 			r.Get("/ui/replays/{replay_id}", c.handleReplayProgress)
 			r.Get("/ui/routes", c.handleRoutes)
+			r.Get("/ui/transform", c.handleTransform)
+			operate.Post("/ui/transform", c.handleTransform)
 			operate.Post("/ui/routes/{name}/{action}", c.handleRouteAction)
 			// Routes of the database's are an admin's to edit.
 			administer := r.With(c.need(access.Admin))

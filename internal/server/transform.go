@@ -100,14 +100,11 @@ func (s *server) handleTryTransform(w http.ResponseWriter, r *http.Request) {
 		}
 		in = &filter.Input{Provider: req.Provider, Event: first.Event, Headers: first.Headers, ContentType: first.ContentType, Body: first.Body}
 	}
-	res := transform.Result{Body: in.Body, ContentType: in.ContentType, Headers: map[string]string{}}
-	if t != nil {
-		var err error
-		if res, err = t.Apply(in); err != nil {
-			writeJSON(w, http.StatusUnprocessableEntity, transformFailed{Error: "transform_failed",
-				Message: strings.TrimPrefix(err.Error(), transform.ErrFailed.Error()+": ")})
-			return
-		}
+	res, err := t.Apply(in)
+	if err != nil {
+		writeJSON(w, http.StatusUnprocessableEntity, transformFailed{Error: "transform_failed",
+			Message: strings.TrimPrefix(err.Error(), transform.ErrFailed.Error()+": ")})
+		return
 	}
 	out := transformResponse{Body: string(res.Body), ContentType: res.ContentType, Headers: res.Headers, Path: res.Path, Skip: res.Skip}
 	if mt, _, _ := mime.ParseMediaType(res.ContentType); (mt == "application/json" || strings.HasSuffix(mt, "+json")) && json.Valid(res.Body) {

@@ -101,9 +101,13 @@ var keys = []string{"body", "headers", "path", "skip"}
 
 // Apply evaluates the transformation on a delivery (its provider, event,
 // kept headers, content type and body, as filters see it). Its error wraps
-// ErrFailed and says why; a transformation never changes in.Body.
+// ErrFailed and says why; a transformation never changes in.Body. A nil
+// Transform sends the delivery as it came.
 func (t *Transform) Apply(in *filter.Input) (Result, error) {
 	res := Result{Body: in.Body, ContentType: in.ContentType, Headers: map[string]string{}}
+	if t == nil {
+		return res, nil
+	}
 	err := t.expr.Eval(in, func(out ref.Val) error {
 		m, ok := out.(traits.Mapper)
 		if !ok {
