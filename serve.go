@@ -111,6 +111,10 @@ func runMigration(ctx context.Context, pool *pgxpool.Pool, migrate func(context.
 
 // process is a gateway built on its database, ready to run.
 type process struct {
+	// stopping is closed when the gateway begins to stop: open streams
+	// (listeners') end then, for the HTTP server's shutdown not to wait on
+	// them.
+	stopping chan struct{}
 	logger   *slog.Logger
 	addr     string
 	metrics  string // GATEWAY_METRICS_ADDR
@@ -164,7 +168,7 @@ func (g *Gateway) build(ctx context.Context, pool *pgxpool.Pool) (*process, erro
 		return nil, err
 	}
 
-	p := &process{logger: logger, addr: env.Addr, metrics: env.MetricsAddr, m: pt.m, client: client, guard: pt.guard, notifier: pt.notifier,
+	p := &process{stopping: make(chan struct{}), logger: logger, addr: env.Addr, metrics: env.MetricsAddr, m: pt.m, client: client, guard: pt.guard, notifier: pt.notifier,
 		recorder: &rejections.Recorder{Pool: pool, Logger: logger},
 		summary:  []any{"routes", len(pt.table), "routes_from", env.RoutesFrom, "operator_endpoints", env.AdminToken != "", "recovery", pt.rec.Providers()},
 		started: func(addr string) {
@@ -365,7 +369,7 @@ func (g *Gateway) handler(pt parts, p *process) http.Handler {
 		TrustedProxies:          trusted,
 		Admin: server.AdminConfig{Token: env.AdminToken.Value(), Pool: pt.pool, Enqueuer: pt.enqueuer, RiverUI: riverUI, Routes: pt.live,
 			NoConsole: env.Console == "off", PublicURL: env.PublicURL, SSO: signIn(env), CheckRoute: checkRoute, RoutesChanged: routesChanged, Recoverer: pt.rec, SearchBudget: env.SearchBudget,
-			Archive: pt.archive, Retention: env.Retention},
+			Archive: pt.archive, Retention: env.Retention, Stopping: p.stopping},
 	})
 }
 
@@ -444,6 +448,7 @@ func (p *process) run(ctx context.Context) error {
 func (p *process) stop(metricsSrv *http.Server) error {
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
+	close(p.stopping)
 	if err := p.srv.Shutdown(sctx); err != nil {
 		p.logger.Error("http shutdown", "error", err)
 	}

@@ -171,6 +171,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) (err error) {
 	var discard *handlers.DiscardError
 	switch {
 	case err == nil:
+		w.endOffers(ctx, job)
 		return nil
 	case errors.As(err, &snooze):
 		return err
@@ -180,6 +181,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) (err error) {
 		w.recordFailure(ctx, job, Discarded, err)
 		w.metrics.Dispatch(job.Args.Route, Discarded, time.Time{})
 		w.discarded(job, err)
+		w.endOffers(ctx, job)
 		return river.JobCancel(err)
 	}
 	state := Retrying
@@ -187,6 +189,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) (err error) {
 		state = Discarded
 		w.metrics.Dispatch(job.Args.Route, state, time.Time{})
 		w.discarded(job, err)
+		w.endOffers(ctx, job)
 	} else if errors.As(err, &fe) && fe.RetryAfter > 0 {
 		// Only for a job River will retry: it then calls NextRetry, which
 		// takes the entry; a discarded job's would stay forever.
@@ -463,7 +466,25 @@ func (w *Worker) forward(ctx context.Context, job *river.Job[Args], route fanout
 			o.skipped = true
 		}
 	}
-	if o.state == Succeeded && !o.skipped {
+	if o.state == Succeeded && !o.skipped && route.Listens() {
+		err := w.listenerConnected(ctx, route)
+		if err == nil && c.paused {
+			err = river.JobSnooze(routes.PausedWait)
+		}
+		if err == nil {
+			err = w.offer(ctx, job, route)
+		}
+		var snooze *river.JobSnoozeError
+		switch {
+		case errors.As(err, &snooze) && job.Attempt <= 1:
+			_ = w.dropLease(ctx, c)
+		case !errors.As(err, &snooze) && ctx.Err() == nil:
+			w.metrics.ForwardAttempt(a.Route, forward.Outcome(err))
+		}
+		if err != nil {
+			return err
+		}
+	} else if o.state == Succeeded && !o.skipped {
 		ticket, err := w.admit(ctx, route, c.paused)
 		if err != nil {
 			// Not admitted (paused, circuit open, over its rate): nothing

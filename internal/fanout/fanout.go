@@ -159,7 +159,7 @@ const BuiltinConcurrency = 50
 // ConcurrencyFor is the concurrency of a route to target that sets none:
 // Concurrency, or for a builtin target at most BuiltinConcurrency.
 func (d Defaults) ConcurrencyFor(target string) int {
-	if _, ok := builtinName(target); ok {
+	if _, ok := builtinName(target); ok || target == ListenTarget {
 		return min(d.Concurrency, BuiltinConcurrency)
 	}
 	return d.Concurrency
@@ -180,6 +180,14 @@ func (r Route) Queue() string {
 
 // queueNameRE is River's rule for queue names.
 var queueNameRE = regexp.MustCompile(`^(?:[a-z0-9])+(?:[_|\-]?[a-z0-9]+)*$`)
+
+// ListenTarget is the target of a route whose dispatches go to people's
+// machines listening over Server-Sent Events (GET /admin/listen/{route},
+// gateway listen) instead of a URL.
+const ListenTarget = "listen"
+
+// Listens reports whether the route's target is ListenTarget.
+func (r Route) Listens() bool { return r.Target == ListenTarget }
 
 // Builtin returns the handler name of a builtin:<name> target, and whether the
 // target is one.
@@ -410,7 +418,7 @@ func CheckName(name string) error {
 	return nil
 }
 
-// CheckTarget checks a route's target: an http(s) URL or builtin:<name>,
+// CheckTarget checks a route's target: an http(s) URL, listen or builtin:<name>,
 // the name checked against the handlers by Table.CheckBuiltins once they are
 // known. Its errors do not show the target: even redacted, a URL may carry a
 // credential in its path.
@@ -419,6 +427,9 @@ func CheckTarget(target string) error { return checkTarget(target, nil) }
 // checkTarget is CheckTarget that also checks a builtin's name against
 // builtins, unless nil.
 func checkTarget(target string, builtins []string) error {
+	if target == ListenTarget {
+		return nil
+	}
 	if name, ok := builtinName(target); ok {
 		if !handlerNameRE.MatchString(name) {
 			// Not the name: whatever was pasted there may be a secret.
@@ -431,7 +442,7 @@ func checkTarget(target string, builtins []string) error {
 	}
 	u, err := url.Parse(target)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
-		return errors.New("the target must be an http:// or https:// URL or builtin:<name>")
+		return errors.New("the target must be an http:// or https:// URL, builtin:<name> or listen")
 	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {

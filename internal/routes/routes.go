@@ -247,7 +247,7 @@ func List(ctx context.Context, db *pgxpool.Pool, table fanout.Table) ([]View, er
 		*v = View{Name: r.Name, Match: []string{}, Target: r.Target, Concurrency: r.Concurrency, Timeout: r.Timeout.String(),
 			MaxAttempts: r.MaxAttempts, State: "active", Circuit: CircuitClosed,
 			Order: string(cmp.Or(r.Order, fanout.OrderLatest)), OrderWindow: r.OrderWindow.String()}
-		if _, builtin := r.Builtin(); !builtin {
+		if _, builtin := r.Builtin(); !builtin && !r.Listens() {
 			v.Target = fanout.RedactURL(r.Target)
 		}
 		for _, m := range r.Matches {

@@ -81,6 +81,9 @@ type AdminConfig struct {
 	Archive archive.Store
 	// Retention is how long a restored day is kept again.
 	Retention time.Duration
+	// Stopping, when closed, ends the listeners' open streams: the gateway
+	// is stopping. Nil: they end with their requests.
+	Stopping <-chan struct{}
 }
 
 // Actor is how the replay log names whoever holds a token: a short digest,
@@ -123,6 +126,8 @@ func (s *server) adminRoutes(r chi.Router) {
 		operate.Post("/routes/{name}/resume", s.handleResumeRoute)
 		operate.Post("/routes/{name}/retry", s.handleRetryRoute)
 		operate.Post("/routes/{name}/transform", s.handleTryTransform)
+		operate.Get("/listen/{route}", s.handleListen)
+		operate.Post("/listen/{route}/{dispatch_id}", s.handleListenAnswer)
 		administer := r.With(s.need(access.Admin))
 		administer.Put("/routes/{name}", s.handlePutRoute)
 		administer.Delete("/routes/{name}", s.handleDeleteRoute)

@@ -40,6 +40,7 @@ var (
 	errOverloaded       = errors.New("overloaded")
 	errRequestTimeout   = errors.New("request timeout")
 	errRoutesFromConfig = errors.New("the configuration owns the routes")
+	errNotAwaited       = errors.New("no answer is awaited")
 )
 
 // errorCodes is the one table that turns errors into the contract's status
@@ -79,6 +80,7 @@ var errorCodes = []struct {
 	{routes.ErrNotFound, http.StatusNotFound, "not_found"},
 	{retry.ErrPaused, http.StatusConflict, "route_paused"},
 	{errRoutesFromConfig, http.StatusConflict, "routes_from_config"},
+	{errNotAwaited, http.StatusConflict, "not_awaited"},
 	{config.ErrBadLiveRoute, http.StatusBadRequest, "bad_request"},
 	{retry.ErrUnknownRoute, http.StatusBadRequest, "bad_request"},
 	{audit.ErrBadCursor, http.StatusBadRequest, "bad_request"},

@@ -1,0 +1,252 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/hookgate/hookgate/internal/fanout"
+	"github.com/hookgate/hookgate/internal/filter"
+	"github.com/hookgate/hookgate/internal/store"
+)
+
+// A listen route's stream: the dispatches its workers offer (on any gateway)
+// are taken by the open streams of the route, each by one, and sent as
+// Server-Sent Events; the listener answers each with POST
+// /admin/listen/{route}/{dispatch_id}.
+const (
+	// listenPoll is how often a stream looks for offers to take.
+	listenPoll = 250 * time.Millisecond
+	// listenTouch is how often a stream says it is open (store.ListenerFresh).
+	listenTouch = 5 * time.Second
+	// listenPing is how often an idle stream sends a comment, so that
+	// proxies and the listener see it alive.
+	listenPing = 15 * time.Second
+	// listenWrite bounds one write to the stream: a listener that stops
+	// reading ends it.
+	listenWrite = 30 * time.Second
+)
+
+// listenEvent is one dispatch as a listener receives it.
+type listenEvent struct {
+	DispatchID  string            `json:"dispatch_id"`
+	Route       string            `json:"route"`
+	Provider    string            `json:"provider"`
+	DeliveryID  string            `json:"delivery_id"`
+	Event       string            `json:"event"`
+	Generation  int               `json:"generation"`
+	Attempt     int               `json:"attempt"`
+	Headers     map[string]string `json:"headers"`
+	ContentType string            `json:"content_type"`
+	BodyBase64  string            `json:"body_base64"`
+}
+
+// listenRoute returns the route named in the path, which must listen.
+func (s *server) listenRoute(r *http.Request) (fanout.Route, error) {
+	name := chi.URLParam(r, "route")
+	route, ok := s.Admin.Routes.Routes().ByName(name)
+	if !ok {
+		return route, fmt.Errorf("%w: no route has that name", errNotFound)
+	}
+	if !route.Listens() {
+		return route, fmt.Errorf("%w: route %s does not listen (its target is not listen)", errBadRequest, route.Name)
+	}
+	return route, nil
+}
+
+// handleListen streams a listen route's dispatches as Server-Sent Events
+// until the listener goes or the gateway stops. Each event's id is
+// <stream>-<seq>: a listener that comes back with it as Last-Event-ID takes
+// back the offers of its earlier stream still awaiting their answers
+// (within dispatch.ResumeGrace), those it had seen without sending them
+// again.
+func (s *server) handleListen(w http.ResponseWriter, r *http.Request) {
+	route, err := s.listenRoute(r)
+	if err != nil {
+		writeError(w, r, s.Logger, err)
+		return
+	}
+	ctx := r.Context()
+	pool := s.Admin.Pool
+	stream := newStreamID()
+	if err := store.AddListener(ctx, pool, stream, route.Name, actor(r)); err != nil {
+		writeError(w, r, s.Logger, err)
+		return
+	}
+	defer func() {
+		if err := store.DropListener(context.WithoutCancel(r.Context()), pool, stream); err != nil {
+			s.Logger.Warn("listen: a stream's end was not recorded; its offers go back when its gateway is not seen", "route", route.Name, "error", err)
+		}
+	}()
+	if from, seq, ok := parseEventID(r.Header.Get("Last-Event-ID")); ok {
+		if err := store.ResumeOffers(ctx, pool, route.Name, from, stream, seq); err != nil {
+			writeError(w, r, s.Logger, err)
+			return
+		}
+	}
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	write := func(text string) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(listenWrite))
+		if _, err := w.Write([]byte(text)); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	if !write("retry: 2000\n: listening to " + route.Name + "\n\n") {
+		return
+	}
+	poll := time.NewTicker(listenPoll)
+	defer poll.Stop()
+	touched, pinged := time.Now(), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.Admin.Stopping:
+			return
+		case <-poll.C:
+		}
+		if time.Since(touched) >= listenTouch {
+			if store.TouchListener(ctx, pool, stream) == nil {
+				touched = time.Now()
+			}
+		}
+		offers, err := store.TakeOffers(ctx, pool, route.Name, stream, 16)
+		if err != nil {
+			continue // the database is away: the offers wait, or go back
+		}
+		for _, o := range offers {
+			ev, err := s.listenEventOf(r, route, o)
+			if err != nil {
+				continue // its receipt is gone: no answer comes, and the worker takes it back
+			}
+			b, _ := json.Marshal(ev)
+			if !write(fmt.Sprintf("id: %s-%d\ndata: %s\n\n", stream, o.Seq, b)) {
+				return
+			}
+			pinged = time.Now()
+		}
+		if time.Since(pinged) >= listenPing {
+			if !write(": ping\n\n") {
+				return
+			}
+			pinged = time.Now()
+		}
+	}
+}
+
+// listenEventOf is an offer as its listener receives it: the dispatch's
+// first receipt, shaped by the route's transformation as a forward would be.
+func (s *server) listenEventOf(r *http.Request, route fanout.Route, o store.Offer) (listenEvent, error) {
+	first, err := store.FirstReceipt(r.Context(), s.Admin.Pool, o.Provider, o.DeliveryID)
+	if err != nil {
+		return listenEvent{}, err
+	}
+	headers := maps.Clone(first.Headers)
+	if headers == nil {
+		headers = map[string]string{}
+	}
+	body, contentType := first.Body, first.ContentType
+	if route.Transform != nil {
+		res, err := route.Transform.Apply(&filter.Input{Provider: o.Provider, Event: first.Event, Headers: first.Headers, ContentType: first.ContentType, Body: first.Body})
+		if err == nil {
+			body, contentType = res.Body, res.ContentType
+			maps.Copy(headers, res.Headers)
+		}
+	}
+	return listenEvent{DispatchID: strconv.FormatInt(o.JobID, 10), Route: route.Name, Provider: o.Provider, DeliveryID: o.DeliveryID,
+		Event: first.Event, Generation: o.Generation, Attempt: o.Attempt, Headers: headers, ContentType: contentType,
+		BodyBase64: base64.StdEncoding.EncodeToString(body)}, nil
+}
+
+// listenAnswer is a listener's answer: its local target's HTTP status.
+type listenAnswer struct {
+	Status *int `json:"status"`
+}
+
+func (a *listenAnswer) validate() error {
+	if a.Status == nil || *a.Status < 100 || *a.Status > 599 {
+		return fmt.Errorf("%w: status is required: the local target's HTTP status, 100 to 599", errBadRequest)
+	}
+	return nil
+}
+
+// handleListenAnswer takes a listener's answer to a dispatch it was sent:
+// 200 when the dispatch awaited it (2xx succeeds it, another status fails
+// the attempt as a target's would), 409 not_awaited otherwise, changing
+// nothing.
+func (s *server) handleListenAnswer(w http.ResponseWriter, r *http.Request) {
+	route, err := s.listenRoute(r)
+	if err != nil {
+		writeError(w, r, s.Logger, err)
+		return
+	}
+	var a listenAnswer
+	if _, err := readAdminBody(w, r, &a); err != nil {
+		writeError(w, r, s.Logger, err)
+		return
+	}
+	id := chi.URLParam(r, "dispatch_id")
+	jobID, err := strconv.ParseInt(id, 10, 64)
+	if err != nil || jobID <= 0 {
+		writeError(w, r, s.Logger, fmt.Errorf("%w: dispatch %q of route %s awaits no answer", errNotAwaited, clipText(id), route.Name))
+		return
+	}
+	ok, err := store.AnswerOffer(r.Context(), s.Admin.Pool, route.Name, jobID, *a.Status)
+	if err != nil {
+		writeError(w, r, s.Logger, err)
+		return
+	}
+	if !ok {
+		writeError(w, r, s.Logger, fmt.Errorf("%w: dispatch %d of route %s awaits no answer: it was answered already, "+
+			"or its stream closed and it went back to wait for a listener", errNotAwaited, jobID, route.Name))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"dispatch_id": id, "status": *a.Status})
+}
+
+// newStreamID names a stream.
+func newStreamID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return "s" + hex.EncodeToString(b)
+}
+
+// parseEventID reads an event id, <stream>-<seq>.
+func parseEventID(id string) (string, int64, bool) {
+	stream, seq, ok := strings.Cut(strings.TrimSpace(id), "-")
+	if !ok || len(stream) != 17 || stream[0] != 's' {
+		return "", 0, false
+	}
+	if _, err := hex.DecodeString(stream[1:]); err != nil {
+		return "", 0, false
+	}
+	n, err := strconv.ParseInt(seq, 10, 64)
+	if err != nil || n <= 0 {
+		return "", 0, false
+	}
+	return stream, n, true
+}
+
+// clipText bounds text quoted back in an error.
+func clipText(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
