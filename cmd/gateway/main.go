@@ -131,7 +131,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	switch command {
 	case "serve", "migrate", "bench", "send":
-	case "deliveries", "replay", "retry", "routes", "audit", "recover", "archive", "tokens":
+	case "deliveries", "replay", "retry", "routes", "audit", "recover", "archive", "tokens", "listen":
 		// Clients of a running gateway's operator API: no configuration, no
 		// database.
 		return cli.Run(ctx, cli.Env{Stdout: stdout, Stderr: stderr, Stdin: os.Stdin, Terminal: atTerminal(stderr)}, args)

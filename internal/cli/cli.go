@@ -94,12 +94,13 @@ func (env Env) httpClient() *http.Client {
 }
 
 // Commands are the operator commands Run takes; send among them.
-var Commands = []string{"deliveries", "replay", "retry", "routes", "audit", "recover", "archive", "tokens", "send"}
+var Commands = []string{"deliveries", "replay", "retry", "routes", "audit", "recover", "archive", "tokens", "listen", "send"}
 
 // Usage describes the operator commands.
 const Usage = `  deliveries list [--provider P] [--event E] [--state S] [--since T] [--until T] [--where EXPR] [--key NAME=VALUE]... [--limit N] [--cursor C] [--json]
   deliveries show PROVIDER ID [--json]
   deliveries body PROVIDER ID
+  deliveries export [--provider P] [--event E] [--state S] [--since T] [--until T] [--where EXPR] [--key NAME=VALUE]... > FILE.ndjson
   replay PROVIDER ID [--route R]... [--force [--yes]] [--reason TEXT] [--json]
   replay [--provider P] [--event E] [--state S] [--since T] [--until T] [--where EXPR] [--key NAME=VALUE]... [--force [--yes]] [--reason TEXT] [--json]
   retry PROVIDER ID [--route R]... [--reason TEXT] [--json]
@@ -116,7 +117,9 @@ const Usage = `  deliveries list [--provider P] [--event E] [--state S] [--since
   tokens list [--json]
   tokens create NAME --role viewer|operator|admin [--expires-in D] [--json]
   tokens revoke ID [--json]
+  listen ROUTE --forward-to URL [--from T]
   send PROVIDER --event E [--file F] [--url URL] [--insecure] [--json]
+  send --file FILE.ndjson [--url URL] [--insecure] [--json]
 
   The operator commands talk to a running gateway's operator API: HOOKGATE_URL
   (default http://127.0.0.1:8080) or --url, with the token from --token-file, HOOKGATE_TOKEN
@@ -129,6 +132,10 @@ const Usage = `  deliveries list [--provider P] [--event E] [--state S] [--since
   --where is a search (a CEL expression over provider, event, headers and payload); --key a search key's
   value (the configuration file's search_keys).
   retry and routes retry attempt retrying dispatches now, within their routes' limits and circuits.
+  listen posts each dispatch of a listen route to a local URL, signed with HOOKGATE_LISTEN_SECRET when set,
+  and answers the gateway with its status; it reconnects by itself until interrupted. --from first replays
+  the route's stored deliveries since T. deliveries export writes one JSON object per line; send --file
+  posts each line of such a file, signed with its provider's secret, keeping its delivery id and headers.
   Exit codes: 0 done, 1 the gateway refused or failed (a 404 included), 2 usage, 3 the gateway could not be reached.
 `
 
@@ -140,7 +147,7 @@ func Run(ctx context.Context, env Env, args []string) error {
 	switch args[0] {
 	case "deliveries":
 		if len(args) < 2 {
-			return usageErr("deliveries: list, show or body?")
+			return usageErr("deliveries: list, show, body or export?")
 		}
 		switch args[1] {
 		case "list":
@@ -149,6 +156,8 @@ func Run(ctx context.Context, env Env, args []string) error {
 			return show(ctx, env, args[2:])
 		case "body":
 			return body(ctx, env, args[2:])
+		case "export":
+			return export(ctx, env, args[2:])
 		}
 		return usageErr("deliveries: unknown command %q", args[1])
 	case "replay":
@@ -157,6 +166,8 @@ func Run(ctx context.Context, env Env, args []string) error {
 		return retryCmd(ctx, env, args[1:])
 	case "send":
 		return send(ctx, env, args[1:])
+	case "listen":
+		return listenCmd(ctx, env, args[1:])
 	case "routes":
 		return routesCmd(ctx, env, args[1:])
 	case "audit":

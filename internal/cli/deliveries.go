@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -220,6 +222,10 @@ func show(ctx context.Context, env Env, args []string) error {
 			"received at\t%s\nbody sha256\t%s\n", d.ExpiredAt.UTC().Format(time.RFC3339), d.ReceivedAt.UTC().Format(time.RFC3339), d.BodySHA256)
 		return tw.Flush()
 	}
+	if e := d.SchemaError; e != nil {
+		fmt.Fprintf(tw, "invalid\tthe payload fails its schema %s at %q (%s): %s; dispatched to no route (a forced replay checks it again)\n",
+			printable(e.Schema), printable(e.Path), printable(e.Rule), printable(e.Message))
+	}
 	fmt.Fprintln(tw, "\nRECEIVED_AT\tSCOPE\tCONTENT_TYPE\tBODY_SHA256")
 	for _, r := range d.Receipts {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.ReceivedAt.UTC().Format(time.RFC3339), dash(printable(r.Scope)), printable(r.ContentType), r.BodySHA256)
@@ -257,4 +263,78 @@ func body(ctx context.Context, env Env, args []string) error {
 	}
 	_, err = env.Stdout.Write(raw)
 	return err
+}
+
+// Exported is one delivery as deliveries export writes it, a line of
+// NDJSON, and as send --file reads it back.
+type Exported struct {
+	Provider    string            `json:"provider"`
+	DeliveryID  string            `json:"delivery_id"`
+	Event       string            `json:"event"`
+	ContentType string            `json:"content_type"`
+	Headers     map[string]string `json:"headers"`
+	BodyBase64  string            `json:"body_base64"`
+}
+
+// export writes the deliveries a filter selects, oldest first of each page
+// as the list gives them newest first, one JSON object per line: a fixture
+// file send --file posts again.
+func export(ctx context.Context, env Env, args []string) error {
+	fs := flag.NewFlagSet("deliveries export", flag.ContinueOnError)
+	conn := addConnFlags(fs)
+	ff := addFilterFlags(fs)
+	if rest, err := parse(fs, args); err != nil {
+		return err
+	} else if len(rest) > 0 {
+		return usageErr("deliveries export takes no arguments, got %q", rest)
+	}
+	c, err := conn.client(env)
+	if err != nil {
+		return err
+	}
+	if err := ff.check(ctx, c); err != nil {
+		return err
+	}
+	q := ff.query()
+	q.Set("limit", "500")
+	enc := json.NewEncoder(env.Stdout)
+	enc.SetEscapeHTML(false)
+	n := 0
+	for {
+		var page struct {
+			Deliveries []deliveries.Item `json:"deliveries"`
+			NextCursor *string           `json:"next_cursor"`
+		}
+		if err := c.do(ctx, http.MethodGet, "/admin/deliveries", q, nil, &page); err != nil {
+			return err
+		}
+		for _, it := range page.Deliveries {
+			var d deliveries.Detail
+			if err := c.do(ctx, http.MethodGet, escape("admin", "deliveries", it.Provider, it.DeliveryID), nil, nil, &d); err != nil {
+				return err
+			}
+			if len(d.Receipts) == 0 {
+				continue // expired since it was listed
+			}
+			raw, err := c.send(ctx, http.MethodGet, escape("admin", "deliveries", it.Provider, it.DeliveryID, "body"), nil, nil)
+			var ae *answerError
+			if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if err := enc.Encode(Exported{Provider: d.Provider, DeliveryID: d.DeliveryID, Event: d.Event, ContentType: d.Receipts[0].ContentType,
+				Headers: d.Receipts[0].Headers, BodyBase64: base64.StdEncoding.EncodeToString(raw)}); err != nil {
+				return err
+			}
+			n++
+		}
+		if page.NextCursor == nil {
+			break
+		}
+		q.Set("cursor", *page.NextCursor)
+	}
+	fmt.Fprintf(env.Stderr, "exported %d deliveries\n", n)
+	return nil
 }
