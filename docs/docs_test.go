@@ -18,7 +18,7 @@ import (
 
 // cliOnly are the variables the configuration page documents that the
 // gateway itself never reads: the operator commands read them.
-var cliOnly = []string{cli.URLVariable, cli.TokenVariable}
+var cliOnly = []string{cli.URLVariable, cli.TokenVariable, cli.ListenSecretVariable}
 
 // The configuration page's variable tables (those whose first column is
 // "variable") list exactly the variables the gateway reads, config.Variables,
