@@ -95,6 +95,10 @@ func (s *server) handleListen(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	rc := http.NewResponseController(w)
+	// The server's read deadline bounds a request's reading; a stream reads
+	// nothing more, and would be ended when it passed (net/http cancels a
+	// request whose connection's read fails).
+	_ = rc.SetReadDeadline(time.Time{})
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
