@@ -295,11 +295,40 @@ func export(ctx context.Context, env Env, args []string) error {
 	if err := ff.check(ctx, c); err != nil {
 		return err
 	}
-	q := ff.query()
-	q.Set("limit", "500")
 	enc := json.NewEncoder(env.Stdout)
 	enc.SetEscapeHTML(false)
 	n := 0
+	err = c.eachDelivery(ctx, ff.query(), func(it deliveries.Item) error {
+		var d deliveries.Detail
+		if err := c.do(ctx, http.MethodGet, escape("admin", "deliveries", it.Provider, it.DeliveryID), nil, nil, &d); err != nil {
+			return err
+		}
+		if len(d.Receipts) == 0 {
+			return nil // expired since it was listed
+		}
+		raw, err := c.send(ctx, http.MethodGet, escape("admin", "deliveries", it.Provider, it.DeliveryID, "body"), nil, nil)
+		var ae *answerError
+		if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		n++
+		return enc.Encode(Exported{Provider: d.Provider, DeliveryID: d.DeliveryID, Event: d.Event, ContentType: d.Receipts[0].ContentType,
+			Headers: d.Receipts[0].Headers, BodyBase64: base64.StdEncoding.EncodeToString(raw)})
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.Stderr, "exported %d deliveries\n", n)
+	return nil
+}
+
+// eachDelivery calls fn with every delivery the list's query q selects, a
+// page of 500 at a time, newest first; an error of fn stops it.
+func (c *client) eachDelivery(ctx context.Context, q url.Values, fn func(deliveries.Item) error) error {
+	q.Set("limit", "500")
 	for {
 		var page struct {
 			Deliveries []deliveries.Item `json:"deliveries"`
@@ -309,32 +338,13 @@ func export(ctx context.Context, env Env, args []string) error {
 			return err
 		}
 		for _, it := range page.Deliveries {
-			var d deliveries.Detail
-			if err := c.do(ctx, http.MethodGet, escape("admin", "deliveries", it.Provider, it.DeliveryID), nil, nil, &d); err != nil {
+			if err := fn(it); err != nil {
 				return err
 			}
-			if len(d.Receipts) == 0 {
-				continue // expired since it was listed
-			}
-			raw, err := c.send(ctx, http.MethodGet, escape("admin", "deliveries", it.Provider, it.DeliveryID, "body"), nil, nil)
-			var ae *answerError
-			if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			if err := enc.Encode(Exported{Provider: d.Provider, DeliveryID: d.DeliveryID, Event: d.Event, ContentType: d.Receipts[0].ContentType,
-				Headers: d.Receipts[0].Headers, BodyBase64: base64.StdEncoding.EncodeToString(raw)}); err != nil {
-				return err
-			}
-			n++
 		}
 		if page.NextCursor == nil {
-			break
+			return nil
 		}
 		q.Set("cursor", *page.NextCursor)
 	}
-	fmt.Fprintf(env.Stderr, "exported %d deliveries\n", n)
-	return nil
 }

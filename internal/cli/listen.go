@@ -18,26 +18,13 @@ import (
 
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/listen"
 )
 
 // ListenSecretVariable holds the secrets gateway listen signs what it posts
 // locally with (comma-separated), as forwards are signed: the Standard
 // Webhooks headers and X-Hookgate-Signature. Unset: unsigned.
 const ListenSecretVariable = "HOOKGATE_LISTEN_SECRET"
-
-// listenEvent is one dispatch of a listen route's stream.
-type listenEvent struct {
-	DispatchID  string            `json:"dispatch_id"`
-	Route       string            `json:"route"`
-	Provider    string            `json:"provider"`
-	DeliveryID  string            `json:"delivery_id"`
-	Event       string            `json:"event"`
-	Generation  int               `json:"generation"`
-	Attempt     int               `json:"attempt"`
-	Headers     map[string]string `json:"headers"`
-	ContentType string            `json:"content_type"`
-	BodyBase64  string            `json:"body_base64"`
-}
 
 // listenCmd connects to a listen route's stream and posts each dispatch to
 // a local URL, answering the gateway with the local status, until
@@ -82,43 +69,32 @@ func listenCmd(ctx context.Context, env Env, args []string) error {
 	return l.run(ctx)
 }
 
-// replaySince replays the route's stored deliveries since from: each one
-// whose event the route matches gets a new dispatch of it (force), which
-// the stream then brings.
+// replaySince replays the route's stored deliveries since from, newest
+// first: each one whose event the route matches gets a new dispatch of it
+// (force), which the stream then brings (in the order of their events'
+// times, where the route keeps order).
 func replaySince(ctx context.Context, env Env, c *client, route, from string) error {
-	q := url.Values{"since": {from}, "limit": {"500"}}
 	replayed := 0
-	for {
-		var page struct {
-			Deliveries []deliveries.Item `json:"deliveries"`
-			NextCursor *string           `json:"next_cursor"`
+	err := c.eachDelivery(ctx, url.Values{"since": {from}}, func(it deliveries.Item) error {
+		var res struct {
+			Dispatches []json.RawMessage `json:"dispatches"`
 		}
-		if err := c.do(ctx, http.MethodGet, "/admin/deliveries", q, nil, &page); err != nil {
+		err := c.do(ctx, http.MethodPost, escape("admin", "deliveries", it.Provider, it.DeliveryID, "replay"), nil,
+			map[string]any{"routes": []string{route}, "force": true, "reason": "gateway listen --from " + from}, &res)
+		var ae *answerError
+		switch {
+		case errors.As(err, &ae) && ae.Status == http.StatusBadRequest:
+			// The route does not take this event.
+		case err != nil:
 			return err
+		case len(res.Dispatches) > 0:
+			// Not one still in progress: it comes anyway.
+			replayed++
 		}
-		// Oldest first, as they came.
-		for i := len(page.Deliveries) - 1; i >= 0; i-- {
-			it := page.Deliveries[i]
-			var res struct {
-				Dispatches []json.RawMessage `json:"dispatches"`
-			}
-			err := c.do(ctx, http.MethodPost, escape("admin", "deliveries", it.Provider, it.DeliveryID, "replay"), nil,
-				map[string]any{"routes": []string{route}, "force": true, "reason": "gateway listen --from " + from}, &res)
-			var ae *answerError
-			switch {
-			case errors.As(err, &ae) && ae.Status == http.StatusBadRequest:
-				// The route does not take this event.
-			case err != nil:
-				return err
-			case len(res.Dispatches) > 0:
-				// Not one still in progress: it comes anyway.
-				replayed++
-			}
-		}
-		if page.NextCursor == nil {
-			break
-		}
-		q.Set("cursor", *page.NextCursor)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	fmt.Fprintf(env.Stdout, "replaying %d stored deliver%s of route %s since %s\n", replayed, map[bool]string{true: "y", false: "ies"}[replayed == 1], route, from)
 	return nil
@@ -196,7 +172,7 @@ func (l *listener) once(ctx context.Context) (bool, error) {
 		case strings.HasPrefix(line, "data:"):
 			data += strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " ")
 		case line == "" && data != "":
-			var ev listenEvent
+			var ev listen.Event
 			if err := json.Unmarshal([]byte(data), &ev); err == nil {
 				l.deliver(ctx, ev)
 			}
@@ -214,7 +190,7 @@ func (l *listener) once(ctx context.Context) (bool, error) {
 
 // deliver posts one dispatch to the local URL, prints a line, and answers
 // the gateway with the local status (502 when the local URL gave none).
-func (l *listener) deliver(ctx context.Context, ev listenEvent) {
+func (l *listener) deliver(ctx context.Context, ev listen.Event) {
 	start := time.Now()
 	status, detail := l.post(ctx, ev)
 	took := time.Since(start).Milliseconds()
@@ -239,7 +215,7 @@ func (l *listener) deliver(ctx context.Context, ev listenEvent) {
 
 // post sends ev to the local URL as a forward would: its headers and body,
 // hookgate's headers, and the signatures when HOOKGATE_LISTEN_SECRET is set.
-func (l *listener) post(ctx context.Context, ev listenEvent) (int, string) {
+func (l *listener) post(ctx context.Context, ev listen.Event) (int, string) {
 	body, err := base64.StdEncoding.DecodeString(ev.BodyBase64)
 	if err != nil {
 		return http.StatusBadGateway, "the event's body is not base64"

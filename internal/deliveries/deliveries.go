@@ -143,20 +143,12 @@ func (f Filter) checkWindow() error {
 	return nil
 }
 
-// inputPosition is where CEL's errors say they are: "<input>:LINE:COLUMN:".
-var inputPosition = regexp.MustCompile(`<input>:(\d+):(\d+):`)
-
 // compileQ compiles a search's expression, its errors naming the line and
 // column where it fails, or the type it has when that is not bool.
 func compileQ(q string) (*filter.Filter, error) {
 	f, err := filter.Compile(q)
 	if err != nil {
-		msg := strings.TrimPrefix(err.Error(), filter.ErrInvalid.Error()+": ")
-		msg = strings.ReplaceAll(msg, "ERROR: <input>:", "<input>:")
-		// CEL's limits on nesting name no place in the text.
-		msg = strings.ReplaceAll(msg, "<input>:-1:0:", "the expression as a whole:")
-		msg = inputPosition.ReplaceAllString(msg, "line $1, column $2:")
-		return nil, fmt.Errorf("%w: q: %s", ErrBadFilter, msg)
+		return nil, fmt.Errorf("%w: q: %s", ErrBadFilter, filter.Explain(err))
 	}
 	return f, nil
 }

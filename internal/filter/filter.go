@@ -149,6 +149,19 @@ func CompileExpr(src string, typeOK func(*cel.Type) error) (*Filter, error) {
 	return compile(src, typeOK)
 }
 
+// inputPosition is where CEL's errors say they are: "<input>:LINE:COLUMN:".
+var inputPosition = regexp.MustCompile(`<input>:(\d+):(\d+):`)
+
+// Explain is a Compile or CompileExpr error as a person reads it: without
+// ErrInvalid's words, each place as "line L, column C:", and CEL's limits on
+// nesting (which name no place) as "the expression as a whole:".
+func Explain(err error) string {
+	msg := strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": ")
+	msg = strings.ReplaceAll(msg, "ERROR: <input>:", "<input>:")
+	msg = strings.ReplaceAll(msg, "<input>:-1:0:", "the expression as a whole:")
+	return inputPosition.ReplaceAllString(msg, "line $1, column $2:")
+}
+
 func compile(src string, typeOK func(*cel.Type) error) (*Filter, error) {
 	if strings.TrimSpace(src) == "" {
 		return nil, fmt.Errorf("%w: empty", ErrInvalid)

@@ -2,21 +2,19 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/filter"
+	"github.com/hookgate/hookgate/internal/listen"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -36,20 +34,6 @@ const (
 	// reading ends it.
 	listenWrite = 30 * time.Second
 )
-
-// listenEvent is one dispatch as a listener receives it.
-type listenEvent struct {
-	DispatchID  string            `json:"dispatch_id"`
-	Route       string            `json:"route"`
-	Provider    string            `json:"provider"`
-	DeliveryID  string            `json:"delivery_id"`
-	Event       string            `json:"event"`
-	Generation  int               `json:"generation"`
-	Attempt     int               `json:"attempt"`
-	Headers     map[string]string `json:"headers"`
-	ContentType string            `json:"content_type"`
-	BodyBase64  string            `json:"body_base64"`
-}
 
 // listenRoute returns the route named in the path, which must listen.
 func (s *server) listenRoute(r *http.Request) (fanout.Route, error) {
@@ -78,7 +62,7 @@ func (s *server) handleListen(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	pool := s.Admin.Pool
-	stream := newStreamID()
+	stream := listen.NewStreamID()
 	if err := store.AddListener(ctx, pool, stream, route.Name, actor(r)); err != nil {
 		writeError(w, r, s.Logger, err)
 		return
@@ -88,7 +72,7 @@ func (s *server) handleListen(w http.ResponseWriter, r *http.Request) {
 			s.Logger.Warn("listen: a stream's end was not recorded; its offers go back when its gateway is not seen", "route", route.Name, "error", err)
 		}
 	}()
-	if from, seq, ok := parseEventID(r.Header.Get("Last-Event-ID")); ok {
+	if from, seq, ok := listen.ParseEventID(r.Header.Get("Last-Event-ID")); ok {
 		if err := store.ResumeOffers(ctx, pool, route.Name, from, stream, seq); err != nil {
 			writeError(w, r, s.Logger, err)
 			return
@@ -140,7 +124,7 @@ func (s *server) handleListen(w http.ResponseWriter, r *http.Request) {
 				continue // its receipt is gone: no answer comes, and the worker takes it back
 			}
 			b, _ := json.Marshal(ev)
-			if !write(fmt.Sprintf("id: %s-%d\ndata: %s\n\n", stream, o.Seq, b)) {
+			if !write(fmt.Sprintf("id: %s\ndata: %s\n\n", listen.EventID(stream, o.Seq), b)) {
 				return
 			}
 			pinged = time.Now()
@@ -156,10 +140,10 @@ func (s *server) handleListen(w http.ResponseWriter, r *http.Request) {
 
 // listenEventOf is an offer as its listener receives it: the dispatch's
 // first receipt, shaped by the route's transformation as a forward would be.
-func (s *server) listenEventOf(r *http.Request, route fanout.Route, o store.Offer) (listenEvent, error) {
+func (s *server) listenEventOf(r *http.Request, route fanout.Route, o store.Offer) (listen.Event, error) {
 	first, err := store.FirstReceipt(r.Context(), s.Admin.Pool, o.Provider, o.DeliveryID)
 	if err != nil {
-		return listenEvent{}, err
+		return listen.Event{}, err
 	}
 	headers := maps.Clone(first.Headers)
 	if headers == nil {
@@ -173,7 +157,7 @@ func (s *server) listenEventOf(r *http.Request, route fanout.Route, o store.Offe
 			maps.Copy(headers, res.Headers)
 		}
 	}
-	return listenEvent{DispatchID: strconv.FormatInt(o.JobID, 10), Route: route.Name, Provider: o.Provider, DeliveryID: o.DeliveryID,
+	return listen.Event{DispatchID: strconv.FormatInt(o.JobID, 10), Route: route.Name, Provider: o.Provider, DeliveryID: o.DeliveryID,
 		Event: first.Event, Generation: o.Generation, Attempt: o.Attempt, Headers: headers, ContentType: contentType,
 		BodyBase64: base64.StdEncoding.EncodeToString(body)}, nil
 }
@@ -222,29 +206,6 @@ func (s *server) handleListenAnswer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"dispatch_id": id, "status": *a.Status})
-}
-
-// newStreamID names a stream.
-func newStreamID() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	return "s" + hex.EncodeToString(b)
-}
-
-// parseEventID reads an event id, <stream>-<seq>.
-func parseEventID(id string) (string, int64, bool) {
-	stream, seq, ok := strings.Cut(strings.TrimSpace(id), "-")
-	if !ok || len(stream) != 17 || stream[0] != 's' {
-		return "", 0, false
-	}
-	if _, err := hex.DecodeString(stream[1:]); err != nil {
-		return "", 0, false
-	}
-	n, err := strconv.ParseInt(seq, 10, 64)
-	if err != nil || n <= 0 {
-		return "", 0, false
-	}
-	return stream, n, true
 }
 
 // clipText bounds text quoted back in an error.

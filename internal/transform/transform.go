@@ -70,12 +70,7 @@ func Compile(src string) (*Transform, error) {
 		return fmt.Errorf("its type is %s, not a map such as {\"body\": payload.data, \"path\": \"/invoices\"}", t)
 	})
 	if err != nil {
-		msg := strings.TrimPrefix(err.Error(), filter.ErrInvalid.Error()+": ")
-		msg = strings.ReplaceAll(msg, "ERROR: <input>:", "<input>:")
-		// CEL's limits on nesting name no place in the text.
-		msg = strings.ReplaceAll(msg, "<input>:-1:0:", "the expression as a whole:")
-		msg = inputPosition.ReplaceAllString(msg, "line $1, column $2:")
-		return nil, fmt.Errorf("%w: %s", ErrInvalid, msg)
+		return nil, fmt.Errorf("%w: %s", ErrInvalid, filter.Explain(err))
 	}
 	return &Transform{expr: f}, nil
 }
@@ -324,10 +319,7 @@ type Position struct {
 	Column int `json:"column"`
 }
 
-// inputPosition is where CEL's errors say they are: "<input>:LINE:COLUMN:".
-var inputPosition = regexp.MustCompile(`<input>:(\d+):(\d+):`)
-
-// linePosition is where Compile's errors say they are.
+// linePosition is where Compile's errors say they are (filter.Explain).
 var linePosition = regexp.MustCompile(`line (\d+), column (\d+):`)
 
 // PositionOf returns where the first error of a failed Compile is, nil when
