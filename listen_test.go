@@ -30,6 +30,7 @@ type sseEvent struct {
 		Attempt    int
 		Headers    map[string]string
 		BodyBase64 string `json:"body_base64"`
+		Path       string
 	}
 }
 
@@ -127,6 +128,7 @@ func TestAListenRoutesDispatchesGoToItsListeners(t *testing.T) {
 	g := runGateway(t, hookgate.Config{Routes: []hookgate.Route{
 		{Name: "dev", Match: []string{"stripe:invoice.*"}, Target: "listen", Timeout: 5 * time.Second},
 		{Name: "web", Match: []string{"stripe:customer.*"}, Target: "http://127.0.0.1:9/x"},
+		{Name: "shaped", Match: []string{"stripe:charge.*"}, Target: "listen", Transform: `{"path": "/charges", "headers": {"X-Shaped": "yes"}, "body": {"id": payload.id}}`},
 	}})
 	if status, body := sendStripe(t, g, invoice("l1", "invoice.paid")); status != http.StatusAccepted || !strings.Contains(body, `"routes":1`) {
 		t.Fatalf("send: %d %s", status, body)
@@ -186,6 +188,14 @@ func TestAListenRoutesDispatchesGoToItsListeners(t *testing.T) {
 	}
 	eventually(t, g, "l3", "succeeded")
 	s3.none(t, time.Second)
+
+	// A transformation shapes what a listener gets, as a forward.
+	sendStripe(t, g, `{"id":"evt_c1","type":"charge.succeeded","created":1767225600,"data":{"object":{"id":"ch_1"}}}`)
+	shaped := listen(t, g, "shaped", "").next(t)
+	body, _ = base64.StdEncoding.DecodeString(shaped.Data.BodyBase64)
+	if shaped.Data.Path != "/charges" || shaped.Data.Headers["X-Shaped"] != "yes" || string(body) != `{"id":"evt_c1"}` {
+		t.Errorf("a transformed event: %+v, body %s", shaped.Data, body)
+	}
 
 	for _, c := range []struct {
 		method, path, body string

@@ -70,9 +70,10 @@ func TestGatewayListenBringsRealDeliveriesToALaptop(t *testing.T) {
 		defer mu.Unlock()
 		return append([]got(nil), local...)
 	}
-	g := runGateway(t, hookgate.Config{Routes: []hookgate.Route{{Name: "dev", Match: []string{"stripe:invoice.*"}, Target: "listen"}}})
+	g := runGateway(t, hookgate.Config{GitHubSecrets: hookgate.SecretList{"gh-secret"},
+		Routes: []hookgate.Route{{Name: "dev", Match: []string{"stripe:invoice.*"}, Target: "listen"}}})
 	vars := map[string]string{cli.URLVariable: "http://" + g.gw.Addr(), cli.TokenVariable: "admin-token", cli.ListenSecretVariable: "listen-secret"}
-	reg, err := providers.NewRegistry(providers.Stripe{Secrets: verify.Secrets{stripeSecret}, Tolerance: 5 * time.Minute})
+	reg, err := providers.NewRegistry(providers.GitHub{Secrets: verify.Secrets{"gh-secret"}}, providers.Stripe{Secrets: verify.Secrets{stripeSecret}, Tolerance: 5 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,13 +127,25 @@ func TestGatewayListenBringsRealDeliveriesToALaptop(t *testing.T) {
 		t.Errorf("listen --from printed:\n%s", out)
 	}
 
-	// Fixtures: exported, and sent again to the gateway that has them.
-	var exported bytes.Buffer
-	if err := run(context.Background(), &exported, "deliveries", "export", "--provider", "stripe"); err != nil {
+	// Fixtures: exported, oldest first, and sent again to the gateway that
+	// has them. A GitHub delivery keeps its hook id, its receipt's scope.
+	push := []byte(`{"ref":"refs/heads/main","after":"abc"}`)
+	req, err := providers.NewRequest(context.Background(), providers.GitHub{Secrets: verify.Secrets{"gh-secret"}}.Source(),
+		"http://"+g.gw.Addr()+"/webhooks/github", push, "gh-a4", "push", time.Now())
+	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(exported.String(), "\n"); n != 3 || !strings.Contains(exported.String(), `"delivery_id":"evt_a2"`) {
-		t.Fatalf("the export: %d lines\n%s", n, exported.String())
+	req.Header.Set("X-GitHub-Hook-ID", "777")
+	if res, err := http.DefaultClient.Do(req); err != nil || res.StatusCode != http.StatusAccepted {
+		t.Fatalf("the push: %v %v", res, err)
+	}
+	var exported bytes.Buffer
+	if err := run(context.Background(), &exported, "deliveries", "export"); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(exported.String()), "\n")
+	if len(lines) != 4 || !strings.Contains(lines[0], `"delivery_id":"evt_a1"`) || !strings.Contains(lines[3], `"X-GitHub-Hook-ID":"777"`) {
+		t.Fatalf("the export, oldest first: %d lines\n%s", len(lines), exported.String())
 	}
 	file := t.TempDir() + "/fixtures.ndjson"
 	if err := writeFileString(file, exported.String()); err != nil {
@@ -142,18 +155,23 @@ func TestGatewayListenBringsRealDeliveriesToALaptop(t *testing.T) {
 	if err := run(context.Background(), &answers, "send", "--file", file); err != nil {
 		t.Fatalf("send --file: %v\n%s", err, answers.String())
 	}
-	if n := strings.Count(answers.String(), `"status":"duplicate"`); n != 3 {
-		t.Errorf("send --file to the same gateway: %d duplicates; want 3\n%s", n, answers.String())
+	if n := strings.Count(answers.String(), `"status":"duplicate"`); n != 4 {
+		t.Errorf("send --file to the same gateway: %d duplicates; want 4\n%s", n, answers.String())
 	}
 	// To a gateway without them, they are new, each with its own id.
-	h := runGateway(t, hookgate.Config{})
+	h := runGateway(t, hookgate.Config{GitHubSecrets: hookgate.SecretList{"gh-secret"}})
 	answers.Reset()
 	vars[cli.URLVariable] = "http://" + h.gw.Addr()
 	if err := run(context.Background(), &answers, "send", "--file", file); err != nil {
 		t.Fatalf("send --file to another gateway: %v\n%s", err, answers.String())
 	}
-	if n := strings.Count(answers.String(), `"status":"accepted"`); n != 3 || !strings.Contains(answers.String(), `"delivery_id":"evt_a1"`) {
+	if n := strings.Count(answers.String(), `"status":"accepted"`); n != 4 || !strings.Contains(answers.String(), `"delivery_id":"evt_a1"`) {
 		t.Errorf("send --file to another gateway:\n%s", answers.String())
+	}
+	var shown struct{ Receipts []struct{ Scope string } }
+	h.admin(t, "/admin/deliveries/github/gh-a4", &shown)
+	if len(shown.Receipts) != 1 || shown.Receipts[0].Scope != "777" {
+		t.Errorf("the push sent again: receipts %+v; want its hook id 777 as scope", shown.Receipts)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -276,9 +277,8 @@ type Exported struct {
 	BodyBase64  string            `json:"body_base64"`
 }
 
-// export writes the deliveries a filter selects, oldest first of each page
-// as the list gives them newest first, one JSON object per line: a fixture
-// file send --file posts again.
+// export writes the deliveries a filter selects, oldest first, one JSON
+// object per line: a fixture file send --file posts again.
 func export(ctx context.Context, env Env, args []string) error {
 	fs := flag.NewFlagSet("deliveries export", flag.ContinueOnError)
 	conn := addConnFlags(fs)
@@ -295,31 +295,37 @@ func export(ctx context.Context, env Env, args []string) error {
 	if err := ff.check(ctx, c); err != nil {
 		return err
 	}
+	// The list is newest first; a file is read in its order, so it is
+	// written oldest first: posted again, an entity's events come in the
+	// order they came (an older one after a newer would be superseded).
+	var items []deliveries.Item
+	if err := c.eachDelivery(ctx, ff.query(), func(it deliveries.Item) error { items = append(items, it); return nil }); err != nil {
+		return err
+	}
 	enc := json.NewEncoder(env.Stdout)
 	enc.SetEscapeHTML(false)
 	n := 0
-	err = c.eachDelivery(ctx, ff.query(), func(it deliveries.Item) error {
+	for _, it := range slices.Backward(items) {
 		var d deliveries.Detail
 		if err := c.do(ctx, http.MethodGet, escape("admin", "deliveries", it.Provider, it.DeliveryID), nil, nil, &d); err != nil {
 			return err
 		}
 		if len(d.Receipts) == 0 {
-			return nil // expired since it was listed
+			continue // expired since it was listed
 		}
 		raw, err := c.send(ctx, http.MethodGet, escape("admin", "deliveries", it.Provider, it.DeliveryID, "body"), nil, nil)
 		var ae *answerError
 		if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
-			return nil
+			continue
 		}
 		if err != nil {
 			return err
 		}
+		if err := enc.Encode(Exported{Provider: d.Provider, DeliveryID: d.DeliveryID, Event: d.Event, ContentType: d.Receipts[0].ContentType,
+			Headers: d.Receipts[0].Headers, BodyBase64: base64.StdEncoding.EncodeToString(raw)}); err != nil {
+			return err
+		}
 		n++
-		return enc.Encode(Exported{Provider: d.Provider, DeliveryID: d.DeliveryID, Event: d.Event, ContentType: d.Receipts[0].ContentType,
-			Headers: d.Receipts[0].Headers, BodyBase64: base64.StdEncoding.EncodeToString(raw)})
-	})
-	if err != nil {
-		return err
 	}
 	fmt.Fprintf(env.Stderr, "exported %d deliveries\n", n)
 	return nil

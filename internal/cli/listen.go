@@ -19,6 +19,7 @@ import (
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/listen"
+	"github.com/hookgate/hookgate/internal/transform"
 )
 
 // ListenSecretVariable holds the secrets gateway listen signs what it posts
@@ -220,7 +221,11 @@ func (l *listener) post(ctx context.Context, ev listen.Event) (int, string) {
 	if err != nil {
 		return http.StatusBadGateway, "the event's body is not base64"
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.target, bytes.NewReader(body))
+	to, err := transform.Target(l.target, ev.Path)
+	if err != nil {
+		return http.StatusBadGateway, err.Error()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, to, bytes.NewReader(body))
 	if err != nil {
 		return http.StatusBadGateway, err.Error()
 	}

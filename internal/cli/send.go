@@ -189,7 +189,11 @@ func sendFile(ctx context.Context, env Env, path, target string, insecure, asJSO
 			return usageErr("send: %v", err)
 		}
 		for k, v := range d.Headers {
-			if req.Header.Get(k) == "" {
+			// The kept headers as they came (GitHub's hook id, which is the
+			// receipt's scope, and its User-Agent), but what the signature
+			// covers now: a kept header never is a signature, and a
+			// timestamp is now's.
+			if n := strings.ToLower(k); !strings.Contains(n, "signature") && !strings.Contains(n, "timestamp") {
 				req.Header.Set(k, v)
 			}
 		}
@@ -206,7 +210,15 @@ func sendFile(ctx context.Context, env Env, path, target string, insecure, asJSO
 		if asJSON {
 			_, _ = env.Stdout.Write(append(bytes.TrimSpace(answer), '\n'))
 		} else {
-			fmt.Fprintf(env.Stdout, "%s %s %s %s\n", d.Provider, shown(d.DeliveryID), res.Status, strings.TrimSpace(string(answer)))
+			// The id the gateway took (a Stripe event's is its body's).
+			id := d.DeliveryID
+			var took struct {
+				DeliveryID string `json:"delivery_id"`
+			}
+			if json.Unmarshal(answer, &took) == nil && took.DeliveryID != "" {
+				id = took.DeliveryID
+			}
+			fmt.Fprintf(env.Stdout, "%s %s %s %s\n", d.Provider, shown(id), res.Status, strings.TrimSpace(string(answer)))
 		}
 		if res.StatusCode < 200 || res.StatusCode > 299 {
 			failed++

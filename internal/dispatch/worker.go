@@ -164,7 +164,12 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) (err error) {
 	if wait := w.orderWindow(job); wait > 0 {
 		return river.JobSnooze(wait)
 	}
-	w.yield.Enter(ctx, time.Now().Add(MaxYield))
+	// A listen route's attempt waits for a person's machine, not for this
+	// one's cores: it does not yield (held, it would show running while
+	// no listener is there).
+	if r, ok := w.routes.Route(job.Args.Route); !ok || !r.Listens() {
+		w.yield.Enter(ctx, time.Now().Add(MaxYield))
+	}
 	err = w.work(ctx, job)
 	var snooze *river.JobSnoozeError
 	var fe *forward.Error

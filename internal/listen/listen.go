@@ -29,6 +29,10 @@ type Event struct {
 	ContentType string            `json:"content_type"`
 	// BodyBase64 is what a forward would send, base64.
 	BodyBase64 string `json:"body_base64"`
+	// Path is the route transformation's path, which a forward appends to
+	// its target's URL (and gateway listen to --forward-to's); empty for
+	// none.
+	Path string `json:"path,omitempty"`
 }
 
 // StreamIDLen is the length of a stream's name: "s" and 16 hex digits.

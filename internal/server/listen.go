@@ -149,17 +149,17 @@ func (s *server) listenEventOf(r *http.Request, route fanout.Route, o store.Offe
 	if headers == nil {
 		headers = map[string]string{}
 	}
-	body, contentType := first.Body, first.ContentType
+	body, contentType, path := first.Body, first.ContentType, ""
 	if route.Transform != nil {
 		res, err := route.Transform.Apply(&filter.Input{Provider: o.Provider, Event: first.Event, Headers: first.Headers, ContentType: first.ContentType, Body: first.Body})
 		if err == nil {
-			body, contentType = res.Body, res.ContentType
+			body, contentType, path = res.Body, res.ContentType, res.Path
 			maps.Copy(headers, res.Headers)
 		}
 	}
 	return listen.Event{DispatchID: strconv.FormatInt(o.JobID, 10), Route: route.Name, Provider: o.Provider, DeliveryID: o.DeliveryID,
 		Event: first.Event, Generation: o.Generation, Attempt: o.Attempt, Headers: headers, ContentType: contentType,
-		BodyBase64: base64.StdEncoding.EncodeToString(body)}, nil
+		BodyBase64: base64.StdEncoding.EncodeToString(body), Path: path}, nil
 }
 
 // listenAnswer is a listener's answer: its local target's HTTP status.
@@ -168,8 +168,11 @@ type listenAnswer struct {
 }
 
 func (a *listenAnswer) validate() error {
-	if a.Status == nil || *a.Status < 100 || *a.Status > 599 {
+	if a.Status == nil {
 		return fmt.Errorf("%w: status is required: the local target's HTTP status, 100 to 599", errBadRequest)
+	}
+	if *a.Status < 100 || *a.Status > 599 {
+		return fmt.Errorf("%w: status must be an HTTP status, 100 to 599, got %d", errBadRequest, *a.Status)
 	}
 	return nil
 }

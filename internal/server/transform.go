@@ -79,8 +79,14 @@ func (s *server) handleTryTransform(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.Logger, err)
 		return
 	}
+	if _, known := s.providers[req.Provider]; !known {
+		writeError(w, r, s.Logger, fmt.Errorf("%w: provider must be one of %s", errBadRequest, strings.Join(s.Providers.Names(), ", ")))
+		return
+	}
 	t := route.Transform
-	if req.Transform != nil {
+	if req.Transform != nil && strings.TrimSpace(*req.Transform) == "" {
+		t = nil // none: the delivery as it came
+	} else if req.Transform != nil {
 		var err error
 		if t, err = transform.Compile(*req.Transform); err != nil {
 			writeJSON(w, http.StatusUnprocessableEntity, transformFailed{Error: "transform_failed",

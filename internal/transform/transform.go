@@ -155,8 +155,12 @@ func (t *Transform) Apply(in *filter.Input) (Result, error) {
 // setBody sets the body a transformation gave: a string as it is, anything
 // else as JSON.
 func (r *Result) setBody(v ref.Val, size int) error {
+	_, isMap := v.(traits.Mapper)
+	_, isList := v.(traits.Lister)
 	if s, ok := v.(types.String); ok {
 		r.Body = []byte(string(s))
+	} else if !isMap && !isList {
+		return fmt.Errorf("body is %s: give a map or a list (sent as JSON) or a string (sent as it is)", v.Type().TypeName())
 	} else {
 		var b strings.Builder
 		if err := writeJSON(&b, v); err != nil {
@@ -271,7 +275,7 @@ func Reserved(name string) bool {
 		"te", "trailer", "keep-alive", "user-agent", "traceparent", "tracestate":
 		return true
 	}
-	return strings.HasPrefix(n, "x-hookgate-") || strings.HasPrefix(n, "webhook-") || strings.HasPrefix(n, "proxy-")
+	return strings.HasPrefix(n, "x-hookgate-") || strings.HasPrefix(n, "webhook-") || strings.HasPrefix(n, "svix-") || strings.HasPrefix(n, "proxy-")
 }
 
 // CheckPath checks a path a transformation appends to a target: it starts

@@ -40,7 +40,7 @@ func TestATransformationShapesWhatIsSent(t *testing.T) {
 			t.Errorf("%s: %q %q, %v; want %q %q", c.src, res.Body, res.ContentType, err, c.body, c.contentType)
 		}
 	}
-	res, err := apply(t, `{"headers": {"X-Account": headers["stripe-account"], "Idempotency-Key": "mine", "X-Hookgate-Route": "x", "webhook-id": "x", "Content-Type": "text/plain", "Host": "evil"}, "path": "/invoices/" + payload.data.object.id, "skip": payload.data.object.amount_paid == 0}`, invoice)
+	res, err := apply(t, `{"headers": {"X-Account": headers["stripe-account"], "Idempotency-Key": "mine", "X-Hookgate-Route": "x", "webhook-id": "x", "Svix-Signature": "x", "Content-Type": "text/plain", "Host": "evil"}, "path": "/invoices/" + payload.data.object.id, "skip": payload.data.object.amount_paid == 0}`, invoice)
 	if err != nil || len(res.Headers) != 1 || res.Headers["X-Account"] != "acct_1" || res.Path != "/invoices/in_1" || res.Skip {
 		t.Errorf("headers, path, skip: %+v, %v; want X-Account alone, the path, no skip", res, err)
 	}
@@ -61,7 +61,9 @@ func TestATransformationThatFailsSaysWhy(t *testing.T) {
 		{`{"path": 7}`, "path is int"},
 		{`{"headers": {"X-A": 1}}`, "X-A must be a string"},
 		{`{"headers": {"Bad Name": "v"}}`, "not a header name"},
-		{`{"body": duration("1s")}`, "no JSON form"},
+		{`{"body": {"d": duration("1s")}}`, "no JSON form"},
+		{`{"body": 1}`, "body is int: give a map or a list"},
+		{`{"body": payload.data.object.amount_paid}`, "body is int"},
 		{`{"skip": "yes"}`, "skip is string"},
 	} {
 		_, err := apply(t, c.src, invoice)
