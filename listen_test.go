@@ -197,6 +197,31 @@ func TestAListenRoutesDispatchesGoToItsListeners(t *testing.T) {
 		t.Errorf("a transformed event: %+v, body %s", shaped.Data, body)
 	}
 
+	// A gateway keeps 64 streams open at most (two are open here).
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	opened := 0
+	for ; opened < 70; opened++ {
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+g.gw.Addr()+"/admin/listen/dev", nil)
+		req.Header.Set("Authorization", "Bearer admin-token")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.StatusCode != http.StatusOK {
+			if res.StatusCode != http.StatusTooManyRequests {
+				t.Errorf("stream %d: %s; want 429 too_many_streams", opened+3, res.Status)
+			}
+			res.Body.Close()
+			break
+		}
+		defer res.Body.Close()
+	}
+	if opened != 64-2 {
+		t.Errorf("%d more streams opened beside the two open; want 62", opened)
+	}
+	cancel()
+
 	for _, c := range []struct {
 		method, path, body string
 		want               int

@@ -121,7 +121,7 @@ func (l *listener) run(ctx context.Context) error {
 			return nil
 		}
 		var ae *answerError
-		if errors.As(err, &ae) && ae.Status != http.StatusServiceUnavailable && ae.Status != http.StatusBadGateway {
+		if errors.As(err, &ae) && ae.Status != http.StatusServiceUnavailable && ae.Status != http.StatusBadGateway && ae.Status != http.StatusTooManyRequests {
 			// The gateway refused: a route that does not listen, a token
 			// without the operator role. Trying again would not help.
 			return &ExitError{Code: ExitFailed, Err: fmt.Errorf("listen: %w", err)}

@@ -41,6 +41,7 @@ var (
 	errRequestTimeout   = errors.New("request timeout")
 	errRoutesFromConfig = errors.New("the configuration owns the routes")
 	errNotAwaited       = errors.New("no answer is awaited")
+	errTooManyStreams   = errors.New("too many streams")
 )
 
 // errorCodes is the one table that turns errors into the contract's status
@@ -81,6 +82,7 @@ var errorCodes = []struct {
 	{retry.ErrPaused, http.StatusConflict, "route_paused"},
 	{errRoutesFromConfig, http.StatusConflict, "routes_from_config"},
 	{errNotAwaited, http.StatusConflict, "not_awaited"},
+	{errTooManyStreams, http.StatusTooManyRequests, "too_many_streams"},
 	{config.ErrBadLiveRoute, http.StatusBadRequest, "bad_request"},
 	{retry.ErrUnknownRoute, http.StatusBadRequest, "bad_request"},
 	{audit.ErrBadCursor, http.StatusBadRequest, "bad_request"},

@@ -33,6 +33,9 @@ const (
 	// listenWrite bounds one write to the stream: a listener that stops
 	// reading ends it.
 	listenWrite = 30 * time.Second
+	// maxStreams bounds the streams open on one gateway process: each
+	// looks for offers four times a second.
+	maxStreams = 64
 )
 
 // listenRoute returns the route named in the path, which must listen.
@@ -60,6 +63,12 @@ func (s *server) handleListen(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.Logger, err)
 		return
 	}
+	if s.streams.Add(1) > maxStreams {
+		s.streams.Add(-1)
+		writeError(w, r, s.Logger, fmt.Errorf("%w: this gateway has %d listeners' streams open, as many as it keeps; retry later, or on another gateway", errTooManyStreams, maxStreams))
+		return
+	}
+	defer s.streams.Add(-1)
 	ctx := r.Context()
 	pool := s.Admin.Pool
 	stream := listen.NewStreamID()

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -109,6 +110,9 @@ type server struct {
 	// rejected logs rejected ingest requests, a line per (provider, reason)
 	// at most every rejectedLogEvery.
 	rejected *ratelog.Limiter[rejectedKind, string]
+	// streams counts the listeners' streams open on this process
+	// (maxStreams at most).
+	streams atomic.Int64
 }
 
 // rejectedKind is what a line of "ingest rejected" counts: the provider (as
