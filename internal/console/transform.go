@@ -10,8 +10,6 @@ import (
 
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/errtext"
-	"github.com/hookgate/hookgate/internal/filter"
-	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/transform"
 )
 
@@ -88,17 +86,11 @@ func (c *Console) try(r *http.Request, d *transformData) error {
 			return err
 		}
 	}
-	if err := deliveries.CheckKey(d.Provider, d.Delivery); err != nil {
-		return deliveries.ErrNotFound
-	}
-	first, err := store.FirstReceipt(r.Context(), c.Pool, d.Provider, d.Delivery)
-	if errors.Is(err, store.ErrNoReceipt) {
-		return deliveries.ErrNotFound
-	}
+	in, err := deliveries.Input(r.Context(), c.Pool, d.Provider, d.Delivery)
 	if err != nil {
 		return err
 	}
-	res, err := t.Apply(&filter.Input{Provider: d.Provider, Event: first.Event, Headers: first.Headers, ContentType: first.ContentType, Body: first.Body})
+	res, err := t.Apply(in)
 	if err != nil {
 		return err
 	}

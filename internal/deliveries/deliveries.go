@@ -592,6 +592,23 @@ func expired(ctx context.Context, db DB, d Detail) (Detail, error) {
 	return d, nil
 }
 
+// Input returns a stored delivery as filters and transformations see it:
+// its first receipt's event, kept headers, content type and body;
+// ErrNotFound when there is none.
+func Input(ctx context.Context, db DB, provider, deliveryID string) (*filter.Input, error) {
+	if err := CheckKey(provider, deliveryID); err != nil {
+		return nil, err
+	}
+	first, err := store.FirstReceipt(ctx, db, provider, deliveryID)
+	if errors.Is(err, store.ErrNoReceipt) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &filter.Input{Provider: provider, Event: first.Event, Headers: first.Headers, ContentType: first.ContentType, Body: first.Body}, nil
+}
+
 // Body returns the first stored body of a delivery, byte for byte, and its
 // content type; ErrNotFound when there is none.
 func Body(ctx context.Context, db DB, provider, deliveryID string) ([]byte, string, error) {

@@ -12,10 +12,11 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/fanout"
-	"github.com/hookgate/hookgate/internal/filter"
 	"github.com/hookgate/hookgate/internal/listen"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/transform"
 )
 
 // A listen route's stream: the dispatches its workers offer (on any gateway)
@@ -150,25 +151,21 @@ func (s *server) handleListen(w http.ResponseWriter, r *http.Request) {
 // listenEventOf is an offer as its listener receives it: the dispatch's
 // first receipt, shaped by the route's transformation as a forward would be.
 func (s *server) listenEventOf(r *http.Request, route fanout.Route, o store.Offer) (listen.Event, error) {
-	first, err := store.FirstReceipt(r.Context(), s.Admin.Pool, o.Provider, o.DeliveryID)
+	in, err := deliveries.Input(r.Context(), s.Admin.Pool, o.Provider, o.DeliveryID)
 	if err != nil {
 		return listen.Event{}, err
 	}
-	headers := maps.Clone(first.Headers)
-	if headers == nil {
-		headers = map[string]string{}
+	res, err := route.Transform.Apply(in) // none: the delivery as it came
+	if err != nil {
+		// The route changed since its worker applied it: what came.
+		res, _ = (*transform.Transform)(nil).Apply(in)
 	}
-	body, contentType, path := first.Body, first.ContentType, ""
-	if route.Transform != nil {
-		res, err := route.Transform.Apply(&filter.Input{Provider: o.Provider, Event: first.Event, Headers: first.Headers, ContentType: first.ContentType, Body: first.Body})
-		if err == nil {
-			body, contentType, path = res.Body, res.ContentType, res.Path
-			maps.Copy(headers, res.Headers)
-		}
-	}
+	headers := map[string]string{}
+	maps.Copy(headers, in.Headers)
+	maps.Copy(headers, res.Headers)
 	return listen.Event{DispatchID: strconv.FormatInt(o.JobID, 10), Route: route.Name, Provider: o.Provider, DeliveryID: o.DeliveryID,
-		Event: first.Event, Generation: o.Generation, Attempt: o.Attempt, Headers: headers, ContentType: contentType,
-		BodyBase64: base64.StdEncoding.EncodeToString(body), Path: path}, nil
+		Event: in.Event, Generation: o.Generation, Attempt: o.Attempt, Headers: headers, ContentType: res.ContentType,
+		BodyBase64: base64.StdEncoding.EncodeToString(res.Body), Path: res.Path}, nil
 }
 
 // listenAnswer is a listener's answer: its local target's HTTP status.

@@ -2,7 +2,6 @@ package server
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"mime"
 	"net/http"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/filter"
-	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/transform"
 )
 
@@ -96,15 +94,11 @@ func (s *server) handleTryTransform(w http.ResponseWriter, r *http.Request) {
 	}
 	in := &filter.Input{Provider: req.Provider, Event: req.Event, Headers: req.Headers, ContentType: "application/json", Body: req.Payload}
 	if req.DeliveryID != "" {
-		first, err := store.FirstReceipt(r.Context(), s.Admin.Pool, req.Provider, req.DeliveryID)
-		if errors.Is(err, store.ErrNoReceipt) {
-			err = deliveries.ErrNotFound
-		}
-		if err != nil {
+		var err error
+		if in, err = deliveries.Input(r.Context(), s.Admin.Pool, req.Provider, req.DeliveryID); err != nil {
 			writeError(w, r, s.Logger, err)
 			return
 		}
-		in = &filter.Input{Provider: req.Provider, Event: first.Event, Headers: first.Headers, ContentType: first.ContentType, Body: first.Body}
 	}
 	res, err := t.Apply(in)
 	if err != nil {
