@@ -95,19 +95,12 @@ func (w *Worker) offer(ctx context.Context, job *river.Job[Args], route fanout.R
 }
 
 // answerError is a listener's answer as a forward's outcome: nil for a 2xx,
-// else a *forward.Error read as a target's status is (4xx other than 408
-// and 429 permanent).
+// else a target's status read as a forward reads it (forward.StatusError).
 func answerError(status int) error {
 	if status >= 200 && status < 300 {
 		return nil
 	}
-	fe := &forward.Error{Status: status, Detail: "the listener's target answered"}
-	switch {
-	case status == 408, status == 429, status >= 500:
-	default:
-		fe.Permanent = true
-	}
-	return fe
+	return forward.StatusError(status, "the listener's target answered")
 }
 
 // endOffers deletes the offers of a listen route's dispatch whose outcome

@@ -170,17 +170,21 @@ func (f *Client) ForwardWith(ctx context.Context, target string, timeout time.Du
 	if res.StatusCode >= 200 && res.StatusCode < 300 {
 		return nil
 	}
-	fe := &Error{Status: res.StatusCode, Detail: strings.TrimSpace(excerpt(strings.ToValidUTF8(string(head), "?"), 200))}
+	fe := StatusError(res.StatusCode, strings.TrimSpace(excerpt(strings.ToValidUTF8(string(head), "?"), 200)))
 	switch {
-	case res.StatusCode == http.StatusRequestTimeout, res.StatusCode == http.StatusTooManyRequests, res.StatusCode >= 500:
+	case !fe.Permanent:
 		fe.RetryAfter = parseRetryAfter(res.Header.Get("Retry-After"), time.Now())
 	case res.StatusCode >= 300 && res.StatusCode < 400:
-		fe.Permanent = true
 		fe.Detail = "redirect to " + fanout.RedactURL(res.Header.Get("Location")) + " not followed"
-	default:
-		fe.Permanent = true
 	}
 	return fe
+}
+
+// StatusError is a non-2xx status as a failed attempt: 408, 429 and 5xx are
+// retried, any other (a 4xx, a redirect not followed) is permanent.
+func StatusError(status int, detail string) *Error {
+	retried := status == http.StatusRequestTimeout || status == http.StatusTooManyRequests || status >= 500
+	return &Error{Status: status, Detail: detail, Permanent: !retried}
 }
 
 // sign sets an attempt's signature headers, all of one time now, when the
