@@ -102,11 +102,3 @@ func answerError(status int) error {
 	}
 	return forward.StatusError(status, "the listener's target answered")
 }
-
-// endOffers deletes the offers of a listen route's dispatch whose outcome
-// is written: an answer that comes for one now is 409, and changes nothing.
-func (w *Worker) endOffers(ctx context.Context, job *river.Job[Args]) {
-	if r, ok := w.routes.Route(job.Args.Route); ok && r.Listens() {
-		_ = store.DeleteOffers(context.WithoutCancel(ctx), w.pool, job.ID)
-	}
-}

@@ -167,8 +167,17 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) (err error) {
 	// A listen route's attempt waits for a person's machine, not for this
 	// one's cores: it does not yield (held, it would show running while
 	// no listener is there).
-	if r, ok := w.routes.Route(job.Args.Route); !ok || !r.Listens() {
+	r, known := w.routes.Route(job.Args.Route)
+	listens := known && r.Listens()
+	if !listens {
 		w.yield.Enter(ctx, time.Now().Add(MaxYield))
+	}
+	// A listen route's offers go with the dispatch's outcome: an answer
+	// that comes for one then is 409, and changes nothing.
+	endOffers := func() {
+		if listens {
+			_ = store.DeleteOffers(context.WithoutCancel(ctx), w.pool, job.ID)
+		}
 	}
 	err = w.work(ctx, job)
 	var snooze *river.JobSnoozeError
@@ -176,7 +185,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) (err error) {
 	var discard *handlers.DiscardError
 	switch {
 	case err == nil:
-		w.endOffers(ctx, job)
+		endOffers()
 		return nil
 	case errors.As(err, &snooze):
 		return err
@@ -186,7 +195,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) (err error) {
 		w.recordFailure(ctx, job, Discarded, err)
 		w.metrics.Dispatch(job.Args.Route, Discarded, time.Time{})
 		w.discarded(job, err)
-		w.endOffers(ctx, job)
+		endOffers()
 		return river.JobCancel(err)
 	}
 	state := Retrying
@@ -194,7 +203,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) (err error) {
 		state = Discarded
 		w.metrics.Dispatch(job.Args.Route, state, time.Time{})
 		w.discarded(job, err)
-		w.endOffers(ctx, job)
+		endOffers()
 	} else if errors.As(err, &fe) && fe.RetryAfter > 0 {
 		// Only for a job River will retry: it then calls NextRetry, which
 		// takes the entry; a discarded job's would stay forever.
@@ -452,8 +461,11 @@ func (w *Worker) forward(ctx context.Context, job *river.Job[Args], route fanout
 		m := markOf(a, c.r)
 		o.mark = &m
 	}
+	// send: the attempt sends a request (none for a dispatch superseded, or
+	// one the route's transformation skips).
+	send := o.state == Succeeded
 	target, headers := route.Target, map[string]string(nil)
-	if o.state == Succeeded && route.Transform != nil {
+	if send && route.Transform != nil {
 		res, err := route.Transform.Apply(&filter.Input{Provider: d.Provider, Event: d.Event, Headers: d.Headers, ContentType: d.ContentType, Body: d.Body})
 		if err == nil {
 			target, err = transform.Target(route.Target, res.Path)
@@ -468,10 +480,10 @@ func (w *Worker) forward(ctx context.Context, job *river.Job[Args], route fanout
 		d.Body, d.ContentType, headers = res.Body, res.ContentType, res.Headers
 		if res.Skip {
 			w.metrics.ForwardAttempt(a.Route, "skipped")
-			o.skipped = true
+			send = false
 		}
 	}
-	if o.state == Succeeded && !o.skipped && route.Listens() {
+	if send && route.Listens() {
 		err := w.listenerConnected(ctx, route)
 		if err == nil && c.paused {
 			err = river.JobSnooze(routes.PausedWait)
@@ -489,7 +501,7 @@ func (w *Worker) forward(ctx context.Context, job *river.Job[Args], route fanout
 		if err != nil {
 			return err
 		}
-	} else if o.state == Succeeded && !o.skipped {
+	} else if send {
 		ticket, err := w.admit(ctx, route, c.paused)
 		if err != nil {
 			// Not admitted (paused, circuit open, over its rate): nothing
@@ -702,9 +714,6 @@ type outcome struct {
 	// supersededBy is the delivery whose newer event superseded a superseded one.
 	supersededBy string
 	turn         bool // the dispatch's turn row goes with its outcome
-	// skipped says the route's transformation asked for no request: the
-	// dispatch succeeds without one.
-	skipped bool
 }
 
 // record writes the outcome in the next batch and returns once it is committed.
