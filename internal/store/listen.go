@@ -96,8 +96,6 @@ type OfferState struct {
 	// answer (or its gateway stopped being seen), ClosedFor how long ago.
 	Sent, Closed bool
 	ClosedFor    time.Duration
-	// SentFor is how long ago a stream took it.
-	SentFor time.Duration
 }
 
 // ReadOffer returns where an offer stands. A stream not seen within
@@ -105,14 +103,13 @@ type OfferState struct {
 func ReadOffer(ctx context.Context, db Querier, seq int64) (OfferState, error) {
 	var s OfferState
 	var status *int32
-	var closedFor, sentFor *float64
+	var closedFor *float64
 	err := db.QueryRow(ctx, `
 		SELECT o.status, o.stream IS NOT NULL,
 			extract(epoch FROM now() - coalesce(o.closed_at, CASE WHEN o.stream IS NOT NULL AND (l.seen_at IS NULL OR l.seen_at < now() - $2::interval)
-				THEN coalesce(l.seen_at, o.sent_at) END)),
-			extract(epoch FROM now() - o.sent_at)
+				THEN coalesce(l.seen_at, o.sent_at) END))
 		FROM hookgate_listen_offers o LEFT JOIN hookgate_listeners l ON l.stream = o.stream
-		WHERE o.seq = $1`, seq, ListenerFresh).Scan(&status, &s.Sent, &closedFor, &sentFor)
+		WHERE o.seq = $1`, seq, ListenerFresh).Scan(&status, &s.Sent, &closedFor)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, fmt.Errorf("read offer %d: gone", seq)
 	}
@@ -124,9 +121,6 @@ func ReadOffer(ctx context.Context, db Querier, seq int64) (OfferState, error) {
 	}
 	if closedFor != nil {
 		s.Closed, s.ClosedFor = true, time.Duration(*closedFor*float64(time.Second))
-	}
-	if sentFor != nil {
-		s.SentFor = time.Duration(*sentFor * float64(time.Second))
 	}
 	return s, nil
 }
