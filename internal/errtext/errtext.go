@@ -44,6 +44,15 @@ func Clean(s string) string {
 	return b.String()
 }
 
+// Excerpt returns s, or its first n bytes at most (cut on a rune boundary)
+// and "…" after them: text an error or a message quotes, kept short.
+func Excerpt(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return cut(s, n) + "…"
+}
+
 // cut returns s cut to at most n bytes on a rune boundary.
 func cut(s string, n int) string {
 	if len(s) <= n {

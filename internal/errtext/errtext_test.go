@@ -70,3 +70,22 @@ func TestWrapKeepsTheChain(t *testing.T) {
 		t.Error("Wrap(nil) is not nil")
 	}
 }
+
+// An excerpt keeps at most n bytes, never half a character, and says it was
+// cut.
+func TestExcerpt(t *testing.T) {
+	for _, c := range []struct {
+		s    string
+		n    int
+		want string
+	}{
+		{"short", 10, "short"},
+		{"exactly10!", 10, "exactly10!"},
+		{"abcdefghijk", 10, "abcdefghij…"},
+		{"ééééé", 5, "éé…"}, // é is two bytes: the third would be cut in half
+	} {
+		if got := errtext.Excerpt(c.s, c.n); got != c.want {
+			t.Errorf("Excerpt(%q, %d) = %q, want %q", c.s, c.n, got, c.want)
+		}
+	}
+}

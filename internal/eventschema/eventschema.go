@@ -26,6 +26,7 @@ import (
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 
+	"github.com/hookgate/hookgate/internal/errtext"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/providers"
 )
@@ -128,7 +129,7 @@ func (s *Set) Check(d providers.Delivery) *providers.SchemaError {
 			parsed = true
 		}
 		if parseErr != nil {
-			return &providers.SchemaError{Schema: c.name, Path: "", Rule: "json", Message: clip("the payload is not JSON: " + parseErr.Error())}
+			return &providers.SchemaError{Schema: c.name, Path: "", Rule: "json", Message: errtext.Excerpt("the payload is not JSON: "+parseErr.Error(), MaxMessage)}
 		}
 		err := c.schema.Validate(doc)
 		if err == nil {
@@ -136,11 +137,11 @@ func (s *Set) Check(d providers.Delivery) *providers.SchemaError {
 		}
 		var ve *jsonschema.ValidationError
 		if !errors.As(err, &ve) {
-			return &providers.SchemaError{Schema: c.name, Rule: "schema", Message: clip(err.Error())}
+			return &providers.SchemaError{Schema: c.name, Rule: "schema", Message: errtext.Excerpt(err.Error(), MaxMessage)}
 		}
 		leaf := firstLeaf(ve)
 		return &providers.SchemaError{Schema: c.name, Path: pointer(leaf.InstanceLocation), Rule: rule(leaf),
-			Message: clip(oneLine(leaf.ErrorKind.LocalizedString(printer)))}
+			Message: errtext.Excerpt(oneLine(leaf.ErrorKind.LocalizedString(printer)), MaxMessage)}
 	}
 	return nil
 }
@@ -191,16 +192,4 @@ func pointer(tokens []string) string {
 
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
-}
-
-// clip shortens s to MaxMessage bytes at a rune boundary.
-func clip(s string) string {
-	if len(s) <= MaxMessage {
-		return s
-	}
-	cut := MaxMessage
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut--
-	}
-	return s[:cut] + "…"
 }

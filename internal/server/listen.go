@@ -13,6 +13,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/hookgate/hookgate/internal/deliveries"
+	"github.com/hookgate/hookgate/internal/errtext"
 	"github.com/hookgate/hookgate/internal/fanout"
 	"github.com/hookgate/hookgate/internal/listen"
 	"github.com/hookgate/hookgate/internal/store"
@@ -201,7 +202,7 @@ func (s *server) handleListenAnswer(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "dispatch_id")
 	jobID, err := strconv.ParseInt(id, 10, 64)
 	if err != nil || jobID <= 0 {
-		writeError(w, r, s.Logger, fmt.Errorf("%w: dispatch %q of route %s awaits no answer", errNotAwaited, clipText(id), route.Name))
+		writeError(w, r, s.Logger, fmt.Errorf("%w: dispatch %q of route %s awaits no answer", errNotAwaited, errtext.Excerpt(id, 64), route.Name))
 		return
 	}
 	ok, err := store.AnswerOffer(r.Context(), s.Admin.Pool, route.Name, jobID, *a.Status)
@@ -215,12 +216,4 @@ func (s *server) handleListenAnswer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"dispatch_id": id, "status": *a.Status})
-}
-
-// clipText bounds text quoted back in an error.
-func clipText(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
 }

@@ -37,6 +37,7 @@ import (
 	"cel.dev/cel-go/common/types/traits"
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/hookgate/hookgate/internal/errtext"
 	"github.com/hookgate/hookgate/internal/filter"
 )
 
@@ -286,11 +287,11 @@ func CheckPath(p string) error {
 		return nil
 	}
 	if !strings.HasPrefix(p, "/") || strings.ContainsAny(p, "?#\\") || strings.ContainsFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-		return fmt.Errorf("path %q must start with / and hold no ?, # or \\", clip(p))
+		return fmt.Errorf("path %q must start with / and hold no ?, # or \\", errtext.Excerpt(p, 80))
 	}
 	for seg := range strings.SplitSeq(p[1:], "/") {
 		if u, err := url.PathUnescape(seg); err != nil || u == "." || u == ".." {
-			return fmt.Errorf("path %q may not hold a . or .. segment or a bad %% escape", clip(p))
+			return fmt.Errorf("path %q may not hold a . or .. segment or a bad %% escape", errtext.Excerpt(p, 80))
 		}
 	}
 	return nil
@@ -343,11 +344,4 @@ func PositionOf(err error) *Position {
 		return nil
 	}
 	return &Position{Line: line, Column: col}
-}
-
-func clip(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "…"
-	}
-	return s
 }
