@@ -12,12 +12,12 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hookgate/hookgate/internal/deliveries"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/handlers"
 	"github.com/hookgate/hookgate/internal/listen"
 	"github.com/hookgate/hookgate/internal/transform"
 )
@@ -233,15 +233,8 @@ func (l *listener) post(ctx context.Context, ev listen.Event) (int, string) {
 	for k, v := range ev.Headers {
 		h.Set(k, v)
 	}
-	key := forward.IdempotencyKey(ev.Provider, ev.DeliveryID, ev.Route)
-	h.Set("Content-Type", ev.ContentType)
-	h.Set("Idempotency-Key", key)
-	h.Set("X-Hookgate-Provider", ev.Provider)
-	h.Set("X-Hookgate-Delivery", forward.HeaderSafe(ev.DeliveryID))
-	h.Set("X-Hookgate-Event", ev.Event)
-	h.Set("X-Hookgate-Route", ev.Route)
-	h.Set("X-Hookgate-Attempt", strconv.Itoa(ev.Attempt))
-	h.Set("X-Hookgate-Generation", strconv.Itoa(ev.Generation))
+	key := forward.SetHeaders(h, handlers.Delivery{Provider: ev.Provider, DeliveryID: ev.DeliveryID, Event: ev.Event, ContentType: ev.ContentType,
+		Route: ev.Route, Generation: ev.Generation, Attempt: ev.Attempt})
 	if err := forward.Sign(l.secrets, h, key, time.Now(), body); err != nil {
 		return http.StatusBadGateway, err.Error()
 	}

@@ -132,20 +132,9 @@ func (f *Client) ForwardWith(ctx context.Context, target string, timeout time.Du
 	for k, v := range headers {
 		h.Set(k, v)
 	}
-	h.Set("Content-Type", d.ContentType)
 	h.Set("User-Agent", userAgent)
-	key := IdempotencyKey(d.Provider, d.DeliveryID, d.Route)
-	h.Set("Idempotency-Key", key)
-	h.Set("X-Hookgate-Provider", d.Provider)
-	h.Set("X-Hookgate-Delivery", HeaderSafe(d.DeliveryID))
-	h.Set("X-Hookgate-Event", d.Event)
+	key := SetHeaders(h, d)
 	tracing.Inject(ctx, h) // the attempt's span, when traced
-	h.Set("X-Hookgate-Route", d.Route)
-	h.Set("X-Hookgate-Attempt", strconv.Itoa(d.Attempt))
-	h.Set("X-Hookgate-Generation", strconv.Itoa(d.Generation))
-	if d.Late {
-		h.Set("X-Hookgate-Late", "true")
-	}
 	if err := f.sign(h, key, time.Now(), d.Body); err != nil {
 		// Sent unsigned it would be refused; retried it would fail alike.
 		return &Error{Permanent: true, Detail: err.Error()}
@@ -185,6 +174,26 @@ func (f *Client) ForwardWith(ctx context.Context, target string, timeout time.Du
 func StatusError(status int, detail string) *Error {
 	retried := status == http.StatusRequestTimeout || status == http.StatusTooManyRequests || status >= 500
 	return &Error{Status: status, Detail: detail, Permanent: !retried}
+}
+
+// SetHeaders sets what an attempt of d carries besides its signatures, its
+// User-Agent and its trace: Content-Type, Idempotency-Key and the
+// X-Hookgate-* headers (gateway listen posts them too). It returns the
+// Idempotency-Key, the signatures' webhook-id.
+func SetHeaders(h http.Header, d handlers.Delivery) string {
+	h.Set("Content-Type", d.ContentType)
+	key := IdempotencyKey(d.Provider, d.DeliveryID, d.Route)
+	h.Set("Idempotency-Key", key)
+	h.Set("X-Hookgate-Provider", d.Provider)
+	h.Set("X-Hookgate-Delivery", HeaderSafe(d.DeliveryID))
+	h.Set("X-Hookgate-Event", d.Event)
+	h.Set("X-Hookgate-Route", d.Route)
+	h.Set("X-Hookgate-Attempt", strconv.Itoa(d.Attempt))
+	h.Set("X-Hookgate-Generation", strconv.Itoa(d.Generation))
+	if d.Late {
+		h.Set("X-Hookgate-Late", "true")
+	}
+	return key
 }
 
 // sign sets an attempt's signature headers, all of one time now, when the
