@@ -2,6 +2,10 @@
 // cost is one commit can share that commit. A call that finds a committer free
 // runs at once, alone: batching adds no wait when there is nothing to batch.
 // Calls that arrive while batches are in flight wait, and join the next batch.
+//
+// A caller that knows more calls are on their way (a group of workers woken
+// together) says so with Expect: the next batch then waits for them, at most
+// Linger, instead of running the first of them alone.
 package batch
 
 import (
@@ -46,10 +50,31 @@ type Batcher[In, Out any] struct {
 	// is withdrawn and fails with ErrQueueTimeout. An item a batch has taken
 	// waits for that batch's result, bounded by Timeout. Zero: no bound.
 	MaxWait time.Duration
+	// Linger bounds how long a batch waits for the items Expect announced.
+	// Zero: Expect has no effect.
+	Linger time.Duration
 
 	mu      sync.Mutex
 	waiting []*call[In, Out]
 	active  int
+
+	expected    int           // items announced by Expect and not yet submitted
+	expectUntil time.Time     // when a batch stops waiting for them
+	arrived     chan struct{} // closed when an item is submitted, to wake lingering batches
+}
+
+// Expect says that n more items are about to be submitted: a batch about to
+// start waits until they are (or the batch is full), at most Linger from now,
+// so that they share it. Items submitted by anyone count against n; those
+// that never come are forgotten once Linger has passed.
+func (b *Batcher[In, Out]) Expect(n int) {
+	if n <= 0 || b.Linger <= 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.expected += n
+	b.expectUntil = time.Now().Add(b.Linger)
 }
 
 type call[In, Out any] struct {
@@ -78,6 +103,13 @@ func (b *Batcher[In, Out]) Submit(ctx context.Context, item In) (Out, error) {
 		return zero, fmt.Errorf("%w: %d items waiting", ErrQueueFull, b.MaxQueue)
 	}
 	b.waiting = append(b.waiting, c)
+	if b.expected > 0 {
+		b.expected--
+	}
+	if b.arrived != nil { // wake the batches lingering for it
+		close(b.arrived)
+		b.arrived = nil
+	}
 	start := b.active < concurrency
 	if start {
 		b.active++
@@ -132,6 +164,23 @@ func (b *Batcher[In, Out]) fits(limit int) int {
 	return n
 }
 
+// linger returns how long the next batch still waits for announced items:
+// zero when none is announced, the batch is full, or Linger has passed (the
+// ones that did not come are forgotten). b.mu is held.
+func (b *Batcher[In, Out]) linger(limit int) time.Duration {
+	if b.expected <= 0 {
+		return 0
+	}
+	wait := time.Until(b.expectUntil)
+	if wait <= 0 || len(b.waiting) >= limit {
+		if wait <= 0 {
+			b.expected = 0
+		}
+		return 0
+	}
+	return wait
+}
+
 // Waiting returns how many items wait for a batch.
 func (b *Batcher[In, Out]) Waiting() int {
 	b.mu.Lock()
@@ -167,6 +216,20 @@ func (b *Batcher[In, Out]) loop() {
 			b.active--
 			b.mu.Unlock()
 			return
+		}
+		if wait := b.linger(limit); wait > 0 {
+			if b.arrived == nil {
+				b.arrived = make(chan struct{})
+			}
+			arrived := b.arrived
+			b.mu.Unlock()
+			t := time.NewTimer(wait)
+			select {
+			case <-arrived:
+			case <-t.C:
+			}
+			t.Stop()
+			continue
 		}
 		n := b.fits(limit)
 		calls := b.waiting[:n:n]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -170,5 +171,70 @@ func TestBatcherBoundsABatchsWeight(t *testing.T) {
 	defer mu.Unlock()
 	if got := fmt.Sprint(batches); got != "[[1] [4 5] [2] [30] [3]]" {
 		t.Fatalf("batches %s, want [[1] [4 5] [2] [30] [3]]", got)
+	}
+}
+
+// A batch waits for the items Expect announced, so that items submitted one
+// after another share it instead of the first running alone; it waits no
+// longer than Linger for those that never come.
+func TestBatcherWaitsForExpectedItems(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var sizes []int
+	newBatcher := func(linger time.Duration) *batch.Batcher[int, int] {
+		return &batch.Batcher[int, int]{
+			Concurrency: 2,
+			Linger:      linger,
+			Do: func(_ context.Context, items []int) ([]int, error) {
+				mu.Lock()
+				sizes = append(sizes, len(items))
+				mu.Unlock()
+				return items, nil
+			},
+		}
+	}
+	sizesNow := func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		s := slices.Clone(sizes)
+		sizes = nil
+		return s
+	}
+
+	b := newBatcher(time.Hour)
+	b.Expect(5)
+	var wg sync.WaitGroup
+	for i := range 5 {
+		wg.Go(func() {
+			if _, err := b.Submit(context.Background(), i); err != nil {
+				t.Errorf("item %d: %v", i, err)
+			}
+		})
+		time.Sleep(10 * time.Millisecond) // each comes alone, after the one before
+	}
+	wg.Wait()
+	if s := sizesNow(); !slices.Equal(s, []int{5}) {
+		t.Fatalf("batch sizes %v for five items expected together, want [5]", s)
+	}
+
+	// Two of three announced never come: the one that did runs once Linger
+	// has passed, and the next item is not held for them.
+	b = newBatcher(50 * time.Millisecond)
+	b.Expect(3)
+	done := make(chan error, 1)
+	go func() { _, err := b.Submit(context.Background(), 1); done <- err }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a batch waited past Linger for items that never came")
+	}
+	if _, err := b.Submit(context.Background(), 2); err != nil {
+		t.Fatal(err)
+	}
+	if s := sizesNow(); !slices.Equal(s, []int{1, 1}) {
+		t.Fatalf("batch sizes %v, want [1 1]", s)
 	}
 }

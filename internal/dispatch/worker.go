@@ -134,8 +134,15 @@ func NewWorker(pool *pgxpool.Pool, table fanout.Source, rs *receipts.Store, hand
 	guard Admitter, gate *yield.Gate, m *metrics.Metrics, logger *slog.Logger) *Worker {
 	w := &Worker{pool: pool, routes: table, handlers: handlers, forwarder: forwarder, receipts: rs, logger: logger,
 		metrics: m, guard: guard, yield: gate}
-	w.recorder = &batch.Batcher[outcome, struct{}]{Do: w.recordBatch, MaxBatch: 128, Concurrency: 2}
-	w.claimer = &batch.Batcher[store.ClaimRequest, store.ClaimResult]{Do: w.claimBatch, MaxBatch: 64, Concurrency: 2}
+	w.recorder = &batch.Batcher[outcome, struct{}]{Do: w.recordBatch, MaxBatch: 128, Concurrency: 2, Linger: outcomeLinger}
+	w.claimer = &batch.Batcher[store.ClaimRequest, store.ClaimResult]{Do: w.claimBatch, MaxBatch: 64, Concurrency: 2, Linger: claimLinger}
+	// Dispatches the gate sends on together claim together and record their
+	// outcomes together: during a load, as in a drain, a forward's round
+	// trips are shared.
+	gate.OnWake(func(n int) {
+		w.claimer.Expect(n)
+		w.recorder.Expect(n)
+	})
 	return w
 }
 
@@ -144,6 +151,14 @@ var (
 	errGone = errors.New("dispatch or receipt no longer stored")
 	// errNoTarget means the route or its builtin handler is not configured.
 	errNoTarget = errors.New("no such target")
+)
+
+// claimLinger and outcomeLinger bound how long a batch of claims, and of
+// outcomes, waits for the dispatches the gate sent on together (their
+// outcomes come after their claims and their targets' answers).
+const (
+	claimLinger   = 3 * time.Millisecond
+	outcomeLinger = 10 * time.Millisecond
 )
 
 // MaxYield is the longest a dispatch is held back for ingest (package

@@ -17,10 +17,13 @@
 //
 // Dispatches earned go in groups: they wake no held dispatch until Group are
 // earned (or as many as are held, when fewer), and then that many go at
-// once. Their claims then share one round trip and one statement (the
-// worker's claims are batched), as they do when a backlog drains; woken one
-// at a time, each forward during a load paid a batch of its own, and cost
-// twice what it costs in a drain.
+// once, in the order they were held, each with its own permission; a
+// dispatch that arrives while others are held queues behind them. OnWake
+// hears each group's size, so that the worker's batches of claims and of
+// outcomes wait for the whole group: its forwards then share their round
+// trips and statements, as they do when a backlog drains. Woken one at a
+// time, each forward during a load paid a batch of its own, and cost twice
+// what it costs in a drain.
 package yield
 
 import (
@@ -66,6 +69,8 @@ type Gate struct {
 
 	one chan struct{} // a wake-up for one held dispatch each: dispatches were earned
 
+	onWake atomic.Pointer[func(n int)] // hears how many held dispatches each wake-up sends on
+
 	mu       sync.Mutex
 	free     chan struct{} // closed (and replaced) to wake all: ingest idle
 	settling *time.Timer   // armed when ingest's count reaches zero with dispatches held
@@ -80,6 +85,18 @@ func NewGate(full func() bool) *Gate {
 // Never returns a Gate that never holds a dispatch: the machine is never
 // full to it. For a dispatch worker with no ingest beside it (tests).
 func Never() *Gate { return NewGate(func() bool { return false }) }
+
+// OnWake registers f to hear how many held dispatches each wake-up sends on
+// together, before they run: the worker's batches wait for that many, so
+// that they share one round trip. f must not block.
+func (g *Gate) OnWake(f func(n int)) { g.onWake.Store(&f) }
+
+// woke tells OnWake's function that n held dispatches were sent on.
+func (g *Gate) woke(n int) {
+	if f := g.onWake.Load(); f != nil && n > 0 {
+		(*f)(n)
+	}
+}
 
 // Arrived says a delivery began to wait for its acknowledgement.
 func (g *Gate) Arrived() { g.waitingAcks.Add(1) }
@@ -111,8 +128,8 @@ func (g *Gate) Acked() {
 	}
 }
 
-// earn earns one dispatch, up to maxEarned, and wakes the first of a group
-// of held dispatches once group are earned (or as many as are held).
+// earn earns one dispatch, up to maxEarned, and sends a group of held
+// dispatches on once group are earned (or as many as are held).
 func (g *Gate) earn(group int64) {
 	for {
 		n := g.earned.Load()
@@ -121,7 +138,7 @@ func (g *Gate) earn(group int64) {
 		}
 	}
 	if n := min(group, g.waiting.Load()); n > 0 && g.earned.Load() >= n {
-		g.wake(g.earned.Load())
+		g.wake()
 	}
 }
 
@@ -130,14 +147,19 @@ func (g *Gate) busy() bool {
 	return g.waitingAcks.Load() > 0 && g.full()
 }
 
-// wake wakes up to n held dispatches, all at once, so that they reach the
-// worker's claims together. One that finds nothing left to take (a
-// dispatch that arrived took it) waits again.
-func (g *Gate) wake(n int64) {
-	for range min(n, g.waiting.Load()) {
+// wake sends as many held dispatches on as were earned, all at once, so that they reach the worker's claims together: it
+// takes the earned dispatches and hands each to one held dispatch as its
+// permission to go (a held dispatch that left meanwhile leaves its
+// permission to the next one held).
+func (g *Gate) wake() {
+	sent := 0
+	defer func() { g.woke(sent) }()
+	for g.waiting.Load() > 0 && g.take() {
 		select {
 		case g.one <- struct{}{}:
-		default: // as many wake-ups as can be used are pending already
+			sent++
+		default: // as many permissions as can be used are pending already
+			g.earned.Add(1)
 			return
 		}
 	}
@@ -145,6 +167,7 @@ func (g *Gate) wake(n int64) {
 
 // wakeAll wakes every held dispatch.
 func (g *Gate) wakeAll() {
+	g.woke(int(g.waiting.Load()))
 	g.mu.Lock()
 	close(g.free)
 	g.free = make(chan struct{})
@@ -169,43 +192,39 @@ func (g *Gate) settleThenWake() {
 	})
 }
 
-// Enter returns when the dispatch may run: at once while a core is free,
-// ingest is idle or a dispatch is earned; else when one of those becomes so,
-// when until has passed (a dispatch is never held longer: nothing starves),
-// or when ctx ends.
+// Enter returns when the dispatch may run: at once while a core is free or
+// ingest is idle, or when a dispatch is earned and none is held before it;
+// else when one of those becomes so (held dispatches go in the order they
+// came, a group at a time), when until has passed (a dispatch is never held
+// longer: nothing starves), or when ctx ends.
 func (g *Gate) Enter(ctx context.Context, until time.Time) {
-	if !g.busy() || g.take() {
+	if !g.busy() || g.waiting.Load() == 0 && g.take() {
 		return
 	}
 	g.held.Add(1)
 	g.waiting.Add(1)
 	defer g.waiting.Add(-1)
+	g.mu.Lock()
+	free := g.free
+	g.mu.Unlock()
+	// Looked at after counting itself held and taking the channel, so that
+	// dispatches earned while no one was held, and ingest gone idle, are not
+	// missed.
+	if n := g.earned.Load(); n > 0 && n >= min(Group, g.waiting.Load()) {
+		g.wake()
+	}
+	if g.waitingAcks.Load() == 0 {
+		// Idle now: whether it stays so is settle's to say, and this
+		// dispatch's arrival may have come after the last Acked.
+		g.settleThenWake()
+	}
 	t := time.NewTimer(time.Until(until))
 	defer t.Stop()
-	for {
-		g.mu.Lock()
-		free := g.free
-		g.mu.Unlock()
-		// Looked at after counting itself held and taking the channel, so
-		// that a wake-up sent before is not missed.
-		if g.take() {
-			return
-		}
-		if g.waitingAcks.Load() == 0 {
-			// Idle now: whether it stays so is settle's to say, and this
-			// dispatch's arrival may have come after the last Acked.
-			g.settleThenWake()
-		}
-		select {
-		case <-ctx.Done():
-			g.wake(1) // a wake-up it may have been sent goes to another
-			return
-		case <-t.C:
-			return
-		case <-free:
-			return
-		case <-g.one:
-		}
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	case <-free:
+	case <-g.one:
 	}
 }
 

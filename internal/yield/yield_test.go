@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -257,5 +258,60 @@ func TestMachineFullWhileEveryCoreIsTaken(t *testing.T) {
 	wg.Wait()
 	if full < all*3/4 {
 		t.Errorf("with twice as many threads spinning as cores: full %d of %d readings", full, all)
+	}
+}
+
+// Held dispatches go on in the order they came, a group at a time, and
+// OnWake hears each group's size before it goes: a dispatch that arrives
+// while others are held queues behind them, even with dispatches earned, so
+// that it takes no permission meant for the group (taken by dispatches as
+// they arrived, a group came through a few at a time, and their claims did
+// not share a batch).
+func TestGateSendsHeldDispatchesOnInGroups(t *testing.T) {
+	g := yield.NewGate(func() bool { return true })
+	var mu sync.Mutex
+	var groups []int
+	g.OnWake(func(n int) {
+		mu.Lock()
+		groups = append(groups, n)
+		mu.Unlock()
+	})
+	heard := func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(groups)
+	}
+	g.Arrived() // a delivery that stays waiting: ingest is never idle here
+	acked := func(n int) {
+		for range n {
+			g.Arrived()
+			g.Acked()
+		}
+	}
+	var group []chan struct{}
+	for range yield.Group {
+		group = append(group, entered(g, time.Hour))
+	}
+	dbtest.Eventually(t, 2*time.Second, "a group held", func() error {
+		if n := g.Waiting(); n != yield.Group {
+			return fmt.Errorf("%d held", n)
+		}
+		return nil
+	})
+	acked((yield.Group - 1) * yield.AcksPerDispatch)
+	late := entered(g, time.Hour)
+	staysHeld(t, late, "it came after a group held, with that group's dispatches not all earned")
+	acked(yield.AcksPerDispatch)
+	for _, d := range group {
+		returns(t, d, "a group earned for the group held first")
+	}
+	staysHeld(t, late, "the group earned went to those held before it")
+	if h := heard(); !slices.Equal(h, []int{yield.Group}) {
+		t.Fatalf("OnWake heard %v, want [%d]", h, yield.Group)
+	}
+	acked(yield.AcksPerDispatch)
+	returns(t, late, "one earned, one held")
+	if h := heard(); !slices.Equal(h, []int{yield.Group, 1}) {
+		t.Fatalf("OnWake heard %v, want [%d 1]", h, yield.Group)
 	}
 }
