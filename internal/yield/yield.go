@@ -147,14 +147,15 @@ func (g *Gate) busy() bool {
 	return g.waitingAcks.Load() > 0 && g.full()
 }
 
-// wake sends as many held dispatches on as were earned, all at once, so that they reach the worker's claims together: it
-// takes the earned dispatches and hands each to one held dispatch as its
+// wake sends as many held dispatches on as were earned (at most as many as
+// are held), all at once, so that they reach the worker's claims together:
+// it takes the earned dispatches and hands each to one held dispatch as its
 // permission to go (a held dispatch that left meanwhile leaves its
 // permission to the next one held).
 func (g *Gate) wake() {
-	sent := 0
-	defer func() { g.woke(sent) }()
-	for g.waiting.Load() > 0 && g.take() {
+	var sent int64
+	defer func() { g.woke(int(sent)) }()
+	for sent < g.waiting.Load() && g.take() {
 		select {
 		case g.one <- struct{}{}:
 			sent++
