@@ -73,8 +73,12 @@ func (b *Batcher[In, Out]) Expect(n int) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	now := time.Now()
+	if now.After(b.expectUntil) {
+		b.expected = 0 // those announced before that never came
+	}
 	b.expected += n
-	b.expectUntil = time.Now().Add(b.Linger)
+	b.expectUntil = now.Add(b.Linger)
 }
 
 type call[In, Out any] struct {
@@ -165,20 +169,26 @@ func (b *Batcher[In, Out]) fits(limit int) int {
 }
 
 // linger returns how long the next batch still waits for announced items:
-// zero when none is announced, the batch is full, or Linger has passed (the
-// ones that did not come are forgotten). b.mu is held.
-func (b *Batcher[In, Out]) linger(limit int) time.Duration {
+// zero when none is announced, the batch is full (by count or weight), or it
+// has waited Linger since it began to (*since, set on its first wait) or
+// since the last announcement (whose items that did not come are then
+// forgotten). b.mu is held.
+func (b *Batcher[In, Out]) linger(limit int, since *time.Time) time.Duration {
 	if b.expected <= 0 {
 		return 0
 	}
-	wait := time.Until(b.expectUntil)
-	if wait <= 0 || len(b.waiting) >= limit {
-		if wait <= 0 {
-			b.expected = 0
-		}
+	now := time.Now()
+	if !now.Before(b.expectUntil) {
+		b.expected = 0
 		return 0
 	}
-	return wait
+	if len(b.waiting) >= limit || b.fits(limit) < len(b.waiting) {
+		return 0
+	}
+	if since.IsZero() {
+		*since = now
+	}
+	return min(b.expectUntil.Sub(now), since.Add(b.Linger).Sub(now))
 }
 
 // Waiting returns how many items wait for a batch.
@@ -210,6 +220,7 @@ func (b *Batcher[In, Out]) loop() {
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
+	var lingered time.Time // when the next batch began to wait for announced items
 	for {
 		b.mu.Lock()
 		if len(b.waiting) == 0 {
@@ -217,7 +228,7 @@ func (b *Batcher[In, Out]) loop() {
 			b.mu.Unlock()
 			return
 		}
-		if wait := b.linger(limit); wait > 0 {
+		if wait := b.linger(limit, &lingered); wait > 0 {
 			if b.arrived == nil {
 				b.arrived = make(chan struct{})
 			}
@@ -231,6 +242,7 @@ func (b *Batcher[In, Out]) loop() {
 			t.Stop()
 			continue
 		}
+		lingered = time.Time{}
 		n := b.fits(limit)
 		calls := b.waiting[:n:n]
 		b.waiting = b.waiting[n:]

@@ -238,3 +238,45 @@ func TestBatcherWaitsForExpectedItems(t *testing.T) {
 		t.Fatalf("batch sizes %v, want [1 1]", s)
 	}
 }
+
+// Linger bounds a batch's wait however often more items are announced.
+func TestBatcherLingersNoLongerThanLinger(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var sizes []int
+	b := &batch.Batcher[int, int]{
+		Concurrency: 1,
+		Linger:      100 * time.Millisecond,
+		Do: func(_ context.Context, items []int) ([]int, error) {
+			mu.Lock()
+			sizes = append(sizes, len(items))
+			mu.Unlock()
+			return items, nil
+		},
+	}
+	stop := make(chan struct{})
+	announcing := make(chan struct{})
+	go func() { // announces an item every 20 ms that never comes
+		defer close(announcing)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				b.Expect(1)
+			}
+		}
+	}()
+	done := make(chan error, 1)
+	go func() { _, err := b.Submit(context.Background(), 1); done <- err }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("a batch kept waiting past Linger while items were announced again and again")
+	}
+	close(stop)
+	<-announcing
+}

@@ -28,6 +28,7 @@ package yield
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,23 +64,27 @@ type Gate struct {
 
 	waitingAcks atomic.Int64 // deliveries arrived and not yet acknowledged
 	acks        atomic.Int64 // acknowledgements, for AcksPerDispatch
-	earned      atomic.Int64 // dispatches earned and not yet taken
-	waiting     atomic.Int64 // dispatches held now
+	earned      atomic.Int64 // dispatches earned and not yet taken, at most maxEarned
+	waiting     atomic.Int64 // dispatches held now: len(queue), read without the lock
 	held        atomic.Int64 // dispatches held so far
-
-	one chan struct{} // a wake-up for one held dispatch each: dispatches were earned
 
 	onWake atomic.Pointer[func(n int)] // hears how many held dispatches each wake-up sends on
 
 	mu       sync.Mutex
-	free     chan struct{} // closed (and replaced) to wake all: ingest idle
-	settling *time.Timer   // armed when ingest's count reaches zero with dispatches held
+	queue    []*holder   // the dispatches held, oldest first
+	settling *time.Timer // armed when ingest's count reaches zero with dispatches held
+}
+
+// holder is one dispatch held in Enter.
+type holder struct {
+	ready chan struct{} // closed when it may go on
+	taken bool          // it was handed an earned dispatch (not woken with every one)
 }
 
 // NewGate returns a Gate that holds dispatches back while full reports the
 // machine full (Machine.Full) and deliveries wait for their acknowledgement.
 func NewGate(full func() bool) *Gate {
-	return &Gate{full: full, one: make(chan struct{}, maxEarned), free: make(chan struct{})}
+	return &Gate{full: full}
 }
 
 // Never returns a Gate that never holds a dispatch: the machine is never
@@ -87,11 +92,12 @@ func NewGate(full func() bool) *Gate {
 func Never() *Gate { return NewGate(func() bool { return false }) }
 
 // OnWake registers f to hear how many held dispatches each wake-up sends on
-// together, before they run: the worker's batches wait for that many, so
-// that they share one round trip. f must not block.
+// together, before any of them goes on: the worker's batches wait for that
+// many, so that they share one round trip. There is one such f (the
+// gateway's one worker); a later call replaces it. f must not block.
 func (g *Gate) OnWake(f func(n int)) { g.onWake.Store(&f) }
 
-// woke tells OnWake's function that n held dispatches were sent on.
+// woke tells OnWake's function that n held dispatches are about to go on.
 func (g *Gate) woke(n int) {
 	if f := g.onWake.Load(); f != nil && n > 0 {
 		(*f)(n)
@@ -102,9 +108,11 @@ func (g *Gate) woke(n int) {
 func (g *Gate) Arrived() { g.waitingAcks.Add(1) }
 
 // Acked says a delivery that Arrived was answered: every AcksPerDispatch
-// acknowledgements earn a dispatch, which wakes one held dispatch; an
-// acknowledgement that finds a core free earns one more; one that leaves
-// ingest idle wakes them all once it stays idle for a moment.
+// acknowledgements earn a dispatch, and once a group is earned that many
+// held dispatches go on; an acknowledgement that finds a core free earns
+// one more, which goes on at once with any earned before it; one that
+// leaves ingest idle lets every held dispatch go once it stays idle for a
+// moment.
 //
 // A core found free lets one held dispatch go, not all of them: a moment's
 // free core is room for one more, and with hundreds of workers held
@@ -128,17 +136,22 @@ func (g *Gate) Acked() {
 	}
 }
 
-// earn earns one dispatch, up to maxEarned, and sends a group of held
-// dispatches on once group are earned (or as many as are held).
-func (g *Gate) earn(group int64) {
-	for {
-		n := g.earned.Load()
-		if n >= maxEarned || g.earned.CompareAndSwap(n, n+1) {
-			break
-		}
+// earn earns one dispatch, up to maxEarned, and sends held dispatches on
+// once group are earned (or as many as are held, when fewer).
+func (g *Gate) earn(group int) {
+	g.give(1)
+	if g.waiting.Load() > 0 {
+		g.wake(group)
 	}
-	if n := min(group, g.waiting.Load()); n > 0 && g.earned.Load() >= n {
-		g.wake()
+}
+
+// give adds n earned dispatches, up to maxEarned.
+func (g *Gate) give(n int64) {
+	for {
+		e := g.earned.Load()
+		if e >= maxEarned || g.earned.CompareAndSwap(e, min(e+n, maxEarned)) {
+			return
+		}
 	}
 }
 
@@ -147,32 +160,48 @@ func (g *Gate) busy() bool {
 	return g.waitingAcks.Load() > 0 && g.full()
 }
 
-// wake sends as many held dispatches on as were earned (at most as many as
-// are held), all at once, so that they reach the worker's claims together:
-// it takes the earned dispatches and hands each to one held dispatch as its
-// permission to go (a held dispatch that left meanwhile leaves its
-// permission to the next one held).
-func (g *Gate) wake() {
-	var sent int64
-	defer func() { g.woke(int(sent)) }()
-	for sent < g.waiting.Load() && g.take() {
-		select {
-		case g.one <- struct{}{}:
-			sent++
-		default: // as many permissions as can be used are pending already
-			g.earned.Add(1)
-			return
-		}
+// wake sends the dispatches held longest on, all at once, when at least
+// min(group, held) dispatches are earned: as many as are earned (at most as
+// many as are held), each taking one. OnWake hears how many before any of
+// them goes, so that they reach the worker's batches together.
+func (g *Gate) wake(group int) {
+	g.mu.Lock()
+	held := len(g.queue)
+	if held == 0 || g.earned.Load() < int64(min(group, held)) {
+		g.mu.Unlock()
+		return
+	}
+	k := 0
+	for k < held && g.take() {
+		k++
+	}
+	going := slices.Clone(g.queue[:k])
+	g.queue = slices.Delete(g.queue, 0, k)
+	g.waiting.Store(int64(len(g.queue)))
+	for _, h := range going {
+		h.taken = true
+	}
+	g.mu.Unlock()
+	g.release(going)
+}
+
+// release lets held dispatches taken out of the queue go on, once OnWake
+// has heard how many.
+func (g *Gate) release(going []*holder) {
+	g.woke(len(going))
+	for _, h := range going {
+		close(h.ready)
 	}
 }
 
-// wakeAll wakes every held dispatch.
+// wakeAll lets every held dispatch go on, earned or not.
 func (g *Gate) wakeAll() {
-	g.woke(int(g.waiting.Load()))
 	g.mu.Lock()
-	close(g.free)
-	g.free = make(chan struct{})
+	going := g.queue
+	g.queue = nil
+	g.waiting.Store(0)
 	g.mu.Unlock()
+	g.release(going)
 }
 
 // settleThenWake wakes every held dispatch if ingest is still idle after
@@ -199,21 +228,22 @@ func (g *Gate) settleThenWake() {
 // came, a group at a time), when until has passed (a dispatch is never held
 // longer: nothing starves), or when ctx ends.
 func (g *Gate) Enter(ctx context.Context, until time.Time) {
-	if !g.busy() || g.waiting.Load() == 0 && g.take() {
+	if !g.busy() {
 		return
 	}
-	g.held.Add(1)
-	g.waiting.Add(1)
-	defer g.waiting.Add(-1)
+	h := &holder{ready: make(chan struct{})}
 	g.mu.Lock()
-	free := g.free
-	g.mu.Unlock()
-	// Looked at after counting itself held and taking the channel, so that
-	// dispatches earned while no one was held, and ingest gone idle, are not
-	// missed.
-	if n := g.earned.Load(); n > 0 && n >= min(Group, g.waiting.Load()) {
-		g.wake()
+	if len(g.queue) == 0 && g.take() {
+		g.mu.Unlock()
+		return
 	}
+	g.queue = append(g.queue, h)
+	g.waiting.Store(int64(len(g.queue)))
+	g.mu.Unlock()
+	g.held.Add(1)
+	// Looked at once counted held, so that dispatches earned meanwhile, and
+	// ingest gone idle, are not missed.
+	g.wake(Group)
 	if g.waitingAcks.Load() == 0 {
 		// Idle now: whether it stays so is settle's to say, and this
 		// dispatch's arrival may have come after the last Acked.
@@ -222,11 +252,28 @@ func (g *Gate) Enter(ctx context.Context, until time.Time) {
 	t := time.NewTimer(time.Until(until))
 	defer t.Stop()
 	select {
+	case <-h.ready:
 	case <-ctx.Done():
+		g.leave(h)
 	case <-t.C:
-	case <-free:
-	case <-g.one:
+		g.leave(h)
 	}
+}
+
+// leave takes a held dispatch that goes on unbidden (its bound passed, or
+// its context ended) out of the queue; one that was sent on meanwhile gives
+// back the dispatch it took. Either way, those still held may now be few
+// enough that the dispatches earned make their group.
+func (g *Gate) leave(h *holder) {
+	g.mu.Lock()
+	if i := slices.Index(g.queue, h); i >= 0 {
+		g.queue = slices.Delete(g.queue, i, i+1)
+		g.waiting.Store(int64(len(g.queue)))
+	} else if h.taken {
+		g.give(1)
+	}
+	g.mu.Unlock()
+	g.wake(Group)
 }
 
 // take takes one earned dispatch, if there is one.

@@ -271,7 +271,11 @@ func TestGateSendsHeldDispatchesOnInGroups(t *testing.T) {
 	g := yield.NewGate(func() bool { return true })
 	var mu sync.Mutex
 	var groups []int
+	var gone atomic.Int64 // dispatches of the test that returned from Enter
 	g.OnWake(func(n int) {
+		if k := gone.Load(); k != 0 {
+			t.Errorf("OnWake heard of a group after %d of its dispatches went on", k)
+		}
 		mu.Lock()
 		groups = append(groups, n)
 		mu.Unlock()
@@ -290,7 +294,13 @@ func TestGateSendsHeldDispatchesOnInGroups(t *testing.T) {
 	}
 	var group []chan struct{}
 	for range yield.Group {
-		group = append(group, entered(g, time.Hour))
+		done := make(chan struct{})
+		go func() {
+			g.Enter(context.Background(), time.Now().Add(time.Hour))
+			gone.Add(1)
+			close(done)
+		}()
+		group = append(group, done)
 	}
 	dbtest.Eventually(t, 2*time.Second, "a group held", func() error {
 		if n := g.Waiting(); n != yield.Group {
@@ -306,6 +316,7 @@ func TestGateSendsHeldDispatchesOnInGroups(t *testing.T) {
 		returns(t, d, "a group earned for the group held first")
 	}
 	staysHeld(t, late, "the group earned went to those held before it")
+	gone.Store(0)
 	if h := heard(); !slices.Equal(h, []int{yield.Group}) {
 		t.Fatalf("OnWake heard %v, want [%d]", h, yield.Group)
 	}
@@ -314,4 +325,79 @@ func TestGateSendsHeldDispatchesOnInGroups(t *testing.T) {
 	if h := heard(); !slices.Equal(h, []int{yield.Group, 1}) {
 		t.Fatalf("OnWake heard %v, want [%d 1]", h, yield.Group)
 	}
+}
+
+// Earned dispatches go to dispatches held, never ahead of them: while a few
+// are held, acknowledgements that find a core free send each on once, and
+// what they earn beyond those is bounded like any earnings (maxEarned, 64),
+// however the goroutines are scheduled.
+func TestGateNeverSendsMoreThanItHolds(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var full atomic.Bool
+	full.Store(true)
+	g := yield.NewGate(full.Load)
+	g.Arrived() // a delivery that stays waiting: ingest is never idle here
+	var held []chan struct{}
+	for range 4 {
+		held = append(held, entered(g, time.Hour))
+	}
+	dbtest.Eventually(t, 2*time.Second, "four held", func() error {
+		if n := g.Waiting(); n != 4 {
+			return fmt.Errorf("%d held", n)
+		}
+		return nil
+	})
+	full.Store(false)
+	for range 64 {
+		g.Arrived()
+		g.Acked()
+	}
+	for _, d := range held {
+		returns(t, d, "acknowledgements found a core free")
+	}
+	full.Store(true)
+	went := 0
+	for range 200 {
+		before := g.Held()
+		g.Enter(context.Background(), time.Now().Add(time.Millisecond))
+		if g.Held() == before {
+			went++
+		}
+	}
+	if went > 64 {
+		t.Fatalf("%d dispatches went on through a full gate with none earned since: more than the 64 it may save up", went)
+	}
+}
+
+// A held dispatch that goes on unbidden (its context ended) leaves the
+// others few enough for the dispatches earned: they go on at once, not at
+// their bound.
+func TestGateLetsTheRestGoWhenOneLeaves(t *testing.T) {
+	g := yield.NewGate(func() bool { return true })
+	g.Arrived()
+	ctx, cancel := context.WithCancel(context.Background())
+	leaving := make(chan struct{})
+	go func() { g.Enter(ctx, time.Now().Add(time.Hour)); close(leaving) }()
+	dbtest.Eventually(t, 2*time.Second, "one held", func() error {
+		if n := g.Waiting(); n != 1 {
+			return fmt.Errorf("%d held", n)
+		}
+		return nil
+	})
+	a, b := entered(g, time.Hour), entered(g, time.Hour)
+	dbtest.Eventually(t, 2*time.Second, "three held", func() error {
+		if n := g.Waiting(); n != 3 {
+			return fmt.Errorf("%d held", n)
+		}
+		return nil
+	})
+	for range 2 * yield.AcksPerDispatch {
+		g.Arrived()
+		g.Acked()
+	}
+	staysHeld(t, a, "two earned for three held")
+	cancel()
+	returns(t, leaving, "its context ended")
+	returns(t, a, "two earned for the two left held")
+	returns(t, b, "two earned for the two left held")
 }
