@@ -22,24 +22,6 @@ import (
 	"github.com/hookgate/hookgate/internal/verify"
 )
 
-// lockedBuffer is a bytes.Buffer a command writes while a test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // A developer's loop: gateway listen posts each dispatch of a listen route
 // to a local URL with the delivery's body and headers, signed with
 // HOOKGATE_LISTEN_SECRET, a line per delivery; the dispatches waiting while
@@ -84,7 +66,7 @@ func TestGatewayListenBringsRealDeliveriesToALaptop(t *testing.T) {
 	listenFor := func(n int, args ...string) string {
 		t.Helper()
 		ctx, cancel := context.WithCancel(context.Background())
-		out := &lockedBuffer{}
+		out := &dbtest.Buffer{}
 		done := make(chan error, 1)
 		go func() {
 			done <- run(ctx, out, append([]string{"listen", "dev", "--forward-to", laptop.URL + "/hooks"}, args...)...)

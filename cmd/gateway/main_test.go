@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -214,7 +213,7 @@ func TestRunDispatchesAndStops(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	var logs lockedBuffer
+	var logs dbtest.Buffer
 	go func() { done <- run(ctx, []string{"serve"}, io.Discard, &logs) }()
 	waitFor(t, "http://"+addr+"/readyz", 200, 30*time.Second)
 
@@ -389,24 +388,6 @@ func TestServeReportsEveryConfigurationErrorAtOnce(t *testing.T) {
 	if strings.Contains(logged, "topsecret") || strings.Contains(err.Error(), "topsecret") || strings.Contains(logged, "SERVICE_PORT") {
 		t.Errorf("a stray's value, or Kubernetes' variable, logged:\n%s", logged)
 	}
-}
-
-// lockedBuffer lets the test read what run logs from other goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // serve with STRIPE_API_KEY runs recovery at start: an event Stripe holds and

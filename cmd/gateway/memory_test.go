@@ -44,7 +44,7 @@ func startBinary(t *testing.T, env ...string) (*exec.Cmd, string) {
 	addr := freeAddr(t)
 	cmd := exec.Command(gatewayBinary(t), "serve")
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "GATEWAY_ADDR=" + addr}, env...)
-	var logs lockedBuffer
+	var logs dbtest.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package dispatch_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -251,7 +250,7 @@ func TestASupersededDispatchNamesTheEventThatSupersededIt(t *testing.T) {
 	tg := newTarget(t, nil)
 	var l *ledger
 	hs := handlers.Registry{"ledger": func(ctx context.Context, tx pgx.Tx, d handlers.Delivery) error { return l.handle(ctx, tx, d) }}
-	var logs syncBuffer
+	var logs dbtest.Buffer
 	logger := slog.New(slog.NewJSONHandler(&logs, nil))
 	b := setupDispatch(t, "", hs, dispatchOpts{table: orderTable(t, tg.URL, fanout.OrderLatest, 0), logger: logger})
 	l = newLedger(t, b)
@@ -284,22 +283,4 @@ func TestASupersededDispatchNamesTheEventThatSupersededIt(t *testing.T) {
 	if !lines["fwd"] || !lines["ledger"] {
 		t.Fatalf("dispatch superseded lines at INFO for routes %v, want fwd and ledger; the log:\n%s", lines, logs.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer that several goroutines may write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

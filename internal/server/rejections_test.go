@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/hookgate/hookgate/internal/dbtest"
@@ -117,7 +115,7 @@ func TestRejectionsNameTheClientBehindATrustedProxy(t *testing.T) {
 // no provider's is logged as unknown, as the metrics name it.
 func TestRejectedRequestsAreLoggedOncePerKind(t *testing.T) {
 	t.Parallel()
-	var log lockedBuffer
+	var log dbtest.Buffer
 	h := server.New(server.Config{
 		Logger:       slog.New(slog.NewJSONHandler(&log, nil)),
 		Providers:    mustRegistry(t, providers.GitHub{Secrets: verify.Secrets{ghSecret}}),
@@ -160,23 +158,4 @@ func TestRejectedRequestsAreLoggedOncePerKind(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("logged:\n%s\nwant one line per (provider, reason): %v", log.String(), want)
 	}
-}
-
-// lockedBuffer is a log that the limiter's timers may write to after the
-// test has read it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -125,15 +125,15 @@ func TestPreviousReleaseBesideThisOne(t *testing.T) {
 		"GATEWAY_ROUTES=" + route + "=github:*>" + targetSrv.URL + "/hook",
 		"GATEWAY_WORKERS=8",
 	}
-	var prevLog, thisLog lockedBuffer
+	var prevLog, thisLog dbtest.Buffer
 	prev := &faults.Gateway{Bin: prevBin, Addr: fmt.Sprintf("127.0.0.1:%d", faults.FreePort(t)), Env: env, Log: &prevLog}
 	this := &faults.Gateway{Bin: thisBin, Addr: fmt.Sprintf("127.0.0.1:%d", faults.FreePort(t)), Env: env, Log: &thisLog}
 	t.Cleanup(func() {
 		prev.Kill()
 		this.Kill()
 		if t.Failed() {
-			t.Logf("%s's log:\n%s", previousVersion, prevLog.tail())
-			t.Logf("this release's log:\n%s", thisLog.tail())
+			t.Logf("%s's log:\n%s", previousVersion, tail(prevLog.String()))
+			t.Logf("this release's log:\n%s", tail(thisLog.String()))
 		}
 	})
 	cfg, err := pgxpool.ParseConfig(dbURL)
@@ -430,23 +430,5 @@ func metrics(t *testing.T, g *faults.Gateway) string {
 	return string(b)
 }
 
-// lockedBuffer is a gateway's log, written by its process and read by the
-// test.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// tail is the log's last 8 KiB.
-func (b *lockedBuffer) tail() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := b.buf.String()
-	return s[max(0, len(s)-8<<10):]
-}
+// tail is a log's last 8 KiB.
+func tail(s string) string { return s[max(0, len(s)-8<<10):] }
