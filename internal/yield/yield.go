@@ -139,17 +139,17 @@ func (g *Gate) Acked() {
 // earn earns one dispatch, up to maxEarned, and sends held dispatches on
 // once group are earned (or as many as are held, when fewer).
 func (g *Gate) earn(group int) {
-	g.give(1)
+	g.give()
 	if g.waiting.Load() > 0 {
 		g.wake(group)
 	}
 }
 
-// give adds n earned dispatches, up to maxEarned.
-func (g *Gate) give(n int64) {
+// give adds an earned dispatch, up to maxEarned.
+func (g *Gate) give() {
 	for {
 		e := g.earned.Load()
-		if e >= maxEarned || g.earned.CompareAndSwap(e, min(e+n, maxEarned)) {
+		if e >= maxEarned || g.earned.CompareAndSwap(e, e+1) {
 			return
 		}
 	}
@@ -231,12 +231,12 @@ func (g *Gate) Enter(ctx context.Context, until time.Time) {
 	if !g.busy() {
 		return
 	}
-	h := &holder{ready: make(chan struct{})}
 	g.mu.Lock()
 	if len(g.queue) == 0 && g.take() {
 		g.mu.Unlock()
 		return
 	}
+	h := &holder{ready: make(chan struct{})}
 	g.queue = append(g.queue, h)
 	g.waiting.Store(int64(len(g.queue)))
 	g.mu.Unlock()
@@ -270,7 +270,7 @@ func (g *Gate) leave(h *holder) {
 		g.queue = slices.Delete(g.queue, i, i+1)
 		g.waiting.Store(int64(len(g.queue)))
 	} else if h.taken {
-		g.give(1)
+		g.give()
 	}
 	g.mu.Unlock()
 	g.wake(Group)

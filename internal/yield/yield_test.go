@@ -40,6 +40,25 @@ func staysHeld(t *testing.T, done chan struct{}, why string) {
 	}
 }
 
+// acked answers n deliveries, each arrived and acknowledged.
+func acked(g *yield.Gate, n int) {
+	for range n {
+		g.Arrived()
+		g.Acked()
+	}
+}
+
+// heldNow waits until want dispatches are held.
+func heldNow(t *testing.T, g *yield.Gate, want int) {
+	t.Helper()
+	dbtest.Eventually(t, 2*time.Second, fmt.Sprintf("%d held", want), func() error {
+		if n := g.Waiting(); n != want {
+			return fmt.Errorf("%d held", n)
+		}
+		return nil
+	})
+}
+
 // A dispatch holds back only while the machine is full and deliveries wait
 // for their acknowledgement: a free core, or ingest idle, lets it go at once.
 func TestGateHoldsOnlyWhileTheMachineIsFullAndIngestWaits(t *testing.T) {
@@ -103,29 +122,14 @@ func TestGateHoldsOnlyWhileTheMachineIsFullAndIngestWaits(t *testing.T) {
 func TestGateEarnsOneDispatchPerAcksPerDispatch(t *testing.T) {
 	g := yield.NewGate(func() bool { return true })
 	g.Arrived() // a delivery that stays waiting: ingest is never idle here
-	acked := func(n int) {
-		for range n {
-			g.Arrived()
-			g.Acked()
-		}
-	}
-	heldNow := func(want int) {
-		t.Helper()
-		dbtest.Eventually(t, 2*time.Second, fmt.Sprintf("%d held", want), func() error {
-			if n := g.Waiting(); n != want {
-				return fmt.Errorf("%d held", n)
-			}
-			return nil
-		})
-	}
 
 	// Two held: a group is two.
 	first, second := entered(g, time.Hour), entered(g, time.Hour)
-	heldNow(2)
-	acked(2*yield.AcksPerDispatch - 1)
+	heldNow(t, g, 2)
+	acked(g, 2*yield.AcksPerDispatch-1)
 	staysHeld(t, first, "one dispatch earned, and a group of two held")
 	staysHeld(t, second, "one dispatch earned, and a group of two held")
-	acked(1)
+	acked(g, 1)
 	returns(t, first, "two dispatches earned for two held")
 	returns(t, second, "two dispatches earned for two held")
 
@@ -134,21 +138,21 @@ func TestGateEarnsOneDispatchPerAcksPerDispatch(t *testing.T) {
 	for range yield.Group + 4 {
 		done = append(done, entered(g, time.Hour))
 	}
-	heldNow(yield.Group + 4)
-	acked((yield.Group - 1) * yield.AcksPerDispatch)
+	heldNow(t, g, yield.Group+4)
+	acked(g, (yield.Group-1)*yield.AcksPerDispatch)
 	staysHeld(t, done[0], "one dispatch short of a group earned")
 	if g.Waiting() != yield.Group+4 {
 		t.Fatalf("%d of %d held went on before a group was earned", yield.Group+4-g.Waiting(), yield.Group+4)
 	}
-	acked(yield.AcksPerDispatch)
-	heldNow(4)
-	acked(4 * yield.AcksPerDispatch) // the four left are a group of four
-	heldNow(0)
+	acked(g, yield.AcksPerDispatch)
+	heldNow(t, g, 4)
+	acked(g, 4*yield.AcksPerDispatch) // the four left are a group of four
+	heldNow(t, g, 0)
 	for _, d := range done {
 		returns(t, d, "every held dispatch earned")
 	}
 
-	acked(1000 * yield.AcksPerDispatch)
+	acked(g, 1000*yield.AcksPerDispatch)
 	before := g.Held()
 	for i := range 64 {
 		t0 := time.Now()
@@ -286,12 +290,6 @@ func TestGateSendsHeldDispatchesOnInGroups(t *testing.T) {
 		return slices.Clone(groups)
 	}
 	g.Arrived() // a delivery that stays waiting: ingest is never idle here
-	acked := func(n int) {
-		for range n {
-			g.Arrived()
-			g.Acked()
-		}
-	}
 	var group []chan struct{}
 	for range yield.Group {
 		done := make(chan struct{})
@@ -302,16 +300,11 @@ func TestGateSendsHeldDispatchesOnInGroups(t *testing.T) {
 		}()
 		group = append(group, done)
 	}
-	dbtest.Eventually(t, 2*time.Second, "a group held", func() error {
-		if n := g.Waiting(); n != yield.Group {
-			return fmt.Errorf("%d held", n)
-		}
-		return nil
-	})
-	acked((yield.Group - 1) * yield.AcksPerDispatch)
+	heldNow(t, g, yield.Group)
+	acked(g, (yield.Group-1)*yield.AcksPerDispatch)
 	late := entered(g, time.Hour)
 	staysHeld(t, late, "it came after a group held, with that group's dispatches not all earned")
-	acked(yield.AcksPerDispatch)
+	acked(g, yield.AcksPerDispatch)
 	for _, d := range group {
 		returns(t, d, "a group earned for the group held first")
 	}
@@ -320,7 +313,7 @@ func TestGateSendsHeldDispatchesOnInGroups(t *testing.T) {
 	if h := heard(); !slices.Equal(h, []int{yield.Group}) {
 		t.Fatalf("OnWake heard %v, want [%d]", h, yield.Group)
 	}
-	acked(yield.AcksPerDispatch)
+	acked(g, yield.AcksPerDispatch)
 	returns(t, late, "one earned, one held")
 	if h := heard(); !slices.Equal(h, []int{yield.Group, 1}) {
 		t.Fatalf("OnWake heard %v, want [%d 1]", h, yield.Group)
@@ -341,17 +334,9 @@ func TestGateNeverSendsMoreThanItHolds(t *testing.T) {
 	for range 4 {
 		held = append(held, entered(g, time.Hour))
 	}
-	dbtest.Eventually(t, 2*time.Second, "four held", func() error {
-		if n := g.Waiting(); n != 4 {
-			return fmt.Errorf("%d held", n)
-		}
-		return nil
-	})
+	heldNow(t, g, 4)
 	full.Store(false)
-	for range 64 {
-		g.Arrived()
-		g.Acked()
-	}
+	acked(g, 64)
 	for _, d := range held {
 		returns(t, d, "acknowledgements found a core free")
 	}
@@ -378,23 +363,10 @@ func TestGateLetsTheRestGoWhenOneLeaves(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	leaving := make(chan struct{})
 	go func() { g.Enter(ctx, time.Now().Add(time.Hour)); close(leaving) }()
-	dbtest.Eventually(t, 2*time.Second, "one held", func() error {
-		if n := g.Waiting(); n != 1 {
-			return fmt.Errorf("%d held", n)
-		}
-		return nil
-	})
+	heldNow(t, g, 1)
 	a, b := entered(g, time.Hour), entered(g, time.Hour)
-	dbtest.Eventually(t, 2*time.Second, "three held", func() error {
-		if n := g.Waiting(); n != 3 {
-			return fmt.Errorf("%d held", n)
-		}
-		return nil
-	})
-	for range 2 * yield.AcksPerDispatch {
-		g.Arrived()
-		g.Acked()
-	}
+	heldNow(t, g, 3)
+	acked(g, 2*yield.AcksPerDispatch)
 	staysHeld(t, a, "two earned for three held")
 	cancel()
 	returns(t, leaving, "its context ended")
