@@ -221,16 +221,7 @@ func TestBatcherWaitsForExpectedItems(t *testing.T) {
 	// has passed, and the next item is not held for them.
 	b = newBatcher(50 * time.Millisecond)
 	b.Expect(3)
-	done := make(chan error, 1)
-	go func() { _, err := b.Submit(context.Background(), 1); done <- err }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a batch waited past Linger for items that never came")
-	}
+	submitsWithin(t, b, 5*time.Second, "a batch waited past Linger for items that never came")
 	if _, err := b.Submit(context.Background(), 2); err != nil {
 		t.Fatal(err)
 	}
@@ -242,17 +233,10 @@ func TestBatcherWaitsForExpectedItems(t *testing.T) {
 // Linger bounds a batch's wait however often more items are announced.
 func TestBatcherLingersNoLongerThanLinger(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var sizes []int
 	b := &batch.Batcher[int, int]{
 		Concurrency: 1,
 		Linger:      100 * time.Millisecond,
-		Do: func(_ context.Context, items []int) ([]int, error) {
-			mu.Lock()
-			sizes = append(sizes, len(items))
-			mu.Unlock()
-			return items, nil
-		},
+		Do:          func(_ context.Context, items []int) ([]int, error) { return items, nil },
 	}
 	stop := make(chan struct{})
 	announcing := make(chan struct{})
@@ -267,6 +251,15 @@ func TestBatcherLingersNoLongerThanLinger(t *testing.T) {
 			}
 		}
 	}()
+	submitsWithin(t, b, 3*time.Second, "a batch kept waiting past Linger while items were announced again and again")
+	close(stop)
+	<-announcing
+}
+
+// submitsWithin submits an item and fails the test with why when its batch
+// has not run within d.
+func submitsWithin(t *testing.T, b *batch.Batcher[int, int], d time.Duration, why string) {
+	t.Helper()
 	done := make(chan error, 1)
 	go func() { _, err := b.Submit(context.Background(), 1); done <- err }()
 	select {
@@ -274,9 +267,7 @@ func TestBatcherLingersNoLongerThanLinger(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("a batch kept waiting past Linger while items were announced again and again")
+	case <-time.After(d):
+		t.Fatal(why)
 	}
-	close(stop)
-	<-announcing
 }
