@@ -1,7 +1,6 @@
 package hookgate_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"html"
@@ -17,7 +16,6 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate"
-	"github.com/hookgate/hookgate/hookgatetest"
 	"github.com/hookgate/hookgate/internal/dbtest"
 )
 
@@ -40,18 +38,10 @@ func (r *running) call(t *testing.T, method, path, body string) (int, string) {
 // created.
 func routesOf(t *testing.T, g *running, id string) int {
 	t.Helper()
-	req, err := hookgatetest.StripeRequest(context.Background(), "http://"+g.gw.Addr()+"/webhooks/stripe", stripeSecret, []byte(invoice(id, "invoice.paid")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
+	status, body := sendStripe(t, g, invoice(id, "invoice.paid"))
 	var answer struct{ Routes int }
-	if res.StatusCode != http.StatusAccepted || json.NewDecoder(res.Body).Decode(&answer) != nil {
-		t.Fatalf("ingest %s: %s", id, res.Status)
+	if status != http.StatusAccepted || json.Unmarshal([]byte(body), &answer) != nil {
+		t.Fatalf("ingest %s: %d %s", id, status, body)
 	}
 	return answer.Routes
 }
