@@ -16,10 +16,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/hookgate/hookgate/internal/dbtest"
 	"github.com/hookgate/hookgate/internal/metrics"
 	"github.com/hookgate/hookgate/internal/recovery"
 )
@@ -27,14 +27,7 @@ import (
 // watched is a Recoverer's metrics and WARN log, for a test to read.
 type watched struct {
 	m   *metrics.Metrics
-	mu  sync.Mutex
-	log bytes.Buffer
-}
-
-func (w *watched) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.log.Write(p)
+	log dbtest.Buffer
 }
 
 // watchedRecoverer returns a Recoverer of g's database with the given
@@ -43,7 +36,7 @@ func (w *watched) Write(p []byte) (int, error) {
 func (g *gateway) watchedRecoverer(gh *recovery.GitHub, st *recovery.Stripe) (*recovery.Recoverer, *watched) {
 	w := &watched{m: metrics.New(nil)}
 	r := recovery.NewRecoverer(g.pool, g.ingester, w.m, recovery.RecovererConfig{GitHub: gh, Stripe: st, MinAge: time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		Logger: slog.New(slog.NewTextHandler(&w.log, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	return r, w
 }
 
@@ -69,9 +62,7 @@ func (w *watched) failedOnce(t *testing.T, provider string) {
 	if got := w.metric(`hookgate_recovery_runs_total{provider="` + provider + `",result="ok"}`); got != "" {
 		t.Errorf("ok runs counted: %s, want none", got)
 	}
-	w.mu.Lock()
 	log := w.log.String()
-	w.mu.Unlock()
 	if !strings.Contains(log, "level=WARN") || !strings.Contains(log, "a run failed") {
 		t.Errorf("the failed run was not logged at WARN: %q", log)
 	}
@@ -347,9 +338,7 @@ func TestStripeRecoverySkipsAnEventPastTheMaxBodyBytes(t *testing.T) {
 	if got := w.metric(`hookgate_recovery_total{outcome="skipped",provider="stripe"}`); got != "1" {
 		t.Errorf("skipped counted: %q, want 1", got)
 	}
-	w.mu.Lock()
 	log := w.log.String()
-	w.mu.Unlock()
 	if !strings.Contains(log, "evt_big") {
 		t.Errorf("the skipped event was not logged: %q", log)
 	}
